@@ -1,0 +1,94 @@
+# Fusing real PyTorch models by hand: build, run, test, benchmark, plot.
+#
+#   make chapter-1   build chapter 1, verify and time every version at the KernelBench shape,
+#                    print the table, append data/<gpu>/ch01.csv
+#   make test        unit tests + every chapter's CPU checks; GPU checks when a GPU is visible
+#   make bench       every chapter over batch 1..default, data/<gpu>/chNN-sweep.csv
+#   make plots       gnuplot: plots/*.png and *.svg from data/<gpu>/
+#   make sanitize    compute-sanitizer memcheck, racecheck, synccheck, initcheck, small shape
+#   make all, make clean
+#
+# ARCH: the visible GPU's own (native), sm_90 when none is visible; override: make ARCH=sm_80
+
+NVCC ?= nvcc
+CC ?= gcc
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+ARCH ?= $(if $(HAVE_GPU),native,sm_90)
+# data/<gpu>/: the device name's model token, lower case ("NVIDIA H100 80GB HBM3" -> h100);
+# the programs derive the same tag for their CSV rows
+GPU ?= $(if $(HAVE_GPU),$(shell nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed 's/^NVIDIA //' | awk '{print tolower($$1)}'),none)
+
+CFLAGS ?= -O2 -std=c11 -Wall -Wextra
+NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
+LDLIBS := -lcudnn -lgomp -lm
+
+CHAPTERS := 01
+ch_dir = $(wildcard chapters/$(1)-*)
+ch_src = $(wildcard chapters/$(1)-*/$(1)-*.cu)
+
+# the default (KernelBench) shape of each chapter, a small shape for the sanitizers, the sweep
+SHAPE_01 := 128x3x16x32x32
+SMALL_01 := 2x3x3x5x7
+SWEEP_01 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
+
+BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
+.SECONDEXPANSION:
+
+.PHONY: all test bench plots sanitize clean $(foreach c,$(CHAPTERS),chapter-$(c:0%=%))
+all: $(BINS) build/test_common
+
+build:
+	@mkdir -p build
+
+build/common.o: common/common.c common/common.h | build
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+build/gpu.o: common/gpu.cu common/gpu.h common/common.h | build
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+build/test_common: common/test_common.c build/common.o | build
+	$(CC) $(CFLAGS) -o $@ $^ -lm
+
+build/ch%: build/common.o build/gpu.o common/gpu.h common/common.h $$(call ch_src,%) | build
+	$(NVCC) $(NVFLAGS) -o $@ $(call ch_src,$*) build/common.o build/gpu.o $(LDLIBS)
+
+chapter-%: build/ch0%
+	@mkdir -p data/$(GPU)
+	build/ch0$* --csv data/$(GPU)/ch0$*.csv
+
+test: $(BINS) build/test_common
+	@sh common/run-tests.sh build/test_common \
+	    $(foreach c,$(CHAPTERS),'build/ch$(c) --test' 'sh common/test-cli.sh build/ch$(c) $(SMALL_$(c))')
+
+# one line per size: each version's median (epilogue and whole-model rows) from the table
+bench: $(BINS)
+	@mkdir -p data/$(GPU)
+	@set -e; $(foreach c,$(CHAPTERS),rm -f data/$(GPU)/ch$(c)-sweep.csv; \
+	    for s in $(SWEEP_$(c)); do \
+	        printf 'ch$(c) %-16s' $$s; \
+	        build/ch$(c) --shape $$s --csv data/$(GPU)/ch$(c)-sweep.csv > build/ch$(c)-$$s.log 2>&1 \
+	            || { echo FAILED; cat build/ch$(c)-$$s.log; exit 1; }; \
+	        awk '/^v[0-9]/ {printf " %s:%s %s", $$1, ($$0 ~ /model_fwd/ ? "model" : "epi"), $$(NF-6)} END {print " ms"}' build/ch$(c)-$$s.log; \
+	    done;)
+
+plots:
+	@command -v gnuplot >/dev/null || { echo "error: gnuplot is not installed (apt-get install gnuplot-nox)"; exit 2; }
+	@set -e; for g in data/*/; do g=$$(basename $$g); \
+	    for p in plots/*.gp; do \
+	        csv=data/$$g/$$(basename $$p .gp | sed 's/-.*//')-sweep.csv; [ -f $$csv ] || continue; \
+	        gnuplot -e "gpu='$$g'" $$p && echo "plots/$$(basename $$p .gp).png .svg from $$csv"; \
+	    done; done
+
+SANITIZERS := memcheck racecheck synccheck initcheck
+sanitize: $(BINS)
+	@set -e; $(foreach c,$(CHAPTERS),for tool in $(SANITIZERS); do \
+	    log=build/sanitize-$(c)-$$tool.log; \
+	    printf 'compute-sanitizer --tool %-9s build/ch$(c) --test --shape $(SMALL_$(c)): ' $$tool; \
+	    compute-sanitizer --tool $$tool --error-exitcode 1 --print-limit 20 \
+	        build/ch$(c) --test --shape $(SMALL_$(c)) > $$log 2>&1 \
+	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
+	    tail -n 1 $$log; \
+	done;) echo "sanitize: clean"
+
+clean:
+	rm -rf build

@@ -1,0 +1,1300 @@
+/*
+ * Chapter 1: KernelBench level 2, model #58
+ *
+ *     y = clamp( LSE_c(ConvTranspose3d(x)) * sigmoid(LSE + 3) / 6 - b, -1, 1 )
+ *
+ *   x         N x 3 x D x H x W                  (KernelBench: 128 x 3 x 16 x 32 x 32, rand)
+ *   conv      ConvTranspose3d(3 -> 16, kernel 3, stride 2, padding 1, bias)
+ *             -> N x 16 x (2D-1) x (2H-1) x (2W-1) (128 x 16 x 31 x 63 x 63: 1.008 GB of float32)
+ *   z         logsumexp over the 16 channels, keepdim -> N x 1 x OD x OH x OW
+ *   a         z * sigmoid(z + 3) / 6               (not nn.Hardswish: a smooth cousin of it)
+ *   s, y      s = a - b (b: one learnable scalar), y = clamp(s, -1, 1)
+ *
+ * The versions, each a fix of the one before (make chapter-1 runs them all; --version K one):
+ *   v1  eager-like: cuDNN transposed conv, then one naive kernel per PyTorch op (7 kernels),
+ *       every intermediate in DRAM. This is the time PyTorch eager pays.
+ *   v2  one fused epilogue kernel: a thread per output position loops over the 16 channels;
+ *       adjacent threads read adjacent positions, so every channel's load is coalesced.
+ *   v3  the layout a first instinct picks: a block per position, a thread per channel, a
+ *       shared-memory tree. Measured to show why it is an anti-pattern.
+ *   v4  v2 with 16-byte loads (four positions a thread), a single-pass (online) logsumexp and
+ *       the fast exp/log intrinsics.
+ *   v5  full fusion: the transposed convolution computed inside the kernel, by output parity,
+ *       weights in constant memory, input tile in shared memory. The 1 GB conv output is never
+ *       written: the whole model reads 25 MB and writes 63 MB.
+ *
+ *   build/ch01                     verify and time every version at the KernelBench shape
+ *   build/ch01 --test              CPU checks + every version on awkward shapes and extreme values
+ *   build/ch01 --shape 2x3x5x7x9 --dump out/   tensors for data/pytorch_peer.py check
+ *
+ * Sections: 1 the model and its byte/FLOP counts; 2 the CPU reference; 3 the GPU versions;
+ * 4 the version table and launchers; 5 verification and tests; 6 main.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../common/gpu.h"
+
+/* ============================================================================================
+ * 1. The model, and what it must cost
+ *
+ * Shape. With stride 2, padding 1, kernel 3 an input length L gives (L-1)*2 - 2 + 3 = 2L - 1
+ * outputs. Write S = OD * OH * OW for the positions of one sample.
+ *
+ * Bytes (float32). The epilogue must read the conv output once and write y once:
+ *     epilogue  = 16 N S * 4  +  N S * 4  (+ 4 bytes of b)
+ *     KernelBench shape: 1,007,935,488 + 62,995,968 + 4 = 1.071 GB.
+ *     At the H100's measured copy ceiling (about 3000 GB/s read + write) that is about 0.36 ms:
+ *     no epilogue kernel can beat it, because the conv output has to come in from DRAM.
+ * The whole model need only read x and the parameters and write y:
+ *     model     = 3 N D H W * 4 + (1296 + 16 + 1) * 4 + N S * 4 = 25.2 MB + 63.0 MB = 88 MB,
+ *     about 0.03 ms at the ceiling. Fusing the conv removes the 1 GB round trip entirely.
+ * FLOPs. Each output position along one axis receives 1 tap (even index) or 2 taps (odd), so
+ * one axis of length L contributes 3L - 2 (tap, output) pairs; the conv is
+ *     2 * N * 16 * 3 * (3D-2)(3H-2)(3W-2) = 4.99 GFLOP at the KernelBench shape,
+ * about 0.075 ms at the H100 SXM's 67 TFLOP/s fp32 (datasheet) if every FMA issued at peak.
+ * The epilogue adds 16 exps, one log and one more exp per position: 268 M special-function
+ * operations at the KernelBench shape. So the fused model is bound by arithmetic and issue,
+ * not by DRAM: its floor is the conv's FLOPs, not the bytes.
+ * ========================================================================================== */
+
+#define C_IN 3
+#define C_OUT 16
+#define KS 3
+#define N_WEIGHT (C_IN * C_OUT * KS * KS * KS) /* PyTorch layout: in x out x kD x kH x kW */
+
+typedef struct {
+    int n, d, h, w;   /* input */
+    int od, oh, ow;   /* conv output: 2L - 1 each */
+    int s;            /* od * oh * ow positions per sample */
+} shape;
+
+static shape make_shape(int n, int d, int h, int w)
+{
+    shape s = {n, d, h, w, 2 * d - 1, 2 * h - 1, 2 * w - 1, 0};
+    s.s = s.od * s.oh * s.ow;
+    return s;
+}
+
+static size_t x_elems(const shape *s) { return (size_t)s->n * C_IN * s->d * s->h * s->w; }
+static size_t conv_elems(const shape *s) { return (size_t)s->n * C_OUT * s->s; }
+static size_t out_elems(const shape *s) { return (size_t)s->n * s->s; }
+
+static double epilogue_bytes(const shape *s)
+{
+    return 4.0 * (double)conv_elems(s) + 4.0 * (double)out_elems(s) + 4.0;
+}
+
+static double model_bytes(const shape *s)
+{
+    return 4.0 * (double)x_elems(s) + 4.0 * (N_WEIGHT + C_OUT + 1) + 4.0 * (double)out_elems(s);
+}
+
+static double model_flops(const shape *s)
+{
+    return 2.0 * s->n * C_OUT * C_IN * (3.0 * s->d - 2) * (3.0 * s->h - 2) * (3.0 * s->w - 2);
+}
+
+/*
+ * The kernels index with 32-bit ints (cheaper address arithmetic than 64-bit), and put the
+ * batch and depth on grid dimensions limited to 65535. Reject what does not fit, clearly.
+ */
+static const char *shape_problem(const int64_t *dims)
+{
+    static char why[256];
+    if (dims[1] != C_IN) {
+        snprintf(why, sizeof why, "this model has %d input channels, --shape says %lld", C_IN,
+                 (long long)dims[1]);
+        return why;
+    }
+    if (dims[0] > 65535 || dims[2] > 65535) {
+        snprintf(why, sizeof why, "batch and depth must be at most 65535 (grid limits)");
+        return why;
+    }
+    double conv = (double)dims[0] * C_OUT * (2.0 * dims[2] - 1) * (2.0 * dims[3] - 1) *
+                  (2.0 * dims[4] - 1);
+    if (conv >= 2147483647.0) {
+        snprintf(why, sizeof why,
+                 "the conv output would have %.0f elements; this chapter indexes with 32-bit ints "
+                 "(at most 2^31 - 1): use a smaller batch",
+                 conv);
+        return why;
+    }
+    return NULL;
+}
+
+/* ============================================================================================
+ * 2. CPU reference, in double, written the way the math is written
+ * ========================================================================================== */
+
+/*
+ * Transposed convolution as its definition: every input element scatters x * w into the 27
+ * outputs its kernel covers, o = i * stride - padding + k, for every output channel.
+ *     out[n][co][od][oh][ow] = bias[co] + sum over ci, kd, kh, kw with od = 2 id - 1 + kd, ...
+ *                                           of x[n][ci][id][ih][iw] * w[ci][co][kd][kh][kw]
+ */
+static void conv_transpose_ref(const shape *s, const float *x, const float *w, const float *bias,
+                               double *out)
+{
+    size_t hw = (size_t)s->oh * s->ow;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++) {
+        for (int co = 0; co < C_OUT; co++)
+            for (int p = 0; p < s->s; p++)
+                out[((size_t)n * C_OUT + co) * s->s + p] = bias[co];
+        for (int ci = 0; ci < C_IN; ci++)
+            for (int id = 0; id < s->d; id++)
+                for (int ih = 0; ih < s->h; ih++)
+                    for (int iw = 0; iw < s->w; iw++) {
+                        double xv = x[((((size_t)n * C_IN + ci) * s->d + id) * s->h + ih) * s->w + iw];
+                        for (int co = 0; co < C_OUT; co++) {
+                            double *o = out + ((size_t)n * C_OUT + co) * s->s;
+                            const float *wk = w + ((size_t)ci * C_OUT + co) * KS * KS * KS;
+                            for (int kd = 0; kd < KS; kd++) {
+                                int od = 2 * id - 1 + kd;
+                                if (od < 0 || od >= s->od)
+                                    continue;
+                                for (int kh = 0; kh < KS; kh++) {
+                                    int oh = 2 * ih - 1 + kh;
+                                    if (oh < 0 || oh >= s->oh)
+                                        continue;
+                                    for (int kw = 0; kw < KS; kw++) {
+                                        int ow = 2 * iw - 1 + kw;
+                                        if (ow < 0 || ow >= s->ow)
+                                            continue;
+                                        o[od * hw + (size_t)oh * s->ow + ow] +=
+                                            xv * wk[(kd * KS + kh) * KS + kw];
+                                    }
+                                }
+                            }
+                        }
+                    }
+    }
+}
+
+/* logsumexp, stable form: m + log sum exp(v - m), m = max v. Every term of the sum is <= 1, so
+ * nothing overflows, and the largest term is exactly 1, so the sum cannot underflow to 0. */
+static double lse_ref(const double *v, int c)
+{
+    double m = v[0], sum = 0.0;
+    for (int i = 1; i < c; i++)
+        m = fmax(m, v[i]);
+    for (int i = 0; i < c; i++)
+        sum += exp(v[i] - m);
+    return m + log(sum);
+}
+
+/* the pointwise tail: a = z sigmoid(z + 3) / 6, s = a - b, y = clamp(s, -1, 1) */
+static double tail_ref(double z, double b)
+{
+    double a = z * (1.0 / (1.0 + exp(-(z + 3.0)))) / 6.0;
+    double s = a - b;
+    return s < -1.0 ? -1.0 : (s > 1.0 ? 1.0 : s);
+}
+
+/* The epilogue over a conv output held as float (what the GPU epilogue versions read) or as
+ * double (the reference conv); exactly one of cf, cd is non-NULL. y has N S elements. */
+static void epilogue_ref(const shape *s, const float *cf, const double *cd, double b, double *y)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->s; p++) {
+            double v[C_OUT];
+            for (int c = 0; c < C_OUT; c++) {
+                size_t i = ((size_t)n * C_OUT + c) * s->s + p;
+                v[c] = cf ? (double)cf[i] : cd[i];
+            }
+            y[(size_t)n * s->s + p] = tail_ref(lse_ref(v, C_OUT), b);
+        }
+}
+
+/* ============================================================================================
+ * 3. GPU versions
+ * ========================================================================================== */
+
+/* The tail in float, shared by every GPU version. The clamp is written with comparisons, not
+ * fminf/fmaxf, so a NaN propagates as it does in PyTorch instead of being clamped to a bound.
+ * FAST selects the intrinsics (__expf: 2 + 1.16|x| ulp, CUDA Programming Guide, intrinsic
+ * functions); on the host both spell expf, so the CPU checks below run this same code. */
+#ifdef __CUDA_ARCH__
+#define EXP_FAST(v) __expf(v)
+#define LOG_FAST(v) __logf(v)
+#define DIV_FAST(a, b) __fdividef(a, b)
+#else
+#define EXP_FAST(v) expf(v)
+#define LOG_FAST(v) logf(v)
+#define DIV_FAST(a, b) ((a) / (b))
+#endif
+
+__host__ __device__ static inline float clamp_pm1(float s)
+{
+    return s < -1.0f ? -1.0f : (s > 1.0f ? 1.0f : s);
+}
+
+__host__ __device__ static inline float tail_accurate(float z, float b)
+{
+    return clamp_pm1(z * (1.0f / (1.0f + expf(-(z + 3.0f)))) / 6.0f - b);
+}
+
+__host__ __device__ static inline float tail_fast(float z, float b)
+{
+    return clamp_pm1(DIV_FAST(z, 6.0f * (1.0f + EXP_FAST(-(z + 3.0f)))) - b);
+}
+
+/* ---------------------------------------------------------------- v1: what eager does
+ * PyTorch eager runs the model op by op: logsumexp (itself amax, sub, exp, sum, log, add inside
+ * torch), then x + 3, sigmoid, *, / 6, - b, clamp: each a kernel that reads its input from DRAM
+ * and writes its result back. Here: one naive logsumexp kernel (a thread per position, a max
+ * pass and a sum pass over the 16 channels) and one kernel per elementwise op.
+ * Bytes: the LSE reads 1.008 GB and writes 63 MB; each of the 6 elementwise kernels then reads
+ * one or two 63 MB tensors and writes one: about 1.07 + 6 * 0.13 + 0.063 = 1.9 GB moved for a
+ * result whose floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor. */
+
+__global__ void k_logsumexp_naive(const float *__restrict__ c, float *__restrict__ z, int n_pos,
+                                  int s)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
+        int n = i / s, p = i - n * s;
+        const float *v = c + (size_t)n * C_OUT * s + p;
+        float m = v[0];
+        for (int ch = 1; ch < C_OUT; ch++)
+            m = fmaxf(m, v[(size_t)ch * s]);
+        float sum = 0.0f;
+        for (int ch = 0; ch < C_OUT; ch++)
+            sum += expf(v[(size_t)ch * s] - m);
+        z[i] = m + logf(sum);
+    }
+}
+
+__global__ void k_add_scalar(const float *__restrict__ a, float k, float *__restrict__ o, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = a[i] + k;
+}
+
+__global__ void k_sigmoid(const float *__restrict__ a, float *__restrict__ o, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = 1.0f / (1.0f + expf(-a[i]));
+}
+
+__global__ void k_mul(const float *__restrict__ a, const float *__restrict__ b,
+                      float *__restrict__ o, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = a[i] * b[i];
+}
+
+__global__ void k_div_scalar(const float *__restrict__ a, float k, float *__restrict__ o, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = a[i] / k;
+}
+
+/* b is a parameter: it lives in device memory, as in a training loop where it changes */
+__global__ void k_sub_param(const float *__restrict__ a, const float *__restrict__ b,
+                            float *__restrict__ o, int n)
+{
+    float bv = *b;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = a[i] - bv;
+}
+
+__global__ void k_clamp(const float *__restrict__ a, float *__restrict__ o, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = clamp_pm1(a[i]);
+}
+
+/* ---------------------------------------------------------------- v2: one fused kernel
+ * Defect of v1: six extra round trips through DRAM and seven launches. Fix: one kernel, one
+ * thread per output position, the 16 channel values held in registers, the whole tail applied
+ * before the single store. A warp's 32 threads take 32 adjacent positions, so for each channel
+ * the warp reads 128 contiguous bytes: coalesced. The 16 loads are independent, so each thread
+ * has 16 in flight (64 bytes) before the first is used.
+ * Prediction: the 1.07 GB floor, if 64 bytes a thread in flight hide DRAM latency. */
+__global__ void k_epilogue_fused(const float *__restrict__ c, const float *__restrict__ b,
+                                 float *__restrict__ y, int n_pos, int s)
+{
+    float bv = *b;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
+        int n = i / s, p = i - n * s;
+        const float *src = c + n * C_OUT * s + p;
+        float v[C_OUT];
+#pragma unroll
+        for (int ch = 0; ch < C_OUT; ch++)
+            v[ch] = src[ch * s];
+        float m = v[0];
+#pragma unroll
+        for (int ch = 1; ch < C_OUT; ch++)
+            m = fmaxf(m, v[ch]);
+        float sum = 0.0f;
+#pragma unroll
+        for (int ch = 0; ch < C_OUT; ch++)
+            sum += expf(v[ch] - m);
+        y[i] = tail_accurate(m + logf(sum), bv);
+    }
+}
+
+/* ---------------------------------------------------------------- v3: the anti-pattern
+ * The layout a first instinct picks: the reduction is over channels, so give each channel a
+ * thread and reduce in shared memory, one block per output position. Defects: (1) a block of
+ * 16 threads fills half a warp, and a multiprocessor holds at most 32 blocks, so at most 512 of
+ * its 2048 thread slots are used; (2) the 16 threads of a block read addresses S floats apart:
+ * 16 separate 32-byte sectors for 64 useful bytes, so DRAM moves 8x the bytes it needs unless
+ * L2 keeps the neighbouring positions' sectors until their blocks come by; (3) four barriers
+ * and a tree per 68 bytes of work. Prediction: several times slower than v2. */
+__global__ void k_epilogue_block_per_position(const float *__restrict__ c,
+                                              const float *__restrict__ b, float *__restrict__ y,
+                                              int s)
+{
+    __shared__ float sm[C_OUT];
+    int i = blockIdx.x, ch = threadIdx.x;
+    int n = i / s, p = i - n * s;
+    float v = c[(n * C_OUT + ch) * s + p];
+    sm[ch] = v;
+    __syncthreads();
+    for (int stride = C_OUT / 2; stride > 0; stride >>= 1) {
+        if (ch < stride)
+            sm[ch] = fmaxf(sm[ch], sm[ch + stride]);
+        __syncthreads();
+    }
+    float m = sm[0];
+    __syncthreads(); /* everyone has read sm[0] before it is overwritten */
+    sm[ch] = expf(v - m);
+    __syncthreads();
+    for (int stride = C_OUT / 2; stride > 0; stride >>= 1) {
+        if (ch < stride)
+            sm[ch] += sm[ch + stride];
+        __syncthreads();
+    }
+    if (ch == 0)
+        y[i] = tail_accurate(m + logf(sm[0]), *b);
+}
+
+/* ---------------------------------------------------------------- v4: 16-byte loads, online LSE
+ * What v2 leaves: one 4-byte load instruction per channel per position, and a max pass before
+ * the exp pass (all 16 values must be held). Changes: (1) each thread takes 4 adjacent positions
+ * and reads each channel with one 16-byte load, a quarter of the load instructions; (2) the
+ * online logsumexp (Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018)
+ * folds each channel in as it arrives, with one exp per value:
+ *       v > m:  s = s * exp(m - v) + 1,  m = v        otherwise:  s = s + exp(v - m)
+ * so no value has to wait for the max; (3) __expf/__logf instead of expf/logf, kept because the
+ * accuracy check below still passes with them.
+ * The catch that makes this a lesson: a channel's plane is S = 123039 floats, an odd number, so
+ * only one channel in four starts on a 16-byte boundary. A float4 load must be aligned, so each
+ * thread loads the aligned float4 that holds its first value and the next one, and shifts by
+ * r = (address / 4) mod 4. r depends only on (n, channel), the same for the whole block, so the
+ * switch on it does not diverge. The second float4 is usually the neighbour thread's first
+ * (an L1 hit, no extra DRAM bytes). Positions past S and the last vector of the tensor take a
+ * scalar path: the aligned pair must not read past the allocation. */
+
+__device__ static inline void lse_online(float v, float *m, float *s)
+{
+    float d = v - *m;
+    float e = EXP_FAST(-fabsf(d)); /* exp(m - v) if v > m, else exp(v - m): one exp either way */
+    if (d > 0.0f) {
+        *s = fmaf(*s, e, 1.0f);
+        *m = v;
+    } else {
+        *s += e; /* also where d is NaN: the NaN propagates into s */
+    }
+}
+
+/* four consecutive floats c[a .. a+3], a = row + p0, p0 a multiple of 4 */
+__device__ static inline void load4(const float *__restrict__ c, int row, int p0, int s,
+                                    int total, float v[4])
+{
+    int a = row + p0, r = row & 3;
+    if (p0 + 4 <= s && a - r + 8 <= total) {
+        const float4 *q = reinterpret_cast<const float4 *>(c + (a - r));
+        float4 lo = __ldg(q);
+        if (r == 0) {
+            v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+            return;
+        }
+        float4 hi = __ldg(q + 1);
+        switch (r) {
+        case 1: v[0] = lo.y, v[1] = lo.z, v[2] = lo.w, v[3] = hi.x; break;
+        case 2: v[0] = lo.z, v[1] = lo.w, v[2] = hi.x, v[3] = hi.y; break;
+        default: v[0] = lo.w, v[1] = hi.x, v[2] = hi.y, v[3] = hi.z; break;
+        }
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        v[k] = (p0 + k < s) ? c[a + k] : 0.0f;
+}
+
+__global__ void k_epilogue_vec4_online(const float *__restrict__ c, const float *__restrict__ b,
+                                       float *__restrict__ y, int s, int total)
+{
+    int n = blockIdx.y;
+    int p0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (p0 >= s)
+        return;
+    float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, sum[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int ch = 0; ch < C_OUT; ch++) {
+        float v[4];
+        load4(c, (n * C_OUT + ch) * s, p0, s, total, v);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            lse_online(v[k], &m[k], &sum[k]);
+    }
+    float bv = *b;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (p0 + k < s)
+            y[n * s + p0 + k] = tail_fast(m[k] + LOG_FAST(sum[k]), bv);
+}
+
+/* ---------------------------------------------------------------- v5: full fusion
+ * v2 and v4 can at best reach the 0.36 ms it takes to read the conv output; the conv itself
+ * takes longer still, and writes that 1 GB first. The only way past both is not to write it.
+ *
+ * The transposed conv by parity. Along one axis an output o receives input i through tap k
+ * when o = 2i - 1 + k. Give each thread one input index j and the two outputs 2j and 2j+1:
+ *     output 2j   (even):  k = 1 from input j
+ *     output 2j+1 (odd):   k = 2 from input j,  k = 0 from input j + 1
+ * So a thread that owns inputs j..j+1 along each of the three axes computes the 2x2x2 output
+ * cube at (2jd, 2jh, 2jw) using each of the 27 taps exactly once per (ci, co): 27 * 3 * 16 =
+ * 1296 FMAs for 8 outputs, and every thread of the grid walks the taps in the same order.
+ * That uniformity is what makes constant memory right for the weights (a warp reading one
+ * address gets it broadcast, and an FFMA can take it as an operand) and why no thread diverges
+ * on parity, as it would with a thread per output.
+ * The input: a block covers 32 (w) x 4 (h) input columns of one depth j; it needs inputs
+ * j..j+1 in d, 5 rows in h and 33 in w for 3 channels: 990 floats staged in shared memory, read
+ * by up to 8 threads each. Inputs past the edge are 0: they only feed outputs past the edge.
+ * The channel loop folds each of the 16 conv outputs into an online logsumexp as soon as it is
+ * computed, so the conv output lives in registers for one iteration and never in memory. */
+
+#define TILE_W 32
+#define TILE_H 4
+
+__constant__ float c_weight[N_WEIGHT];
+__constant__ float c_conv_bias[C_OUT];
+
+/* tap k -> which output of the pair (0: 2j, 1: 2j+1) and which input (0: j, 1: j+1) */
+#define TAP_OUT(k) ((k) == 1 ? 0 : 1)
+#define TAP_IN(k) ((k) == 0 ? 1 : 0)
+
+/*
+ * The per-thread computation of v5, for the host too: the CPU checks run it over a whole
+ * tensor, so the parity derivation is tested in CI where there is no GPU. xin holds the inputs
+ * [ci][dd][dh][dw] at (j + dd, j + dh, j + dw); w and bias are PyTorch-layout weights; out
+ * receives the 8 logsumexps, output (ad, ah, aw) at out[ad * 4 + ah * 2 + aw].
+ */
+__host__ __device__ static inline void fused_cube_lse(const float *__restrict__ w,
+                                                      const float *__restrict__ bias,
+                                                      const float xin[C_IN][2][2][2],
+                                                      float out[8])
+{
+    float m[8], sum[8];
+#pragma unroll
+    for (int o = 0; o < 8; o++)
+        m[o] = -INFINITY, sum[o] = 0.0f;
+#pragma unroll
+    for (int co = 0; co < C_OUT; co++) {
+        float acc[8];
+#pragma unroll
+        for (int o = 0; o < 8; o++)
+            acc[o] = bias[co];
+#pragma unroll
+        for (int ci = 0; ci < C_IN; ci++)
+#pragma unroll
+            for (int kd = 0; kd < KS; kd++)
+#pragma unroll
+                for (int kh = 0; kh < KS; kh++)
+#pragma unroll
+                    for (int kw = 0; kw < KS; kw++) {
+                        int o = TAP_OUT(kd) * 4 + TAP_OUT(kh) * 2 + TAP_OUT(kw);
+                        float wv = w[(((ci * C_OUT + co) * KS + kd) * KS + kh) * KS + kw];
+                        acc[o] = fmaf(wv, xin[ci][TAP_IN(kd)][TAP_IN(kh)][TAP_IN(kw)], acc[o]);
+                    }
+#pragma unroll
+        for (int o = 0; o < 8; o++) {
+#ifdef __CUDA_ARCH__
+            lse_online(acc[o], &m[o], &sum[o]);
+#else
+            float d = acc[o] - m[o], e = expf(-fabsf(d));
+            if (d > 0.0f)
+                sum[o] = sum[o] * e + 1.0f, m[o] = acc[o];
+            else
+                sum[o] += e;
+#endif
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < 8; o++)
+        out[o] = m[o] + LOG_FAST(sum[o]);
+}
+
+__global__ void __launch_bounds__(TILE_W *TILE_H)
+    k_model_fused(const float *__restrict__ x, const float *__restrict__ b, float *__restrict__ y,
+                  int d, int h, int w)
+{
+    __shared__ float tile[C_IN][2][TILE_H + 1][TILE_W + 1];
+    int tiles_w = (w + TILE_W - 1) / TILE_W;
+    int jw0 = (blockIdx.x % tiles_w) * TILE_W, jh0 = (blockIdx.x / tiles_w) * TILE_H;
+    int jd = blockIdx.y, n = blockIdx.z;
+    int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;
+
+    const int tile_elems = C_IN * 2 * (TILE_H + 1) * (TILE_W + 1);
+    for (int t = threadIdx.y * TILE_W + threadIdx.x; t < tile_elems; t += TILE_W * TILE_H) {
+        int tw = t % (TILE_W + 1), r = t / (TILE_W + 1);
+        int th = r % (TILE_H + 1);
+        r /= TILE_H + 1;
+        int dd = r % 2, ci = r / 2;
+        int gd = jd + dd, gh = jh0 + th, gw = jw0 + tw;
+        float v = 0.0f;
+        if (gd < d && gh < h && gw < w)
+            v = x[(((n * C_IN + ci) * d + gd) * h + gh) * w + gw];
+        tile[ci][dd][th][tw] = v;
+    }
+    __syncthreads();
+
+    int jw = jw0 + threadIdx.x, jh = jh0 + threadIdx.y;
+    if (jw >= w || jh >= h)
+        return;
+    float xin[C_IN][2][2][2];
+#pragma unroll
+    for (int ci = 0; ci < C_IN; ci++)
+#pragma unroll
+        for (int dd = 0; dd < 2; dd++)
+#pragma unroll
+            for (int dh = 0; dh < 2; dh++)
+#pragma unroll
+                for (int dw = 0; dw < 2; dw++)
+                    xin[ci][dd][dh][dw] = tile[ci][dd][threadIdx.y + dh][threadIdx.x + dw];
+    float z[8];
+    fused_cube_lse(c_weight, c_conv_bias, xin, z);
+    float bv = *b;
+    float *yn = y + n * od * oh * ow;
+#pragma unroll
+    for (int o = 0; o < 8; o++) {
+        int zd = 2 * jd + (o >> 2), zh = 2 * jh + ((o >> 1) & 1), zw = 2 * jw + (o & 1);
+        if (zd < od && zh < oh && zw < ow)
+            yn[(zd * oh + zh) * ow + zw] = tail_fast(z[o], bv);
+    }
+}
+
+/* A demonstration, not a version: logsumexp as the formula reads, log(sum(exp(v))), with the
+ * fast intrinsics. exp(100) = 2.7e43 is past float's 3.4e38, so the sum is inf; exp(-100) is
+ * below float's smallest normal and __expf flushes it to 0, so the log is -inf. The --test
+ * extreme-value checks run it next to the stable versions. Writes z and y. */
+__global__ void k_epilogue_unstable(const float *__restrict__ c, const float *__restrict__ b,
+                                    float *__restrict__ z, float *__restrict__ y, int n_pos, int s)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
+        int n = i / s, p = i - n * s;
+        float sum = 0.0f;
+        for (int ch = 0; ch < C_OUT; ch++)
+            sum += __expf(c[(n * C_OUT + ch) * s + p]);
+        z[i] = __logf(sum);
+        y[i] = tail_fast(z[i], *b);
+    }
+}
+
+/* ============================================================================================
+ * 4. The baseline convolution (cuDNN), the versions table and the launchers
+ * ========================================================================================== */
+
+/*
+ * PyTorch's ConvTranspose3d is the gradient of a Conv3d with respect to its input: cuDNN
+ * computes it as cudnnConvolutionBackwardData of a forward conv that would map the 16-channel
+ * output back to the 3-channel input. That forward conv's filter is K = 3 outputs x C = 16
+ * inputs x 3 x 3 x 3, which is exactly PyTorch's transposed-conv weight layout (in x out x k^3).
+ * The bias is added after, with cudnnAddTensor. CUDNN_FMA_MATH keeps cuDNN off TF32 tensor
+ * cores, as PyTorch is with allow_tf32 = False: strict fp32 on both sides.
+ */
+typedef struct {
+    cudnnHandle_t handle;
+    cudnnTensorDescriptor_t x_desc, y_desc, b_desc;
+    cudnnFilterDescriptor_t w_desc;
+    cudnnConvolutionDescriptor_t conv_desc;
+    cudnnConvolutionBwdDataAlgo_t algo;
+    void *workspace;
+    size_t workspace_bytes;
+} cudnn_conv;
+
+static void cudnn_conv_setup(cudnn_conv *cc, const shape *s)
+{
+    int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
+    int xs[5] = {C_IN * s->d * s->h * s->w, s->d * s->h * s->w, s->h * s->w, s->w, 1};
+    int yd[5] = {s->n, C_OUT, s->od, s->oh, s->ow};
+    int ys[5] = {C_OUT * s->s, s->s, s->oh * s->ow, s->ow, 1};
+    int bd[5] = {1, C_OUT, 1, 1, 1}, bs[5] = {C_OUT, 1, 1, 1, 1};
+    int wd[5] = {C_IN, C_OUT, KS, KS, KS};
+    int pad[3] = {1, 1, 1}, stride[3] = {2, 2, 2}, dil[3] = {1, 1, 1};
+    memset(cc, 0, sizeof *cc);
+    CUDNN_CHECK(cudnnCreate(&cc->handle));
+    CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->y_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->x_desc, CUDNN_DATA_FLOAT, 5, xd, xs));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->y_desc, CUDNN_DATA_FLOAT, 5, yd, ys));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
+    CUDNN_CHECK(cudnnSetFilterNdDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wd));
+    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pad, stride, dil,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
+    /* cudnnFind times every algorithm on this shape and sorts them fastest first */
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int found = 0, pick = -1;
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(cc->handle, cc->w_desc, cc->x_desc,
+                                                          cc->conv_desc, cc->y_desc,
+                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                          &found, perf));
+    for (int i = 0; i < found && pick < 0; i++)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
+            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+            pick = i;
+    if (pick < 0)
+        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for this transposed conv");
+    cc->algo = perf[pick].algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, perf[pick].mathType));
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cc->handle, cc->w_desc, cc->x_desc,
+                                                             cc->conv_desc, cc->y_desc, cc->algo,
+                                                             &cc->workspace_bytes));
+    cc->workspace = cc->workspace_bytes ? gpu_alloc(cc->workspace_bytes, "cuDNN workspace") : NULL;
+}
+
+static void cudnn_conv_run(const cudnn_conv *cc, const float *x, const float *w, const float *bias,
+                           float *out)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cc->handle, &one, cc->w_desc, w, cc->x_desc, x,
+                                             cc->conv_desc, cc->algo, cc->workspace,
+                                             cc->workspace_bytes, &zero, cc->y_desc, out));
+    CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one, cc->y_desc, out));
+}
+
+static void cudnn_conv_destroy(cudnn_conv *cc)
+{
+    if (cc->workspace)
+        CUDA_CHECK(cudaFree(cc->workspace));
+    cudnnDestroyTensorDescriptor(cc->x_desc);
+    cudnnDestroyTensorDescriptor(cc->y_desc);
+    cudnnDestroyTensorDescriptor(cc->b_desc);
+    cudnnDestroyFilterDescriptor(cc->w_desc);
+    cudnnDestroyConvolutionDescriptor(cc->conv_desc);
+    cudnnDestroy(cc->handle);
+}
+
+/* Everything a launch needs, all on the device. */
+typedef struct {
+    shape sh;
+    int sm_count;
+    const float *x, *weight, *conv_bias, *b; /* model input and parameters */
+    float *conv;                             /* conv output: the epilogue's input */
+    float *y;                                /* the output */
+    float *tmp[3];                           /* v1's intermediates, N S floats each */
+    cudnn_conv *cudnn;
+} run_ctx;
+
+static int grid_for(int n, int block, int sm_count)
+{
+    long long g = ((long long)n + block - 1) / block, cap = (long long)sm_count * 32;
+    return (int)(g < cap ? g : cap) > 0 ? (int)(g < cap ? g : cap) : 1;
+}
+
+static void launch_v1(const run_ctx *r)
+{
+    int n = (int)out_elems(&r->sh), g = grid_for(n, 256, r->sm_count);
+    float *z = r->tmp[0], *t1 = r->tmp[1], *t2 = r->tmp[2];
+    k_logsumexp_naive<<<g, 256>>>(r->conv, z, n, r->sh.s);
+    k_add_scalar<<<g, 256>>>(z, 3.0f, t1, n); /* z + 3 */
+    k_sigmoid<<<g, 256>>>(t1, t2, n);         /* sigmoid(z + 3) */
+    k_mul<<<g, 256>>>(z, t2, t1, n);          /* z * sigmoid(z + 3) */
+    k_div_scalar<<<g, 256>>>(t1, 6.0f, t2, n); /* / 6 */
+    k_sub_param<<<g, 256>>>(t2, r->b, t1, n);  /* - b */
+    k_clamp<<<g, 256>>>(t1, r->y, n);          /* clamp(-1, 1) */
+}
+
+static void launch_v2(const run_ctx *r)
+{
+    int n = (int)out_elems(&r->sh);
+    k_epilogue_fused<<<grid_for(n, 256, r->sm_count), 256>>>(r->conv, r->b, r->y, n, r->sh.s);
+}
+
+static void launch_v3(const run_ctx *r)
+{
+    k_epilogue_block_per_position<<<(unsigned)out_elems(&r->sh), C_OUT>>>(r->conv, r->b, r->y,
+                                                                          r->sh.s);
+}
+
+static void launch_v4(const run_ctx *r)
+{
+    int quads = (r->sh.s + 3) / 4;
+    dim3 grid((quads + 255) / 256, r->sh.n);
+    k_epilogue_vec4_online<<<grid, 256>>>(r->conv, r->b, r->y, r->sh.s, (int)conv_elems(&r->sh));
+}
+
+static void launch_v5(const run_ctx *r)
+{
+    const shape *s = &r->sh;
+    /* the parameters live in global memory (a training step updates them): copy them into
+     * constant memory on the stream, 5.2 KB, inside the timed region */
+    CUDA_CHECK(cudaMemcpyToSymbolAsync(c_weight, r->weight, sizeof(float) * N_WEIGHT, 0,
+                                       cudaMemcpyDeviceToDevice, 0));
+    CUDA_CHECK(cudaMemcpyToSymbolAsync(c_conv_bias, r->conv_bias, sizeof(float) * C_OUT, 0,
+                                       cudaMemcpyDeviceToDevice, 0));
+    int tiles = ((s->w + TILE_W - 1) / TILE_W) * ((s->h + TILE_H - 1) / TILE_H);
+    k_model_fused<<<dim3(tiles, s->d, s->n), dim3(TILE_W, TILE_H)>>>(r->x, r->b, r->y, s->d, s->h,
+                                                                     s->w);
+}
+
+static void launch_conv(const run_ctx *r)
+{
+    cudnn_conv_run(r->cudnn, r->x, r->weight, r->conv_bias, r->conv);
+}
+
+static void time_conv(const void *r) { launch_conv((const run_ctx *)r); }
+
+typedef struct {
+    int id;
+    const char *name;
+    void (*epilogue)(const run_ctx *); /* reads r->conv; NULL if the version has no such form */
+    void (*model)(const run_ctx *);    /* the whole model from x; NULL = cuDNN conv + epilogue */
+} version;
+
+static const version versions[] = {
+    {1, "eager-like: cuDNN conv, 7 naive kernels", launch_v1, NULL},
+    {2, "one fused epilogue kernel, thread per position", launch_v2, NULL},
+    {3, "anti-pattern: block per position, smem tree", launch_v3, NULL},
+    {4, "16-byte loads, online logsumexp, intrinsics", launch_v4, NULL},
+    {5, "full fusion: transposed conv inside the kernel", NULL, launch_v5},
+};
+#define N_VERSIONS ((int)(sizeof versions / sizeof versions[0]))
+
+/* what gpu_time launches: one version in one scope */
+typedef struct {
+    const run_ctx *r;
+    const version *v;
+    int whole_model;
+} job;
+
+static void run_job(const void *p)
+{
+    const job *j = (const job *)p;
+    if (!j->whole_model) {
+        j->v->epilogue(j->r);
+    } else if (j->v->model) {
+        j->v->model(j->r);
+    } else {
+        launch_conv(j->r);
+        j->v->epilogue(j->r);
+    }
+}
+
+/* ============================================================================================
+ * 5. Verification and tests
+ * ========================================================================================== */
+
+/* fp32 against a double reference: the conv sums at most 81 products and the epilogue's
+ * exp/log are accurate to a few ulp, so 1e-5 relative L2 and 1e-4 absolute leave room for
+ * rounding and none for a wrong index or a missed tap. */
+#define TOL_REL_L2 1e-5
+#define TOL_ABS 1e-4
+
+/* host and device copies of one problem */
+typedef struct {
+    shape sh;
+    float *x, *weight, *conv_bias, b; /* host */
+    run_ctx r;                        /* device */
+    cudnn_conv cudnn;
+    float *host_out;       /* N S floats: a version's output copied back */
+    float *host_conv;      /* the cuDNN conv output copied back */
+    double *ref_conv;      /* double reference conv, 16 N S */
+    double *ref_model;     /* reference y from the reference conv */
+    double *ref_epilogue;  /* reference y from the GPU's conv output */
+} problem;
+
+static void *host_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        die(1, "out of host memory: %zu bytes", bytes);
+    return p;
+}
+
+static void problem_params(problem *pb, uint64_t seed)
+{
+    rng_state rng;
+    rng_seed(&rng, seed);
+    fill_uniform(pb->x, x_elems(&pb->sh), 0.0, 1.0, &rng); /* torch.rand */
+    /* ConvTranspose3d: fan_in = weight.size(1) * k^3 = 16 * 27 */
+    init_conv_params(pb->weight, N_WEIGHT, pb->conv_bias, C_OUT, C_OUT * KS * KS * KS, &rng);
+    pb->b = (float)rng_normal(&rng); /* torch.randn(1, 1, 1, 1) */
+}
+
+static void problem_init(problem *pb, const shape *s, int sm_count, uint64_t seed)
+{
+    memset(pb, 0, sizeof *pb);
+    pb->sh = *s;
+    pb->x = (float *)host_alloc(sizeof(float) * x_elems(s));
+    pb->weight = (float *)host_alloc(sizeof(float) * N_WEIGHT);
+    pb->conv_bias = (float *)host_alloc(sizeof(float) * C_OUT);
+    pb->host_out = (float *)host_alloc(sizeof(float) * out_elems(s));
+    pb->host_conv = (float *)host_alloc(sizeof(float) * conv_elems(s));
+    pb->ref_conv = (double *)host_alloc(sizeof(double) * conv_elems(s));
+    pb->ref_model = (double *)host_alloc(sizeof(double) * out_elems(s));
+    pb->ref_epilogue = (double *)host_alloc(sizeof(double) * out_elems(s));
+    problem_params(pb, seed);
+
+    run_ctx *r = &pb->r;
+    r->sh = *s;
+    r->sm_count = sm_count;
+    float *x = (float *)gpu_alloc(sizeof(float) * x_elems(s), "input x");
+    float *w = (float *)gpu_alloc(sizeof(float) * N_WEIGHT, "conv weight");
+    float *cb = (float *)gpu_alloc(sizeof(float) * C_OUT, "conv bias");
+    float *b = (float *)gpu_alloc(sizeof(float), "bias b");
+    r->conv = (float *)gpu_alloc(sizeof(float) * conv_elems(s), "conv output");
+    r->y = (float *)gpu_alloc(sizeof(float) * out_elems(s), "output y");
+    for (int i = 0; i < 3; i++)
+        r->tmp[i] = (float *)gpu_alloc(sizeof(float) * out_elems(s), "v1 intermediate");
+    r->x = x, r->weight = w, r->conv_bias = cb, r->b = b;
+    CUDA_CHECK(cudaMemcpy(w, pb->weight, sizeof(float) * N_WEIGHT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(cb, pb->conv_bias, sizeof(float) * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(b, &pb->b, sizeof(float), cudaMemcpyHostToDevice));
+    cudnn_conv_setup(&pb->cudnn, s);
+    r->cudnn = &pb->cudnn;
+}
+
+/* Uploads x (after the caller changed it), runs the cuDNN conv and computes both references. */
+static void problem_refresh(problem *pb)
+{
+    const shape *s = &pb->sh;
+    CUDA_CHECK(cudaMemcpy((void *)pb->r.x, pb->x, sizeof(float) * x_elems(s),
+                          cudaMemcpyHostToDevice));
+    launch_conv(&pb->r);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(pb->host_conv, pb->r.conv, sizeof(float) * conv_elems(s),
+                          cudaMemcpyDeviceToHost));
+    conv_transpose_ref(s, pb->x, pb->weight, pb->conv_bias, pb->ref_conv);
+    epilogue_ref(s, NULL, pb->ref_conv, pb->b, pb->ref_model);
+    epilogue_ref(s, pb->host_conv, NULL, pb->b, pb->ref_epilogue);
+}
+
+/* Sets the conv output directly (extreme-value tests) and recomputes the epilogue reference. */
+static void problem_set_conv(problem *pb, const float *conv)
+{
+    const shape *s = &pb->sh;
+    memcpy(pb->host_conv, conv, sizeof(float) * conv_elems(s));
+    CUDA_CHECK(cudaMemcpy(pb->r.conv, conv, sizeof(float) * conv_elems(s), cudaMemcpyHostToDevice));
+    epilogue_ref(s, pb->host_conv, NULL, pb->b, pb->ref_epilogue);
+}
+
+static void problem_free(problem *pb)
+{
+    run_ctx *r = &pb->r;
+    cudnn_conv_destroy(&pb->cudnn);
+    const void *dev[] = {r->x, r->weight, r->conv_bias, r->b, r->conv, r->y,
+                         r->tmp[0], r->tmp[1], r->tmp[2]};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CUDA_CHECK(cudaFree((void *)dev[i]));
+    free(pb->x), free(pb->weight), free(pb->conv_bias), free(pb->host_out), free(pb->host_conv);
+    free(pb->ref_conv), free(pb->ref_model), free(pb->ref_epilogue);
+}
+
+/* Poison y with NaN, run the version once, copy y back, compare every element. */
+static verify_result verify_version(problem *pb, const version *v, int whole_model)
+{
+    job j = {&pb->r, v, whole_model};
+    gpu_poison(pb->r.y, out_elems(&pb->sh));
+    run_job(&j);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(pb->host_out, pb->r.y, sizeof(float) * out_elems(&pb->sh),
+                          cudaMemcpyDeviceToHost));
+    return verify_f32(pb->host_out, whole_model ? pb->ref_model : pb->ref_epilogue,
+                      out_elems(&pb->sh), TOL_REL_L2, TOL_ABS);
+}
+
+static int version_selected(int id, int only) { return only == 0 || only == id; }
+
+/* Every selected version, both scopes where it has them, twice (a moving result is a race). */
+static void check_versions(problem *pb, const char *label, int only, int epilogue_only)
+{
+    char shape_s[64];
+    snprintf(shape_s, sizeof shape_s, "%dx3x%dx%dx%d", pb->sh.n, pb->sh.d, pb->sh.h, pb->sh.w);
+    for (int i = 0; i < N_VERSIONS; i++) {
+        const version *v = &versions[i];
+        if (!version_selected(v->id, only))
+            continue;
+        for (int whole = 0; whole < 2; whole++) {
+            if ((!whole && !v->epilogue) || (whole && epilogue_only))
+                continue;
+            verify_result a = verify_version(pb, v, whole), b = verify_version(pb, v, whole);
+            int same = a.rel_l2 == b.rel_l2 && a.max_abs == b.max_abs;
+            char line[128];
+            snprintf(line, sizeof line, "rel_l2 %.1e max_abs %.1e", a.rel_l2, a.max_abs);
+            check(a.pass && b.pass && same, "v%d %-8s %-14s %-18s %s%s", v->id,
+                  whole ? "model" : "epilogue", shape_s, label, line,
+                  a.nonfinite ? " (non-finite outputs)" : (same ? "" : " (differs between runs)"));
+        }
+    }
+}
+
+/* --- the CPU checks: these run everywhere, CI included --- */
+
+/* The transposed conv again, as a gather: each output asks which inputs reach it. An independent
+ * formulation of the same definition, so a wrong index in either shows up. */
+static double conv_gather_point(const shape *s, const float *x, const float *w, const float *bias,
+                                int n, int co, int od, int oh, int ow)
+{
+    double acc = bias[co];
+    for (int ci = 0; ci < C_IN; ci++)
+        for (int kd = 0; kd < KS; kd++)
+            for (int kh = 0; kh < KS; kh++)
+                for (int kw = 0; kw < KS; kw++) {
+                    int td = od + 1 - kd, th = oh + 1 - kh, tw = ow + 1 - kw;
+                    if (td % 2 || th % 2 || tw % 2 || td < 0 || th < 0 || tw < 0)
+                        continue;
+                    int id = td / 2, ih = th / 2, iw = tw / 2;
+                    if (id >= s->d || ih >= s->h || iw >= s->w)
+                        continue;
+                    acc += (double)x[(((n * C_IN + ci) * s->d + id) * s->h + ih) * s->w + iw] *
+                           w[(((ci * C_OUT + co) * KS + kd) * KS + kh) * KS + kw];
+                }
+    return acc;
+}
+
+static void cpu_checks(uint64_t seed)
+{
+    /* 1. reference conv (scatter) against the gather form */
+    shape s = make_shape(2, 3, 4, 5);
+    float *x = (float *)host_alloc(sizeof(float) * x_elems(&s)), w[N_WEIGHT], cb[C_OUT];
+    double *ref = (double *)host_alloc(sizeof(double) * conv_elems(&s));
+    rng_state rng;
+    rng_seed(&rng, seed);
+    fill_uniform(x, x_elems(&s), 0.0, 1.0, &rng);
+    init_conv_params(w, N_WEIGHT, cb, C_OUT, C_OUT * 27, &rng);
+    conv_transpose_ref(&s, x, w, cb, ref);
+    double worst = 0;
+    for (int n = 0; n < s.n; n++)
+        for (int co = 0; co < C_OUT; co++)
+            for (int od = 0; od < s.od; od++)
+                for (int oh = 0; oh < s.oh; oh++)
+                    for (int ow = 0; ow < s.ow; ow++) {
+                        size_t i = (((size_t)n * C_OUT + co) * s.od + od) * s.oh * s.ow + oh * s.ow + ow;
+                        worst = fmax(worst, fabs(ref[i] - conv_gather_point(&s, x, w, cb, n, co, od, oh, ow)));
+                    }
+    check(worst < 1e-12, "cpu: reference conv (scatter) = gather form on 2x3x3x4x5, max diff %.1e",
+          worst);
+
+    /* 2. v5's per-thread parity computation, run on the host over the whole tensor */
+    double *yref = (double *)host_alloc(sizeof(double) * out_elems(&s));
+    float *yf = (float *)host_alloc(sizeof(float) * out_elems(&s));
+    float b = 0.3f;
+    epilogue_ref(&s, NULL, ref, b, yref);
+    for (int n = 0; n < s.n; n++)
+        for (int jd = 0; jd < s.d; jd++)
+            for (int jh = 0; jh < s.h; jh++)
+                for (int jw = 0; jw < s.w; jw++) {
+                    float xin[C_IN][2][2][2], z[8];
+                    for (int ci = 0; ci < C_IN; ci++)
+                        for (int q = 0; q < 8; q++) {
+                            int gd = jd + (q >> 2), gh = jh + ((q >> 1) & 1), gw = jw + (q & 1);
+                            xin[ci][q >> 2][(q >> 1) & 1][q & 1] =
+                                (gd < s.d && gh < s.h && gw < s.w)
+                                    ? x[(((n * C_IN + ci) * s.d + gd) * s.h + gh) * s.w + gw]
+                                    : 0.0f;
+                        }
+                    fused_cube_lse(w, cb, xin, z);
+                    for (int o = 0; o < 8; o++) {
+                        int zd = 2 * jd + (o >> 2), zh = 2 * jh + ((o >> 1) & 1), zw = 2 * jw + (o & 1);
+                        if (zd < s.od && zh < s.oh && zw < s.ow)
+                            yf[(size_t)n * s.s + (zd * s.oh + zh) * s.ow + zw] = tail_fast(z[o], b);
+                    }
+                }
+    verify_result v = verify_f32(yf, yref, out_elems(&s), TOL_REL_L2, TOL_ABS);
+    check(v.pass, "cpu: v5's parity decomposition + online LSE (host run) = reference, rel_l2 %.1e",
+          v.rel_l2);
+
+    /* 3. the lesson in numbers: 16 channels near +100 and near -100, in float */
+    for (int sign = 1; sign >= -1; sign -= 2) {
+        double vd[C_OUT];
+        float vf[C_OUT];
+        for (int c = 0; c < C_OUT; c++)
+            vf[c] = (float)(sign * 100.0 + c * 0.25), vd[c] = vf[c];
+        float naive = 0, m = -INFINITY, sum = 0;
+        for (int c = 0; c < C_OUT; c++)
+            naive += expf(vf[c]);
+        naive = logf(naive);
+        for (int c = 0; c < C_OUT; c++)
+            m = fmaxf(m, vf[c]);
+        for (int c = 0; c < C_OUT; c++)
+            sum += expf(vf[c] - m);
+        double exact = lse_ref(vd, C_OUT), stable = m + logf(sum);
+        double err_naive = fabs(naive - exact), err_stable = fabs(stable - exact);
+        if (sign > 0)
+            check(isinf(naive), "cpu: at +100, float log(sum(exp(v))) overflows: %g (exact %.6f)",
+                  naive, exact);
+        else /* exp(-100) = 3.7e-44 is subnormal in float: about 5 significant bits are left */
+            check(!(err_naive <= 10.0 * err_stable),
+                  "cpu: at -100, float log(sum(exp(v))) works in subnormals: error %.1e, "
+                  "%.0fx the stable form's", err_naive, err_naive / fmax(err_stable, 1e-12));
+        check(err_stable < 1e-6 * fabs(exact),
+              "cpu: at %+d, the stable form m + log(sum(exp(v - m))) = %.6f (exact %.6f)",
+              sign * 100, stable, exact);
+    }
+
+    /* 4. the tail at hand-computed points */
+    check(tail_ref(0.0, 0.0) == 0.0 && fabs(tail_ref(3.0, 0.0) - 0.5 / (1.0 + exp(-6.0))) < 1e-15 &&
+              tail_ref(20.0, 0.5) == 1.0 && tail_ref(-20.0, 1.5) == -1.0,
+          "cpu: tail(z) = clamp(z sigmoid(z+3)/6 - b) at z = 0, 3, +-20");
+    double eq[C_OUT];
+    for (int c = 0; c < C_OUT; c++)
+        eq[c] = 2.5;
+    check(fabs(lse_ref(eq, C_OUT) - (2.5 + log(16.0))) < 1e-14, "cpu: LSE of 16 equal values = v + log 16");
+    free(x), free(ref), free(yref), free(yf);
+}
+
+/* --- the GPU checks --- */
+
+static const int test_shapes[][4] = {
+    /* N, D, H, W: output 2L-1 per axis */
+    {1, 1, 1, 1},   /* one output position */
+    {1, 2, 3, 5},   /* 3 x 5 x 9 */
+    {2, 3, 7, 11},  /* primes: 5 x 13 x 21 */
+    {3, 5, 13, 17}, /* ow 33: a warp and one */
+    {1, 4, 16, 33}, /* ow 65, two input tiles of 32 + 1 */
+    {2, 7, 5, 64},  /* ow 127: just under the 128-thread block */
+    {1, 3, 9, 65},  /* ow 129: just over it */
+    {5, 2, 2, 2},   /* odd batch, S = 27 */
+};
+
+static void gpu_checks(int sm_count, uint64_t seed, int only, const int64_t *one_shape)
+{
+    int n_shapes = one_shape ? 1 : (int)(sizeof test_shapes / sizeof test_shapes[0]);
+    for (int t = 0; t < n_shapes; t++) {
+        shape s = one_shape ? make_shape((int)one_shape[0], (int)one_shape[2], (int)one_shape[3],
+                                         (int)one_shape[4])
+                            : make_shape(test_shapes[t][0], test_shapes[t][1], test_shapes[t][2],
+                                         test_shapes[t][3]);
+        problem pb;
+        problem_init(&pb, &s, sm_count, seed + t);
+        problem_refresh(&pb);
+        verify_result vc = verify_f32(pb.host_conv, pb.ref_conv, conv_elems(&s), TOL_REL_L2, TOL_ABS);
+        check(vc.pass, "cuDNN transposed conv = reference on %dx3x%dx%dx%d, rel_l2 %.1e", s.n, s.d,
+              s.h, s.w, vc.rel_l2);
+        check_versions(&pb, "rand", only, 0);
+        if (t == 2 || one_shape) {
+            /* extreme values 1: x scaled by 1000, conv outputs in the hundreds */
+            for (size_t i = 0; i < x_elems(&s); i++)
+                pb.x[i] *= 1000.0f;
+            problem_refresh(&pb);
+            check_versions(&pb, "x*1000", only, 0);
+            /* extreme values 2: the epilogue fed conv outputs near +100, near -100, and mixed */
+            float *c = (float *)host_alloc(sizeof(float) * conv_elems(&s));
+            rng_state rng;
+            rng_seed(&rng, seed);
+            const char *labels[3] = {"conv ~ +100", "conv ~ -100", "conv ~ +-100"};
+            for (int kind = 0; kind < 3; kind++) {
+                for (size_t i = 0; i < conv_elems(&s); i++) {
+                    double sign = kind == 0 ? 1 : kind == 1 ? -1 : ((i / s.s) % 2 ? 1 : -1);
+                    c[i] = (float)(sign * 100.0 + 8.0 * (rng_uniform(&rng) - 0.5));
+                }
+                problem_set_conv(&pb, c);
+                check_versions(&pb, labels[kind], only, 1);
+                if (kind == 2)
+                    continue;
+                /* the naive exp-sum-log on the same input: expected to break */
+                int n_pos = (int)out_elems(&s);
+                k_epilogue_unstable<<<grid_for(n_pos, 256, sm_count), 256>>>(
+                    pb.r.conv, pb.r.b, pb.r.tmp[0], pb.r.y, n_pos, s.s);
+                LAUNCH_CHECK();
+                float z0;
+                CUDA_CHECK(cudaMemcpy(&z0, pb.r.tmp[0], sizeof(float), cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(pb.host_out, pb.r.y, sizeof(float) * n_pos, cudaMemcpyDeviceToHost));
+                verify_result vu = verify_f32(pb.host_out, pb.ref_epilogue, n_pos, TOL_REL_L2, TOL_ABS);
+                double v[C_OUT];
+                for (int ch = 0; ch < C_OUT; ch++)
+                    v[ch] = c[(size_t)ch * s.s];
+                check(!isfinite(z0),
+                      "naive log(sum(exp)) on %s gives z = %g where the exact LSE is %.4f; its "
+                      "output %s (%zu non-finite)",
+                      labels[kind], z0, lse_ref(v, C_OUT),
+                      vu.pass ? "survives the clamp" : "fails", vu.nonfinite);
+            }
+            free(c);
+        }
+        problem_free(&pb);
+    }
+}
+
+/* ============================================================================================
+ * 6. main
+ * ========================================================================================== */
+
+static const char *help_text =
+    "\nChapter 1, KernelBench level 2 model #58:\n"
+    "  ConvTranspose3d(3->16, k3, s2, p1) -> logsumexp over channels -> z*sigmoid(z+3)/6\n"
+    "  -> minus a learnable scalar b -> clamp(-1, 1)\n"
+    "  --shape is N x 3 x D x H x W (default 128x3x16x32x32); the output is\n"
+    "  N x 1 x (2D-1) x (2H-1) x (2W-1). Limits: batch and depth <= 65535, conv output < 2^31.\n"
+    "  --dump DIR writes: x.npy, conv_weight.npy (3,16,3,3,3), conv_bias.npy (16), bias.npy\n"
+    "  (1,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
+    "  out_v1.npy .. out_v4.npy (epilogue versions, from conv_out) and out_v5_model.npy\n"
+    "  (the fused whole model, from x). Check them: python3 data/pytorch_peer.py check DIR\n";
+
+static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
+                        const int64_t *shape)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    if (npy_write_f32(path, x, ndim, shape))
+        die(1, "cannot write %s", path);
+}
+
+static void dump_all(problem *pb, const char *dir, int only)
+{
+    const shape *s = &pb->sh;
+    mkdir(dir, 0777);
+    int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_IN, C_OUT, KS, KS, KS};
+    int64_t cbs[1] = {C_OUT}, bs[4] = {1, 1, 1, 1};
+    int64_t cs[5] = {s->n, C_OUT, s->od, s->oh, s->ow}, ys[5] = {s->n, 1, s->od, s->oh, s->ow};
+    dump_tensor(dir, "x", pb->x, 5, xs);
+    dump_tensor(dir, "conv_weight", pb->weight, 5, ws);
+    dump_tensor(dir, "conv_bias", pb->conv_bias, 1, cbs);
+    dump_tensor(dir, "bias", &pb->b, 4, bs);
+    dump_tensor(dir, "conv_out", pb->host_conv, 5, cs);
+    for (int i = 0; i < N_VERSIONS; i++) {
+        const version *v = &versions[i];
+        if (!version_selected(v->id, only))
+            continue;
+        job j = {&pb->r, v, v->epilogue == NULL};
+        gpu_poison(pb->r.y, out_elems(s));
+        run_job(&j);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaMemcpy(pb->host_out, pb->r.y, sizeof(float) * out_elems(s),
+                              cudaMemcpyDeviceToHost));
+        char name[32];
+        snprintf(name, sizeof name, v->epilogue ? "out_v%d" : "out_v%d_model", v->id);
+        dump_tensor(dir, name, pb->host_out, 5, ys);
+    }
+    printf("wrote the inputs, parameters and outputs as .npy to %s/\n", dir);
+}
+
+int main(int argc, char **argv)
+{
+    cli_args a;
+    char err[256];
+    int rc = cli_parse(argc, argv, 5, &a, err, sizeof err);
+    if (rc == 1) {
+        cli_usage(stdout, argv[0], help_text);
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        cli_usage(stderr, argv[0], help_text);
+        return EXIT_USAGE;
+    }
+    if (a.list) {
+        for (int i = 0; i < N_VERSIONS; i++)
+            printf("v%d  %s\n", versions[i].id, versions[i].name);
+        return 0;
+    }
+    if (a.version > N_VERSIONS) {
+        fprintf(stderr, "error: there is no version %d (this chapter has v1..v%d)\n", a.version,
+                N_VERSIONS);
+        return EXIT_USAGE;
+    }
+    int64_t dims[5] = {128, 3, 16, 32, 32};
+    if (a.ndim)
+        memcpy(dims, a.dims, sizeof dims);
+    const char *why = shape_problem(dims);
+    if (why) {
+        fprintf(stderr, "error: impossible --shape: %s\n", why);
+        return EXIT_USAGE;
+    }
+    setenv("NVIDIA_TF32_OVERRIDE", "0", 1); /* no TF32 anywhere, whatever cuDNN picks */
+
+    if (a.test) {
+        cpu_checks(a.seed);
+        if (gpu_count() == 0) {
+            skip("GPU checks (every version on awkward shapes and extreme values): no CUDA device");
+        } else {
+            cudaDeviceProp p;
+            CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+            gpu_checks(p.multiProcessorCount, a.seed, a.version, a.ndim ? dims : NULL);
+        }
+        return checks_failed() ? 1 : 0;
+    }
+
+    if (gpu_count() == 0)
+        die(EXIT_USAGE, "no CUDA device (cudaGetDeviceCount found none or no driver); "
+                        "`--test` runs the CPU checks without one");
+    device_info dev;
+    device_info_get(&dev);
+    shape s = make_shape((int)dims[0], (int)dims[2], (int)dims[3], (int)dims[4]);
+    char shape_s[64];
+    snprintf(shape_s, sizeof shape_s, "%dx3x%dx%dx%d", s.n, s.d, s.h, s.w);
+    problem pb;
+    problem_init(&pb, &s, dev.sm_count, a.seed);
+    problem_refresh(&pb);
+    verify_result vc = verify_f32(pb.host_conv, pb.ref_conv, conv_elems(&s), TOL_REL_L2, TOL_ABS);
+    if (!vc.pass) {
+        fprintf(stderr, "error: cuDNN's conv output does not match the reference: ");
+        verify_print(stderr, &vc);
+        fputc('\n', stderr);
+        return 1;
+    }
+
+    report_ctx rc_ctx = {dev.tag, dev.name, "01", shape_s, dev.copy_gbps};
+    report_row rows[2 * N_VERSIONS];
+    char ver_names[2 * N_VERSIONS][8];
+    int n_rows = 0, failed = 0;
+    double v1_ms[2] = {0, 0};
+    report_header(stdout, &rc_ctx);
+    for (int i = 0; i < N_VERSIONS; i++) {
+        const version *v = &versions[i];
+        if (!version_selected(v->id, a.version))
+            continue;
+        for (int whole = 0; whole < 2; whole++) {
+            if (!whole && !v->epilogue)
+                continue;
+            job j = {&pb.r, v, whole};
+            verify_result before = verify_version(&pb, v, whole);
+            timing t = gpu_time(run_job, &j, a.reps);
+            verify_result after = verify_version(&pb, v, whole);
+            snprintf(ver_names[n_rows], sizeof ver_names[0], "v%d", v->id);
+            report_row *row = &rows[n_rows];
+            *row = (report_row){ver_names[n_rows++], v->name, whole ? "model_fwd" : "epilogue_fwd", t,
+                                whole ? model_bytes(&s) : epilogue_bytes(&s), 0};
+            if (v->id == 1)
+                v1_ms[whole] = t.median_ms;
+            if (v1_ms[whole] > 0)
+                row->speedup_v1 = v1_ms[whole] / t.median_ms;
+            report_print(stdout, &rc_ctx, row);
+            if (!before.pass || !after.pass) {
+                failed = 1;
+                printf("         ^ FAILED verification %s: ", before.pass ? "after timing" : "before timing");
+                verify_print(stdout, before.pass ? &after : &before);
+                putchar('\n');
+            }
+        }
+    }
+    timing tc = gpu_time(time_conv, &pb.r, a.reps);
+    printf("cuDNN ConvTranspose3d alone (backward-data algo %d + bias): median %.4f ms [%.4f - %.4f]\n",
+           (int)pb.cudnn.algo, tc.median_ms, tc.min_ms, tc.max_ms);
+    printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; model %.1f MB -> %.4f ms, and "
+           "%.2f GFLOP of conv\n",
+           dev.copy_gbps, epilogue_bytes(&s) / 1e6, epilogue_bytes(&s) / (dev.copy_gbps * 1e6),
+           model_bytes(&s) / 1e6, model_bytes(&s) / (dev.copy_gbps * 1e6), model_flops(&s) / 1e9);
+    if (a.csv && report_csv(a.csv, &rc_ctx, rows, n_rows))
+        failed = 1;
+    if (a.dump_dir)
+        dump_all(&pb, a.dump_dir, a.version);
+    problem_free(&pb);
+    gpu_release();
+    if (failed)
+        fprintf(stderr, "error: a version failed verification\n");
+    return failed ? 1 : 0;
+}

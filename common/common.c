@@ -1,0 +1,481 @@
+/* common.c: the host half of the shared library. See common.h for what each function promises. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(code);
+}
+
+/* ------------------------------------------------------------------ checks */
+
+static int n_pass, n_fail, n_skip;
+
+int check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(ok ? "PASS  " : "FAIL  ", stdout);
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    fflush(stdout);
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
+    return ok;
+}
+
+void skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("SKIP  ", stdout);
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    fflush(stdout);
+    n_skip++;
+}
+
+int checks_passed(void) { return n_pass; }
+int checks_failed(void) { return n_fail; }
+int checks_skipped(void) { return n_skip; }
+
+/* -------------------------------------------------------------- statistics */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void stats_from_samples(float *ms, int n, timing *t)
+{
+    qsort(ms, (size_t)n, sizeof(float), cmp_float);
+    t->reps = n;
+    t->min_ms = ms[0];
+    t->max_ms = ms[n - 1];
+    t->median_ms = (n % 2) ? ms[n / 2] : 0.5 * ((double)ms[n / 2 - 1] + ms[n / 2]);
+}
+
+/* ------------------------------------------------------------ verification */
+
+verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
+                         double tol_abs)
+{
+    verify_result v = {0};
+    double err2 = 0.0, ref2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double o = out[i], r = ref[i];
+        if (isfinite(o) != isfinite(r)) {
+            if (v.nonfinite++ == 0 && v.max_abs != INFINITY) {
+                v.max_abs = INFINITY;
+                v.max_idx = i;
+            }
+            continue;
+        }
+        double d = fabs(o - r);
+        if (!isfinite(r)) /* both non-finite: the same value is a match (inf == inf) */
+            d = (o == r) ? 0.0 : INFINITY;
+        if (!(d <= v.max_abs)) { /* also true when d is NaN */
+            v.max_abs = d;
+            v.max_idx = i;
+        }
+        if (isfinite(d)) {
+            err2 += d * d;
+            ref2 += r * r;
+        }
+    }
+    v.rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
+    if (v.nonfinite)
+        v.rel_l2 = INFINITY;
+    v.pass = v.nonfinite == 0 && v.rel_l2 <= tol_rel_l2 && v.max_abs <= tol_abs;
+    return v;
+}
+
+void verify_print(FILE *f, const verify_result *v)
+{
+    fprintf(f, "rel_l2 %.2e  max_abs %.2e at %zu", v->rel_l2, v->max_abs, v->max_idx);
+    if (v->nonfinite)
+        fprintf(f, "  (%zu non-finite)", v->nonfinite);
+}
+
+/* ------------------------------------------------------------------ random */
+
+void rng_seed(rng_state *r, uint64_t seed) { r->s = seed; }
+
+uint64_t rng_next(rng_state *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+double rng_uniform(rng_state *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+
+double rng_normal(rng_state *r)
+{
+    double u1 = 1.0 - rng_uniform(r); /* (0, 1]: log(u1) is finite */
+    double u2 = rng_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+void fill_uniform(float *x, size_t n, double lo, double hi, rng_state *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(lo + (hi - lo) * rng_uniform(r));
+}
+
+void fill_normal(float *x, size_t n, rng_state *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)rng_normal(r);
+}
+
+void init_conv_params(float *weight, size_t n_weight, float *bias, size_t n_bias, int fan_in,
+                      rng_state *r)
+{
+    double b = 1.0 / sqrt((double)fan_in);
+    fill_uniform(weight, n_weight, -b, b, r);
+    if (bias)
+        fill_uniform(bias, n_bias, -b, b, r);
+}
+
+/* --------------------------------------------------------------------- npy */
+
+int npy_write_f32(const char *path, const float *x, int ndim, const int64_t *shape)
+{
+    char dict[256];
+    int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++) {
+        len += snprintf(dict + len, sizeof dict - len, "%lld,%s", (long long)shape[i],
+                        (i + 1 < ndim) ? " " : "");
+        count *= (size_t)shape[i];
+    }
+    if (ndim > 1) /* a 1-tuple needs its trailing comma, longer tuples read better without */
+        len--;
+    len += snprintf(dict + len, sizeof dict - len, "), }");
+    /* magic (6) + version (2) + header length (2) + dict + padding + '\n', a multiple of 64 */
+    int total = 10 + len + 1;
+    int pad = (64 - total % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    unsigned short hlen = (unsigned short)(len + pad + 1);
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)len, f) == (size_t)len;
+    for (int i = 0; i < pad && ok; i++)
+        ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    ok = ok && fwrite(x, sizeof(float), count, f) == count;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok)
+        fprintf(stderr, "error: short write to %s\n", path);
+    return ok ? 0 : -1;
+}
+
+float *npy_read_f32(const char *path, int *ndim, int64_t shape[8])
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "error: cannot read %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    unsigned char pre[12];
+    char *hdr = NULL;
+    float *x = NULL;
+    size_t hlen;
+    if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0)
+        goto bad;
+    if (pre[6] == 1) {
+        if (fread(pre + 8, 1, 2, f) != 2)
+            goto bad;
+        hlen = pre[8] | (size_t)pre[9] << 8;
+    } else if (pre[6] == 2 || pre[6] == 3) {
+        if (fread(pre + 8, 1, 4, f) != 4)
+            goto bad;
+        hlen = pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+    } else {
+        goto bad;
+    }
+    hdr = (char *)calloc(hlen + 1, 1);
+    if (!hdr || fread(hdr, 1, hlen, f) != hlen)
+        goto bad;
+    if (!strstr(hdr, "'descr': '<f4'") || !strstr(hdr, "'fortran_order': False")) {
+        fprintf(stderr, "error: %s: only float32 ('<f4') C-order arrays are supported\n", path);
+        goto fail;
+    }
+    char *p = strstr(hdr, "'shape': (");
+    if (!p)
+        goto bad;
+    p += strlen("'shape': (");
+    size_t count = 1;
+    *ndim = 0;
+    while (*p && *p != ')') {
+        char *end;
+        long long d = strtoll(p, &end, 10);
+        if (end == p)
+            break;
+        if (*ndim == 8 || d < 0)
+            goto bad;
+        shape[(*ndim)++] = d;
+        count *= (size_t)d;
+        p = end;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+    x = (float *)malloc(count ? count * sizeof(float) : 1);
+    if (!x || fread(x, sizeof(float), count, f) != count)
+        goto bad;
+    free(hdr);
+    fclose(f);
+    return x;
+bad:
+    fprintf(stderr, "error: %s is not a readable .npy file (or is truncated)\n", path);
+fail:
+    free(hdr);
+    free(x);
+    fclose(f);
+    return NULL;
+}
+
+/* --------------------------------------------------------------------- CLI */
+
+int parse_shape(const char *s, int want, int64_t *dims, char *err, size_t errlen)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        if (*p == '-' || *p == '+' || *p == ' ') {
+            snprintf(err, errlen, "bad --shape '%s': dims are positive integers", s);
+            return -1;
+        }
+        long long d = strtoll(p, &end, 10);
+        if (end == p || errno == ERANGE) {
+            snprintf(err, errlen, "bad --shape '%s': expected %d dims like 1x2x3", s, want);
+            return -1;
+        }
+        if (d <= 0 || d >= (1ll << 31)) {
+            snprintf(err, errlen, "bad --shape '%s': dim %lld is not in [1, 2^31)", s, d);
+            return -1;
+        }
+        if (n == want) {
+            snprintf(err, errlen, "bad --shape '%s': more than %d dims", s, want);
+            return -1;
+        }
+        dims[n++] = d;
+        p = end;
+        if (*p == 'x' || *p == 'X' || *p == ',') {
+            p++;
+            if (!*p) {
+                snprintf(err, errlen, "bad --shape '%s': trailing separator", s);
+                return -1;
+            }
+        } else if (*p) {
+            snprintf(err, errlen, "bad --shape '%s': unexpected '%c'", s, *p);
+            return -1;
+        }
+    }
+    if (n != want) {
+        snprintf(err, errlen, "bad --shape '%s': expected %d dims, got %d", s, want, n);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno == ERANGE || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, size_t errlen)
+{
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, 's'}, {"seed", required_argument, 0, 'S'},
+        {"reps", required_argument, 0, 'r'},  {"version", required_argument, 0, 'v'},
+        {"list", no_argument, 0, 'l'},        {"test", no_argument, 0, 't'},
+        {"dump", required_argument, 0, 'd'},  {"csv", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    memset(a, 0, sizeof *a);
+    a->seed = 1;
+    a->reps = 20;
+    optind = 0; /* glibc: 0 re-initialises getopt, so cli_parse can be called more than once */
+    opterr = 0; /* we print our own message */
+    for (;;) {
+        int c = getopt_long(argc, argv, ":", opts, NULL); /* ":": a missing value returns ':' */
+        long long v;
+        if (c == -1)
+            break;
+        switch (c) {
+        case 's':
+            if (parse_shape(optarg, shape_dims, a->dims, err, errlen))
+                return -1;
+            a->ndim = shape_dims;
+            break;
+        case 'S':
+            if (parse_int(optarg, 0, INT64_MAX, &v)) {
+                snprintf(err, errlen, "bad --seed '%s': expected a non-negative integer", optarg);
+                return -1;
+            }
+            a->seed = (uint64_t)v;
+            break;
+        case 'r':
+            if (parse_int(optarg, 1, 100000, &v)) {
+                snprintf(err, errlen, "bad --reps '%s': expected an integer in [1, 100000]",
+                         optarg);
+                return -1;
+            }
+            a->reps = (int)v;
+            break;
+        case 'v':
+            if (parse_int(optarg, 1, 99, &v)) {
+                snprintf(err, errlen, "bad --version '%s': expected a version number (--list)",
+                         optarg);
+                return -1;
+            }
+            a->version = (int)v;
+            break;
+        case 'l': a->list = 1; break;
+        case 't': a->test = 1; break;
+        case 'd': a->dump_dir = optarg; break;
+        case 'c': a->csv = optarg; break;
+        case 'h': return 1;
+        case ':':
+            snprintf(err, errlen, "option '%s' needs a value", argv[optind - 1]);
+            return -1;
+        default:
+            snprintf(err, errlen, "unknown option '%s'", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, errlen, "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_usage(FILE *f, const char *prog, const char *extra)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "  --shape NxCxDxHxW  the model input's dims (default: the KernelBench shape)\n"
+            "  --seed S           seed of the random inputs and parameters (default 1)\n"
+            "  --reps R           timed repetitions per version, min/median/max (default 20)\n"
+            "  --version K        run only version K (see --list)\n"
+            "  --list             list the versions and exit\n"
+            "  --test             CPU checks, then every version on awkward shapes and extreme\n"
+            "                     values (GPU checks are skipped without a CUDA device);\n"
+            "                     with --shape, only that shape\n"
+            "  --dump DIR         write inputs, parameters and every version's output as .npy\n"
+            "  --csv FILE         append the timing rows to FILE (header written if new)\n"
+            "  --help             this text\n"
+            "exit status: 0 ok, 1 verification or runtime failure, 2 bad input or no CUDA device\n",
+            prog);
+    if (extra)
+        fputs(extra, f);
+}
+
+/* ------------------------------------------------------------------ report */
+
+void report_header(FILE *f, const report_ctx *c)
+{
+    fprintf(f, "GPU: %s, measured device-to-device copy ceiling %.0f GB/s (read + write)\n",
+            c->gpu_name, c->ceiling_gbps);
+    fprintf(f, "chapter %s, input shape %s\n", c->chapter, c->shape);
+    fprintf(f, "%-8s %-52s %-16s %10s %20s %8s %6s %8s\n", "version", "what", "scope",
+            "median ms", "[min - max]", "GB/s", "% ceil", "vs v1");
+}
+
+void report_print(FILE *f, const report_ctx *c, const report_row *r)
+{
+    double gbps = r->bytes / (r->t.median_ms * 1e6);
+    char range[32], speed[16] = "-";
+    snprintf(range, sizeof range, "[%.4f - %.4f]", r->t.min_ms, r->t.max_ms);
+    if (r->speedup_v1 > 0)
+        snprintf(speed, sizeof speed, "%.2fx", r->speedup_v1);
+    fprintf(f, "%-8s %-52.52s %-16s %10.4f %20s %8.0f %6.1f %8s\n", r->version, r->name, r->scope,
+            r->t.median_ms, range, gbps, 100.0 * gbps / c->ceiling_gbps, speed);
+}
+
+int report_csv(const char *path, const report_ctx *c, const report_row *rows, int n)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "error: cannot append to %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (ftell(f) == 0)
+        fprintf(f, "gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
+                   "ceiling_gbps,pct_ceiling,floor_ms,speedup_v1,reps,date\n");
+    char date[32];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+    for (int i = 0; i < n; i++) {
+        const report_row *r = &rows[i];
+        double gbps = r->bytes / (r->t.median_ms * 1e6);
+        fprintf(f, "%s,%s,%s,\"%s\",%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.5f,", c->gpu,
+                c->chapter, r->version, r->name, r->scope, c->shape, r->t.median_ms, r->t.min_ms,
+                r->t.max_ms, r->bytes, gbps, c->ceiling_gbps, 100.0 * gbps / c->ceiling_gbps,
+                r->bytes / (c->ceiling_gbps * 1e6));
+        if (r->speedup_v1 > 0)
+            fprintf(f, "%.3f", r->speedup_v1);
+        fprintf(f, ",%d,%s\n", r->t.reps, date);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* --------------------------------------------------------------- gradcheck */
+
+double gradcheck(loss_fn loss, void *ctx, double *x, size_t n, const double *grad, double h,
+                 double *max_abs)
+{
+    double diff2 = 0.0, num2 = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double xi = x[i];
+        x[i] = xi + h;
+        double lp = loss(x, ctx);
+        x[i] = xi - h;
+        double lm = loss(x, ctx);
+        x[i] = xi;
+        double g = (lp - lm) / (2.0 * h);
+        double d = fabs(g - grad[i]);
+        if (!(d <= worst))
+            worst = d;
+        diff2 += d * d;
+        num2 += g * g;
+    }
+    if (max_abs)
+        *max_abs = worst;
+    double rel = sqrt(diff2) / fmax(sqrt(num2), 1e-30);
+    return isnan(rel) ? INFINITY : rel;
+}

@@ -1,0 +1,200 @@
+/*
+ * common.h: the host (C) half of the tutorial's shared library.
+ *
+ *   checks      check(), skip(): PASS/FAIL/SKIP lines that `make test` counts
+ *   statistics  stats_from_samples(): min / median / max of timed repetitions
+ *   verify      verify_f32(): relative L2 and max abs error against a double reference, NaN-safe
+ *   random      rng_*(), fill_*(), init_conv_params(): seeded and PyTorch-style initialisation
+ *   npy         npy_write_f32(), npy_read_f32(): float32 C-order .npy files for numpy and PyTorch
+ *   CLI         cli_parse(), parse_shape(), cli_usage(): the one command line every chapter shares
+ *   report      report_*(): the timing table and its CSV rows
+ *   gradcheck   gradcheck(): central differences in double for a hand-derived gradient
+ *
+ * The CUDA half (error checks, device facts, timer, poisoning) is in gpu.h.
+ * Nothing here knows about any chapter's model.
+ */
+#ifndef COMMON_H
+#define COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EXIT_USAGE 2 /* bad flags, impossible shape, no CUDA device */
+
+/* Prints "error: <message>" to stderr and exits with `code`. */
+void die(int code, const char *fmt, ...);
+
+/* ------------------------------------------------------------------ checks */
+
+/*
+ * Prints "PASS  <what>" or "FAIL  <what>" on stdout and counts it. Test runners grep these
+ * prefixes, so every check a program makes shows up in `make test`'s total.
+ * Returns ok so callers can chain.
+ */
+int check(int ok, const char *fmt, ...);
+/* Prints "SKIP  <what>" and counts it (a check that could not run here, e.g. no GPU). */
+void skip(const char *fmt, ...);
+/* Counters since program start. */
+int checks_passed(void);
+int checks_failed(void);
+int checks_skipped(void);
+
+/* -------------------------------------------------------------- statistics */
+
+typedef struct {
+    double min_ms, median_ms, max_ms; /* milliseconds */
+    int reps;                         /* number of samples */
+} timing;
+
+/* Sorts ms[0..n) in place and fills t. The median of an even count is the mean of the two middle
+ * samples. n >= 1. */
+void stats_from_samples(float *ms, int n, timing *t);
+
+/* ------------------------------------------------------------ verification */
+
+typedef struct {
+    double rel_l2;     /* ||out - ref||_2 / ||ref||_2 (absolute ||out - ref||_2 when ||ref|| = 0) */
+    double max_abs;    /* max_i |out_i - ref_i| */
+    size_t max_idx;    /* index of max_abs, or of the first non-finite mismatch */
+    size_t nonfinite;  /* elements where out is NaN/Inf and ref is not (or the reverse) */
+    int pass;          /* 1 iff nonfinite == 0, rel_l2 <= tol_rel_l2 and max_abs <= tol_abs */
+} verify_result;
+
+/*
+ * Compares n float outputs with a double reference, element by element. NaN-safe: a NaN or Inf
+ * in out where ref is finite fails (so a NaN-poisoned, unwritten element fails); comparisons are
+ * written so that a NaN can never satisfy them. ref itself must be finite.
+ */
+verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
+                         double tol_abs);
+/* One line: "rel_l2 1.2e-07  max_abs 3.0e-07 at 1234" (and the non-finite count if any). */
+void verify_print(FILE *f, const verify_result *v);
+
+/* ------------------------------------------------------------------ random */
+
+/* splitmix64 (Steele, Lea, Flood: "Fast splittable pseudorandom number generators", OOPSLA 2014):
+ * one 64-bit state, good enough for test data, identical on every platform. */
+typedef struct {
+    uint64_t s;
+} rng_state;
+
+void rng_seed(rng_state *r, uint64_t seed);
+uint64_t rng_next(rng_state *r);
+double rng_uniform(rng_state *r); /* [0, 1), 53 random bits */
+double rng_normal(rng_state *r);  /* standard normal, Box-Muller */
+void fill_uniform(float *x, size_t n, double lo, double hi, rng_state *r); /* U[lo, hi) */
+void fill_normal(float *x, size_t n, rng_state *r);                        /* N(0, 1) */
+
+/*
+ * PyTorch's default initialisation of a convolution: weight by kaiming_uniform_(a = sqrt(5)),
+ * which is U(-b, b) with b = sqrt(6 / ((1 + 5) * fan_in)) = 1 / sqrt(fan_in), and bias U(-b, b)
+ * with the same b (torch/nn/modules/conv.py, reset_parameters). fan_in = weight.size(1) * k^d:
+ * in_channels * k^d for ConvNd, out_channels * k^d for ConvTransposeNd (its weight is in x out x k..).
+ * bias may be NULL.
+ */
+void init_conv_params(float *weight, size_t n_weight, float *bias, size_t n_bias, int fan_in,
+                      rng_state *r);
+
+/* --------------------------------------------------------------------- npy */
+
+/*
+ * Writes a float32, C-order array in NumPy's .npy format version 1.0
+ * (numpy.org/doc/stable/reference/generated/numpy.lib.format.html). shape has ndim entries.
+ * Returns 0, or -1 with a message on stderr (cannot open or write).
+ */
+int npy_write_f32(const char *path, const float *x, int ndim, const int64_t *shape);
+/*
+ * Reads a float32 ('<f4'), C-order .npy file (version 1.0 to 3.0). On success returns a malloc'd
+ * array (free() it), sets *ndim (<= 8) and shape[0..*ndim). On any problem (missing file, other
+ * dtype, Fortran order, truncated data) returns NULL with a message on stderr.
+ */
+float *npy_read_f32(const char *path, int *ndim, int64_t shape[8]);
+
+/* --------------------------------------------------------------------- CLI */
+
+#define CLI_MAX_DIMS 5
+
+typedef struct {
+    int ndim;                      /* 0 when --shape was not given */
+    int64_t dims[CLI_MAX_DIMS];    /* the model input's dims, e.g. N, C, D, H, W */
+    uint64_t seed;                 /* --seed, default 1 */
+    int reps;                      /* --reps, timed repetitions, default 20, at least 1 */
+    int version;                   /* --version K, 0 = all */
+    int list;                      /* --list */
+    int test;                      /* --test */
+    const char *dump_dir;          /* --dump DIR or NULL */
+    const char *csv;               /* --csv FILE or NULL */
+} cli_args;
+
+/*
+ * Parses "4x3x16x32x32" (also "4,3,16,32,32") into dims. Every dim must be a positive integer
+ * below 2^31 and there must be exactly `want` of them. Returns 0, or -1 with a reason in err.
+ */
+int parse_shape(const char *s, int want, int64_t *dims, char *err, size_t errlen);
+
+/*
+ * Parses the shared flags with getopt_long (reentrant: resets optind). `shape_dims` is how many
+ * dims --shape must have. Returns 0 to go on, 1 if --help was printed, -1 on a bad flag or value
+ * (the reason is in err; the caller prints it with the usage and exits EXIT_USAGE).
+ */
+int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, size_t errlen);
+
+/* Prints the shared usage; `extra` is the chapter's own text (shape meaning, dump file names). */
+void cli_usage(FILE *f, const char *prog, const char *extra);
+
+/* ------------------------------------------------------------------ report */
+
+/* What the table header and every CSV row say about the run. */
+typedef struct {
+    const char *gpu;      /* short tag: "h100" */
+    const char *gpu_name; /* full device name */
+    const char *chapter;  /* "01" */
+    const char *shape;    /* "128x3x16x32x32", the model input */
+    double ceiling_gbps;  /* measured device-to-device copy, bytes read + written per second / 1e9 */
+} report_ctx;
+
+typedef struct {
+    const char *version; /* "v1", "eager", ... */
+    const char *name;    /* one line */
+    const char *scope;   /* epilogue_fwd | model_fwd | epilogue_fwdbwd | train_step */
+    timing t;
+    double bytes;      /* every byte the scope must move: inputs read once, outputs written once */
+    double speedup_v1; /* median of this scope's v1 / this median; 0 = not applicable */
+} report_row;
+
+/* Table header: GPU, ceiling, shape, column names. */
+void report_header(FILE *f, const report_ctx *c);
+/* One row: version, name, median [min-max] ms, GB/s over the full byte count, % of ceiling,
+ * speedup over v1. */
+void report_print(FILE *f, const report_ctx *c, const report_row *r);
+/*
+ * Appends rows to a CSV file, writing the header first when the file is new or empty. Columns:
+ * gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,ceiling_gbps,
+ * pct_ceiling,floor_ms,speedup_v1,reps,date. floor_ms = bytes / ceiling. Returns 0 or -1.
+ */
+int report_csv(const char *path, const report_ctx *c, const report_row *rows, int n);
+
+/* --------------------------------------------------------------- gradcheck */
+
+/* A scalar loss of n double inputs; ctx carries whatever else it needs. */
+typedef double (*loss_fn)(const double *x, void *ctx);
+
+/*
+ * Central differences: g_i = (L(x + h e_i) - L(x - h e_i)) / (2h), truncation error O(h^2)
+ * (any numerical-analysis text, e.g. Nocedal & Wright, "Numerical Optimization", 8.1).
+ * Compares with the analytic gradient grad[0..n) and returns ||g - grad|| / max(||g||, 1e-30);
+ * *max_abs receives max_i |g_i - grad_i| if not NULL. x is perturbed in place and restored.
+ * Cost: 2n evaluations of L, so use tiny shapes.
+ */
+double gradcheck(loss_fn loss, void *ctx, double *x, size_t n, const double *grad, double h,
+                 double *max_abs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

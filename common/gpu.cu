@@ -1,0 +1,166 @@
+/* gpu.cu: the CUDA half of the shared library. See gpu.h for what each function promises. */
+#include "gpu.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cuda_check_(cudaError_t e, const char *what, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return;
+    fprintf(stderr, "error: CUDA %s at %s:%d: %s (%s)\n", what, file, line, cudaGetErrorString(e),
+            cudaGetErrorName(e));
+    exit(1);
+}
+
+void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line)
+{
+    if (s == CUDNN_STATUS_SUCCESS)
+        return;
+    fprintf(stderr, "error: cuDNN %s at %s:%d: %s\n", what, file, line, cudnnGetErrorString(s));
+    exit(1);
+}
+
+int gpu_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" / "no device" error */
+        return 0;
+    }
+    return n;
+}
+
+static void name_to_tag(const char *name, char *tag, size_t len)
+{
+    const char *p = strncmp(name, "NVIDIA ", 7) == 0 ? name + 7 : name;
+    size_t i = 0;
+    for (; *p && *p != ' ' && i + 1 < len; p++)
+        tag[i++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
+    tag[i] = '\0';
+    if (i == 0)
+        snprintf(tag, len, "gpu");
+}
+
+static double measure_copy_gbps(void)
+{
+    size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    while (bytes >= ((size_t)1 << 24)) {
+        if (cudaMalloc(&a, bytes) == cudaSuccess) {
+            if (cudaMalloc(&b, bytes) == cudaSuccess)
+                break;
+            cudaFree(a);
+        }
+        cudaGetLastError();
+        a = b = NULL;
+        bytes /= 2;
+    }
+    if (!b)
+        die(1, "cannot allocate two 16 MiB buffers to measure the copy ceiling");
+    CUDA_CHECK(cudaMemset(a, 0x3c, bytes)); /* never copy untouched memory */
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float ms[7];
+    for (int i = -2; i < 7; i++) {
+        CUDA_CHECK(cudaEventRecord(e0, 0));
+        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+        CUDA_CHECK(cudaEventRecord(e1, 0));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        if (i >= 0)
+            CUDA_CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    timing t;
+    stats_from_samples(ms, 7, &t);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    return 2.0 * (double)bytes / (t.median_ms * 1e6);
+}
+
+void device_info_get(device_info *d)
+{
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", p.name);
+    name_to_tag(p.name, d->tag, sizeof d->tag);
+    d->sm_count = p.multiProcessorCount;
+    d->cc_major = p.major;
+    d->cc_minor = p.minor;
+    d->l2_bytes = (size_t)p.l2CacheSize;
+    d->global_bytes = p.totalGlobalMem;
+    d->copy_gbps = measure_copy_gbps();
+}
+
+void *gpu_alloc(size_t bytes, const char *what)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        die(1, "out of device memory: %s needs %zu bytes (%zu of %zu free)", what, bytes, free_b,
+            total_b);
+    }
+    CUDA_CHECK(e);
+    return p;
+}
+
+void gpu_poison(float *p, size_t n) { CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(float))); }
+
+static void *flush_buf;
+static size_t flush_bytes;
+
+void gpu_flush_l2(void)
+{
+    if (!flush_buf) {
+        int dev, l2 = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+        flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : (1 << 20));
+        flush_buf = gpu_alloc(flush_bytes, "L2 flush buffer");
+    }
+    CUDA_CHECK(cudaMemsetAsync(flush_buf, 0, flush_bytes, 0));
+}
+
+void gpu_release(void)
+{
+    if (flush_buf)
+        CUDA_CHECK(cudaFree(flush_buf));
+    flush_buf = NULL;
+}
+
+timing gpu_time(launch_fn fn, const void *ctx, int reps)
+{
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    float *ms = (float *)malloc(sizeof(float) * (size_t)reps);
+    if (!ms)
+        die(1, "out of host memory");
+    for (int i = 0; i < 3; i++) {
+        fn(ctx);
+        LAUNCH_CHECK();
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < reps; i++) {
+        gpu_flush_l2();
+        CUDA_CHECK(cudaEventRecord(e0, 0));
+        fn(ctx);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaEventRecord(e1, 0));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    timing t;
+    stats_from_samples(ms, reps, &t);
+    free(ms);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return t;
+}

@@ -1,0 +1,78 @@
+/*
+ * gpu.h: the CUDA half of the tutorial's shared library (host code; nothing chapter-specific).
+ *
+ *   CUDA_CHECK(call)   every runtime call: file, line and the CUDA error string, then exit 1
+ *   LAUNCH_CHECK()     after every kernel launch (launch configuration errors)
+ *   CUDNN_CHECK(call)  every cuDNN call (the chapters' baseline convolutions)
+ *   gpu_count()        0 when there is no device or no driver, never an exit
+ *   device_info_get()  name, SMs, L2, and the measured device-to-device copy ceiling
+ *   gpu_alloc()        cudaMalloc that names the bytes and the tensor when memory runs out
+ *   gpu_poison()       fill with NaN so an element a kernel forgot to write fails verification
+ *   gpu_time()         CUDA events, warm-up, L2 flushed before every repetition, min/median/max
+ */
+#ifndef GPU_H
+#define GPU_H
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDA_CHECK(call) cuda_check_((call), #call, __FILE__, __LINE__)
+#define LAUNCH_CHECK() cuda_check_(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+void cuda_check_(cudaError_t e, const char *what, const char *file, int line);
+#define CUDNN_CHECK(call) cudnn_check_((call), #call, __FILE__, __LINE__)
+void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line);
+
+/* Number of usable CUDA devices: 0 when cudaGetDeviceCount fails (no driver, no device). */
+int gpu_count(void);
+
+typedef struct {
+    char name[256];      /* "NVIDIA H100 80GB HBM3" */
+    char tag[32];        /* "h100": the name's model token, lower case, for data/<tag>/ */
+    int sm_count;        /* multiprocessors */
+    int cc_major, cc_minor;
+    size_t l2_bytes;     /* L2 cache size */
+    size_t global_bytes; /* device memory */
+    double copy_gbps;    /* measured cudaMemcpy device-to-device, (read + written bytes) / s / 1e9 */
+} device_info;
+
+/*
+ * Fills d for device 0 and measures copy_gbps: the median of 7 copies of a 1 GiB buffer (halved
+ * until it fits) after 2 warm-ups, counting the bytes read plus the bytes written. This is the
+ * "100%" of every table: what the memory system actually moves, not the datasheet's figure.
+ */
+void device_info_get(device_info *d);
+
+/* cudaMalloc, or exit 1 with "out of device memory: <what> needs <bytes> bytes (<free> free)". */
+void *gpu_alloc(size_t bytes, const char *what);
+
+/* Writes 0xFF bytes over n floats: every element becomes NaN (all exponent bits set, mantissa
+ * non-zero), so verify_f32 fails on any element the kernel did not write. Synchronous. */
+void gpu_poison(float *p, size_t n);
+
+/* Writes a buffer of 2 x the L2 size (allocated once, freed by gpu_release), evicting whatever a
+ * previous repetition left in L2, so a timed run reads its inputs from DRAM as in a real model. */
+void gpu_flush_l2(void);
+
+/* Frees the L2 flush buffer. */
+void gpu_release(void);
+
+/* One launch of a version: queue its kernels on the default stream. */
+typedef void (*launch_fn)(const void *ctx);
+
+/*
+ * Times fn: 3 warm-up calls, then reps x (flush L2; event; fn; event), each repetition's
+ * cudaEventElapsedTime (resolution about 0.5 us per the CUDA runtime documentation) collected
+ * and summarised by stats_from_samples. Checks launch errors after every call.
+ */
+timing gpu_time(launch_fn fn, const void *ctx, int reps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,460 @@
+#!/usr/bin/env python3
+"""PyTorch peer of the CUDA C chapters: golden data, dump checking, baseline timings.
+
+  golden [--out DIR]   small cases computed in float64, stored float32, under
+                       DIR/chNN/<NxCxDxHxW>/ with the file names of the C program's --dump
+  check DIR            compare a dump's out_v*.npy, conv_out.npy and grad_*.npy with the
+                       model run in float64 on exactly the dumped tensors; one line each,
+                       then "N passed, N failed"; exit 1 on any FAIL
+  bench                time PyTorch eager and torch.compile on CUDA (fp32, TF32 off) and
+                       append rows to data/<gpu>/pytorch-chNN.csv
+All take --chapter (default 1). Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
+"""
+import argparse
+import csv
+import datetime
+import os
+import re
+import statistics
+import sys
+
+try:  # any import failure means "not usable"; reported once the mode is known
+    import numpy as np
+except Exception:  # noqa: BLE001
+    np = None
+try:
+    import torch
+    import torch.nn.functional as F
+except Exception:  # noqa: BLE001
+    torch = None
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # the repository's data/ folder
+REL_TOL, ABS_TOL = 1e-5, 1e-4
+
+
+def die(msg, code=2):
+    print("pytorch_peer: " + msg, file=sys.stderr)
+    sys.exit(code)
+
+
+# ---- Chapter 01: ConvTranspose3d -> logsumexp -> z*sigmoid(z+3)/6 -> -bias -> clamp ----
+C01_IN, C01_OUT, C01_K = 3, 16, 3  # channels in/out, kernel size (stride 2, padding 1)
+
+
+def c01_pre(x, conv_weight, conv_bias):
+    """The part before the epilogue: the transposed convolution."""
+    return F.conv_transpose3d(x, conv_weight, conv_bias, stride=2, padding=1)
+
+
+def c01_epilogue(c, bias):
+    """Everything after the conv; c is N x 16 x OD x OH x OW, bias is (1,1,1,1)."""
+    z = torch.logsumexp(c, dim=1, keepdim=True)
+    a = z * torch.sigmoid(z + 3) / 6
+    return torch.clamp(a - bias, min=-1, max=1)
+
+
+def c01_forward(x, conv_weight, conv_bias, bias):
+    return c01_epilogue(c01_pre(x, conv_weight, conv_bias), bias)
+
+
+def c01_shapes(xshape):
+    """Expected shape of every dump tensor for an input of shape xshape."""
+    n, _, d, h, w = xshape
+    o = (2 * d - 1, 2 * h - 1, 2 * w - 1)  # (D-1)*stride - 2*padding + kernel, per dim
+    return {"x": (n, C01_IN, d, h, w), "conv_weight": (C01_IN, C01_OUT, 3, 3, 3),
+            "conv_bias": (C01_OUT,), "bias": (1, 1, 1, 1),
+            "conv_out": (n, C01_OUT) + o, "out": (n, 1) + o}
+
+
+def c01_make_params(seed, shape):
+    """Seeded float32 inputs with PyTorch's default initialisation:
+    ConvTranspose3d weight/bias ~ U(+-1/sqrt(fan_in)), fan_in = weight.size(1)*27;
+    the subtracted bias ~ N(0,1); x ~ U[0,1)."""
+    rng, s, f32 = np.random.default_rng(seed), c01_shapes(shape), np.float32
+    bound = 1.0 / np.sqrt(C01_OUT * C01_K ** 3)
+    return {"x": rng.random(s["x"], dtype=f32),
+            "conv_weight": rng.uniform(-bound, bound, s["conv_weight"]).astype(f32),
+            "conv_bias": rng.uniform(-bound, bound, s["conv_bias"]).astype(f32),
+            "bias": rng.standard_normal(s["bias"]).astype(f32)}
+
+
+def c01_bytes(scope, shape):
+    """Minimum bytes each timed scope must move (float32)."""
+    n, _, d, h, w = shape
+    s = (2 * d - 1) * (2 * h - 1) * (2 * w - 1)
+    fwd = 4 * (n * C01_IN * d * h * w + (C01_IN * C01_OUT * 27 + C01_OUT + 1) + n * s)
+    return {"epilogue_fwd": 4 * (n * C01_OUT * s + n * s + 1),
+            "model_fwd": fwd,
+            # read c twice, read y and g once, write dc
+            "epilogue_fwdbwd": 4 * (2 * n * C01_OUT * s + n * s + n * s + n * C01_OUT * s),
+            # Rough placeholder: 3x the forward's bytes (no exact minimum derived yet).
+            "train_step": 3 * fwd}[scope]
+
+
+# A chapter spec names the dump files and the functions that make up the model.
+#   inputs:       forward() arguments in order == dump file stems
+#   batched:      inputs whose first dim is the batch (checked chunk by chunk)
+#   pre_args:     inputs consumed by pre(); epi_in = dump stem of pre()'s output
+#   epi_args:     further epilogue() arguments after epi_in
+CHAPTERS = {
+    "01": dict(title="ConvTranspose3d + LogSumExp + HardSwish-like + Sub + Clamp (KernelBench L2 #58)",
+               default_shape=(128, 3, 16, 32, 32),
+               golden_shapes=[(1, 3, 2, 3, 5), (2, 3, 3, 4, 7), (1, 3, 5, 6, 5)],
+               inputs=("x", "conv_weight", "conv_bias", "bias"), batched=("x",),
+               pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
+               epi_args=("bias",), make_params=c01_make_params, shapes=c01_shapes,
+               pre=c01_pre, epilogue=c01_epilogue, forward=c01_forward, bytes=c01_bytes),
+}
+
+
+def get_chapter(text):
+    key = "%02d" % int(text) if text.isdigit() else text
+    if key not in CHAPTERS:
+        die("unknown chapter %r (known: %s)" % (text, ", ".join(sorted(CHAPTERS))))
+    return key, CHAPTERS[key]
+
+
+# ---- Reference evaluation, chunked over the batch so that large dumps fit in memory ----
+class Reference:
+    """Runs pre/epilogue/forward (+ autograd) in one dtype on one device.
+
+    run() returns the per-sample tensors of one batch chunk; gradients of the
+    shared parameters accumulate in .grad over chunks and are read by param_grads().
+    Keys: conv, model, epilogue, grad_<input>, grad_<epi_in> (whole-model backward)
+    and grad_<name>@epilogue (backward of the epilogue run on the dumped conv output).
+    """
+
+    def __init__(self, spec, arrays, dtype, device, with_grad):
+        self.spec, self.dtype, self.device, self.grad = spec, dtype, device, with_grad
+        shared = [k for k in spec["inputs"] if k not in spec["batched"]]
+        self.params = {k: self.tensor(arrays[k]).requires_grad_(with_grad) for k in shared}
+        self.epi_params = {k: self.tensor(arrays[k]).requires_grad_(with_grad)
+                           for k in spec["epi_args"]}  # separate leaves: own gradients
+
+    def tensor(self, a):
+        return torch.from_numpy(np.array(a)).to(self.device, self.dtype)  # copy: dumps are mmapped
+
+    def run(self, batched, conv_file=None, g=None):
+        spec, out = self.spec, {}
+        with torch.set_grad_enabled(self.grad):
+            xs = {k: self.tensor(v).requires_grad_(self.grad) for k, v in batched.items()}
+            args = dict(self.params, **xs)
+            c = spec["pre"](*[args[k] for k in spec["pre_args"]])
+            if self.grad:
+                c.retain_grad()
+            y = spec["epilogue"](c, *[args[k] for k in spec["epi_args"]])
+            out["conv"], out["model"] = c.detach(), y.detach()
+            if self.grad:  # whole-model backward with g as the upstream gradient
+                y.backward(self.tensor(g))
+                out["grad_" + spec["epi_in"]] = c.grad
+                out.update({"grad_" + k: t.grad for k, t in xs.items()})
+            if conv_file is not None:
+                cf = self.tensor(conv_file).requires_grad_(self.grad)
+                ye = spec["epilogue"](cf, *[self.epi_params[k] for k in spec["epi_args"]])
+                out["epilogue"] = ye.detach()
+                if self.grad:
+                    ye.backward(self.tensor(g))
+                    out["grad_%s@epilogue" % spec["epi_in"]] = cf.grad
+        return out
+
+    def param_grads(self):
+        res = {"grad_" + k: t.grad for k, t in self.params.items()}
+        res.update({"grad_%s@epilogue" % k: t.grad for k, t in self.epi_params.items()})
+        return res if self.grad else {}
+
+
+class Comparison:
+    """Accumulates ||a-b||^2, ||b||^2 and max|a-b| over chunks."""
+
+    def __init__(self, name, ref, counted, arr=None, per_sample=True):
+        self.name, self.ref, self.counted, self.arr = name, ref, counted, arr
+        self.per_sample, self.err, self.finite = per_sample, None, True
+        self.d2 = self.b2 = self.maxabs = 0.0
+
+    def add(self, a, b):
+        a = a.detach().double().cpu() if torch.is_tensor(a) else torch.from_numpy(np.array(a, np.float64))
+        b = b.detach().double().cpu()
+        self.finite &= bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())
+        d = a - b
+        self.d2, self.b2 = self.d2 + float((d * d).sum()), self.b2 + float((b * b).sum())
+        if d.numel():
+            self.maxabs = max(self.maxabs, float(d.abs().max()))
+
+    def result(self):
+        if self.err:
+            return float("nan"), float("nan"), False
+        rel = (self.d2 ** 0.5) / (self.b2 ** 0.5 if self.b2 > 0 else 1.0)  # absolute if ||b||=0
+        ok = self.finite and rel <= REL_TOL and self.maxabs <= ABS_TOL
+        return rel, self.maxabs, ok
+
+
+def cmd_check(args):
+    _, spec = get_chapter(args.chapter)
+    d = args.dir
+    if not os.path.isdir(d):
+        die("no such dump directory: %s" % d)
+    path = lambda stem: os.path.join(d, stem + ".npy")  # noqa: E731
+    load = lambda stem: np.load(path(stem), mmap_mode="r")  # noqa: E731
+    for k in spec["inputs"]:
+        if not os.path.isfile(path(k)):
+            die("%s lacks %s.npy" % (d, k))
+    arrays = {k: np.array(load(k), dtype=np.float32) for k in spec["inputs"]}
+    xshape = arrays[spec["batched"][0]].shape
+    shapes = spec["shapes"](xshape) if len(xshape) == len(spec["default_shape"]) else {}
+    for k in spec["inputs"]:
+        if arrays[k].shape != tuple(shapes.get(k, ())):
+            die("%s.npy has shape %s, expected %s" % (k, arrays[k].shape, shapes.get(k)))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        die("--device cuda but CUDA is not available")
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    names = sorted(os.listdir(d), key=lambda s: [int(t) if t.isdigit() else t
+                                                 for t in re.split(r"(\d+)", s)])
+    conv_name = spec["epi_in"]
+    has_conv = os.path.isfile(path(conv_name))
+    has_g = os.path.isfile(path("grad_output"))
+    grad_keys = list(spec["inputs"]) + [conv_name]
+    epi_side = [conv_name] + list(spec["epi_args"])
+    checks = []
+    if has_conv:
+        checks.append(Comparison(conv_name, "conv", True, load(conv_name)))
+    for fn in names:  # outputs: out.npy (golden), out_vK.npy (epilogue), out_vK_model.npy
+        if not re.fullmatch(r"out(_.+)?\.npy", fn):
+            continue
+        stem, arr = fn[:-4], load(fn[:-4])
+        model_scope = stem == "out" or stem.endswith("_model") or not has_conv
+        checks.append(Comparison(stem, "model" if model_scope else "epilogue", True, arr))
+        if has_conv:
+            checks.append(Comparison(stem, "epilogue" if model_scope else "model", False, arr))
+    for fn in names:  # gradients: grad_<name>.npy, optionally grad_<name>_<suffix>.npy
+        m = re.fullmatch(r"grad_(.+)\.npy", fn)
+        if not m or fn == "grad_output.npy":
+            continue
+        hits = [k for k in grad_keys if m.group(1) == k or m.group(1).startswith(k + "_")]
+        if not hits:
+            print("%-26s skipped: not a gradient of a known tensor" % fn[:-4])
+            continue
+        if not has_g:
+            die("%s present but grad_output.npy missing" % fn)
+        k, stem = max(hits, key=len), fn[:-4]
+        per = k in spec["batched"] or k == conv_name
+        checks.append(Comparison(stem, "grad_" + k, True, load(stem), per))
+        if has_conv and k in epi_side:
+            checks.append(Comparison(stem, "grad_%s@epilogue" % k, False, load(stem), per))
+    for c in checks:  # shape check before any arithmetic
+        want = {"conv": conv_name, "model": "out", "epilogue": "out"}.get(
+            c.ref, c.ref.split("@")[0][len("grad_"):])
+        if c.arr.shape != tuple(shapes[want]):
+            c.err = "shape %s, expected %s" % (c.arr.shape, tuple(shapes[want]))
+    want_grad = any(c.ref.startswith("grad_") for c in checks)
+    g_arr = load("grad_output") if has_g else None
+    if has_g and g_arr.shape != tuple(shapes["out"]):
+        die("grad_output.npy has shape %s, expected %s" % (g_arr.shape, tuple(shapes["out"])))
+
+    ref = Reference(spec, arrays, torch.float64, torch.device(args.device), want_grad)
+    r32, info32 = None, {}
+    if torch.cuda.is_available():  # informational: what a float32 PyTorch run gets
+        r32 = Reference(spec, arrays, torch.float32, torch.device("cuda"), want_grad)
+    n, conv_arr = xshape[0], (load(conv_name) if has_conv else None)
+    chunk = max(1, 2 ** 25 // max(1, int(np.prod(shapes[conv_name][1:]))))  # ~32M elements
+    for lo in range(0, n, chunk):
+        sl = slice(lo, min(n, lo + chunk))
+        batched = {k: arrays[k][sl] for k in spec["batched"]}
+        cf = conv_arr[sl] if has_conv else None
+        g = g_arr[sl] if want_grad else None
+        out = ref.run(batched, cf, g)
+        for c in checks:
+            if c.per_sample and not c.err:
+                c.add(c.arr[sl], out[c.ref])
+        if r32 is not None:
+            o32 = r32.run(batched, cf, g)
+            for key, t in o32.items():
+                info32.setdefault(key, Comparison("torch-fp32-cuda", key, False)).add(t, out[key])
+        del out
+    pg = ref.param_grads()
+    for c in checks:
+        if not c.per_sample and not c.err:
+            c.add(c.arr, pg[c.ref])
+    if r32 is not None:
+        for key, t in r32.param_grads().items():
+            info32.setdefault(key, Comparison("torch-fp32-cuda", key, False)).add(t, pg[key])
+    passed = failed = 0
+    for c in checks + list(info32.values()):
+        rel, mx, ok = c.result()
+        if c.counted:
+            passed, failed = passed + ok, failed + (not ok)
+            status = "PASS" if ok else "FAIL"
+        else:
+            status = "info (within tol)" if ok else "info (over tol)"
+        extra = ("  " + c.err) if c.err else ("" if c.finite else "  non-finite values")
+        print("%-26s vs %-24s rel_l2=%.3e max_abs=%.3e %s%s" % (c.name, c.ref, rel, mx, status, extra))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+# ---- Golden data ----
+def cmd_golden(args):
+    key, spec = get_chapter(args.chapter)
+    total = 0
+    for i, shape in enumerate(spec["golden_shapes"]):
+        arrays = spec["make_params"](args.seed + i, shape)
+        g = np.random.default_rng(args.seed + 1000 + i).standard_normal(
+            spec["shapes"](shape)["out"]).astype(np.float32)
+        ref = Reference(spec, arrays, torch.float64, torch.device("cpu"), True)
+        out = ref.run({k: arrays[k] for k in spec["batched"]}, None, g)
+        out.update(ref.param_grads())
+        files = dict(arrays, grad_output=g, out=out["model"], **{spec["epi_in"]: out["conv"]})
+        files.update({"grad_" + k: out["grad_" + k] for k in spec["inputs"] + (spec["epi_in"],)})
+        folder = os.path.join(args.out, "ch" + key, "x".join(map(str, shape)))
+        os.makedirs(folder, exist_ok=True)
+        for name, a in files.items():
+            a = a.detach().cpu().numpy() if torch.is_tensor(a) else a
+            np.save(os.path.join(folder, name + ".npy"), np.ascontiguousarray(a, np.float32))
+            total += os.path.getsize(os.path.join(folder, name + ".npy"))
+        print("wrote %s (%d files)" % (folder, len(files)))
+    print("golden total: %.1f KiB" % (total / 1024))
+    return 0
+
+
+# ---- Benchmark ----
+SCOPES = ("model_fwd", "epilogue_fwd", "epilogue_fwdbwd", "train_step")
+VERSIONS = (("eager", "PyTorch eager"), ("compile", "torch.compile"))
+COLUMNS = ("gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
+           "ceiling_gbps,pct_ceiling,floor_ms,speedup_v1,reps,date").split(",")
+
+
+def gpu_tag(name):
+    """'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
+    drop = {"nvidia", "geforce", "tesla", "quadro", "amd", "instinct", "radeon"}
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in drop] + ["gpu"]
+    return words[0] + words[1] if words[0] in ("rtx", "gtx") else words[0]
+
+
+def time_cuda(run, reset, reps, flush):
+    """Median/min/max milliseconds of run(), L2 flushed before each repetition."""
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(reps)]
+    for start, end in ev:
+        reset()
+        flush.zero_()
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    ms = sorted(s.elapsed_time(e) for s, e in ev)
+    return statistics.median(ms), ms[0], ms[-1]
+
+
+def copy_ceiling_gbps(reps=10):
+    """Device-to-device copy bandwidth of a 1 GiB tensor, bytes read + written."""
+    src = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
+    dst, noflush = torch.empty_like(src), torch.empty(0, device="cuda")
+    for _ in range(3):
+        dst.copy_(src)
+    med = time_cuda(lambda: dst.copy_(src), lambda: None, reps, noflush)[0]
+    return 2 * (1 << 30) / (med * 1e-3) / 1e9
+
+
+def make_step(spec, scope, p, c, g, compiled):
+    """Returns (run, reset) for one scope; compiled wraps the model function."""
+    fwd_fn = spec["forward"] if scope in ("model_fwd", "train_step") else spec["epilogue"]
+    fn = torch.compile(fwd_fn, dynamic=False) if compiled else fwd_fn
+    if scope == "model_fwd":
+        args = [p[k] for k in spec["inputs"]]
+    elif scope == "epilogue_fwd":
+        args = [c] + [p[k] for k in spec["epi_args"]]
+    elif scope == "epilogue_fwdbwd":
+        args = [c.detach().clone().requires_grad_()] + \
+               [p[k].detach().clone().requires_grad_() for k in spec["epi_args"]]
+    else:  # train_step: gradients w.r.t. every model input
+        args = [p[k].detach().clone().requires_grad_() for k in spec["inputs"]]
+    if scope.endswith("_fwd"):
+        return (lambda: fn(*args)), (lambda: None)
+    return (lambda: fn(*args).backward(g)), (lambda: [setattr(a, "grad", None) for a in args])
+
+
+def cmd_bench(args):
+    key, spec = get_chapter(args.chapter)
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+        assert batches and min(batches) > 0 and args.reps > 0
+    except (ValueError, AssertionError):
+        die("--batches wants positive integers like 1,2,4 and --reps a positive count")
+    if not torch.cuda.is_available():
+        die("CUDA is not available; bench needs a GPU")
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    gpu = gpu_tag(torch.cuda.get_device_name())
+    path = args.csv or os.path.join(HERE, gpu, "pytorch-ch%s.csv" % key)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    new = not os.path.isfile(path) or os.path.getsize(path) == 0
+    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
+    ceiling = copy_ceiling_gbps()
+    print("%s (%s), torch %s: copy ceiling %.1f GB/s; rows -> %s"
+          % (torch.cuda.get_device_name(), gpu, torch.__version__, ceiling, path))
+    date = datetime.date.today().isoformat()
+    with open(path, "a", newline="") as fh:
+        w = csv.writer(fh)
+        if new:
+            w.writerow(COLUMNS)
+        for n in batches:
+            shape = (n,) + tuple(spec["default_shape"][1:])
+            p = {k: torch.from_numpy(v).cuda() for k, v in spec["make_params"](args.seed, shape).items()}
+            with torch.no_grad():
+                c = spec["pre"](*[p[k] for k in spec["pre_args"]])
+            g = torch.randn(spec["shapes"](shape)["out"], device="cuda")
+            for scope in SCOPES:
+                nbytes = spec["bytes"](scope, shape)
+                for version, label in VERSIONS:
+                    torch._dynamo.reset()  # fresh compile for every (batch, scope)
+                    try:
+                        run, reset = make_step(spec, scope, p, c, g, version == "compile")
+                        for _ in range(3):  # warm-up (includes compilation)
+                            reset()
+                            run()
+                        torch.cuda.synchronize()
+                        med, lo, hi = time_cuda(run, reset, args.reps, flush)
+                    except Exception as e:  # noqa: BLE001 - report and go on
+                        print("n=%-4d %-16s %-8s failed: %s" % (n, scope, version, str(e)[:200]))
+                        continue
+                    gbps = nbytes / (med * 1e-3) / 1e9
+                    floor = nbytes / (ceiling * 1e9) * 1e3
+                    w.writerow([gpu, key, version, label, scope, "x".join(map(str, shape)),
+                                "%.6g" % med, "%.6g" % lo, "%.6g" % hi, nbytes, "%.6g" % gbps,
+                                "%.6g" % ceiling, "%.4g" % (100 * gbps / ceiling),
+                                "%.6g" % floor, "", args.reps, date])
+                    fh.flush()
+                    print("n=%-4d %-16s %-8s median %9.4f ms (min %.4f, max %.4f) "
+                          "%7.1f GB/s = %5.1f%% of copy" % (n, scope, version, med, lo, hi,
+                                                            gbps, 100 * gbps / ceiling))
+                    del run, reset
+            del p, c, g
+            torch.cuda.empty_cache()
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="pytorch_peer", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    pg = sub.add_parser("golden", help="write small float64-computed reference cases")
+    pg.add_argument("--out", default=os.path.join(HERE, "golden"))
+    pc = sub.add_parser("check", help="check a C program --dump directory")
+    pc.add_argument("dir")
+    pc.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="device of the float64 reference (default cpu)")
+    pb = sub.add_parser("bench", help="time PyTorch eager and torch.compile on CUDA")
+    pb.add_argument("--csv", help="default: data/<gpu>/pytorch-chNN.csv")
+    pb.add_argument("--batches", default="1,2,4,8,16,32,64,128")
+    pb.add_argument("--reps", type=int, default=50)
+    for p in (pg, pc, pb):
+        p.add_argument("--chapter", default="1", help="chapter number (default 1)")
+    for p in (pg, pb):
+        p.add_argument("--seed", type=int, default=58, help="base seed (default 58)")
+    args = ap.parse_args(argv)
+    if torch is None:
+        die("PyTorch is not installed (python3 -c 'import torch' failed)")
+    if np is None:
+        die("NumPy is not installed (python3 -c 'import numpy' failed)")
+    return {"golden": cmd_golden, "check": cmd_check, "bench": cmd_bench}[args.mode](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+#!/bin/bash
+# run-device.sh: what produced data/<gpu>/ on the GPU machine, in one call (the device is lent
+# by the hour, so build, test, time and check go together). Logs go to $OUT (default build/out).
+# usage: bash data/run-device.sh [stage ...]     stages: test chapter sanitize dump bench peers sass
+#        (none given: test chapter sanitize dump)
+set -uo pipefail
+OUT=${OUT:-build/out}
+mkdir -p "$OUT"
+stages=${*:-test chapter sanitize dump}
+status=0
+step() { # step NAME COMMAND...: run, log to $OUT/NAME.log, one summary line
+    local name=$1; shift
+    local t0=$SECONDS
+    "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    [ $rc -ne 0 ] && status=1
+    printf '%-10s rc=%d %4ds  %s\n' "$name" $rc $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log")"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+make -s all ARCH=sm_90 >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1; }
+for s in $stages; do
+    case $s in
+    test) step test make -s test ARCH=sm_90 ;;
+    chapter) step chapter make -s chapter-1 ARCH=sm_90; cp data/*/ch01.csv "$OUT/" 2>/dev/null ;;
+    sanitize) step sanitize make -s sanitize ARCH=sm_90 ;;
+    dump) rm -rf build/dump; step dump build/ch01 --shape 3x3x5x6x7 --reps 3 --dump build/dump
+          step check python3 data/pytorch_peer.py check build/dump ;;
+    bench) step bench make -s bench ARCH=sm_90; cp data/*/ch01-sweep.csv "$OUT/" 2>/dev/null ;;
+    peers) step peers python3 data/pytorch_peer.py bench --chapter 1; cp data/*/pytorch-ch01.csv "$OUT/" 2>/dev/null ;;
+    sass) step sass sh -c 'cuobjdump -sass build/ch01 | awk "/Function : .*k_model_fused/{f=1} /Function : /&&!/k_model_fused/{f=0} f" | grep -oE "FFMA|LDC|MUFU|LDS|STG|HFMA2|FMUL|FADD|FMNMX|LDG[.A-Z0-9]*" | sort | uniq -c' ;;
+    *) echo "unknown stage $s"; status=1 ;;
+    esac
+done
+exit $status
