@@ -34,7 +34,7 @@ SWEEP_01 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 .SECONDEXPANSION:
 
-.PHONY: all test bench plots sanitize clean $(foreach c,$(CHAPTERS),chapter-$(c:0%=%))
+.PHONY: all test bench plots sanitize clean
 all: $(BINS) build/test_common
 
 build:
@@ -52,9 +52,14 @@ build/test_common: common/test_common.c build/common.o | build
 build/ch%: build/common.o build/gpu.o common/gpu.h common/common.h $$(call ch_src,%) | build
 	$(NVCC) $(NVFLAGS) -o $@ $(call ch_src,$*) build/common.o build/gpu.o $(LDLIBS)
 
-chapter-%: build/ch0%
+# chapter-1 .. chapter-N (explicit rules: make skips pattern rules for phony targets)
+define chapter_rule
+.PHONY: chapter-$(patsubst 0%,%,$(1))
+chapter-$(patsubst 0%,%,$(1)): build/ch$(1)
 	@mkdir -p data/$(GPU)
-	build/ch0$* --csv data/$(GPU)/ch0$*.csv
+	build/ch$(1) --csv data/$(GPU)/ch$(1).csv
+endef
+$(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
 
 test: $(BINS) build/test_common
 	@sh common/run-tests.sh build/test_common \

@@ -29,7 +29,6 @@ except Exception:  # noqa: BLE001
     torch = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # the repository's data/ folder
-REL_TOL, ABS_TOL = 1e-5, 1e-4
 
 
 def die(msg, code=2):
@@ -97,13 +96,16 @@ def c01_bytes(scope, shape):
 #   pre_args:     inputs consumed by pre(); epi_in = dump stem of pre()'s output
 #   epi_args:     further epilogue() arguments after epi_in
 CHAPTERS = {
-    "01": dict(title="ConvTranspose3d + LogSumExp + HardSwish-like + Sub + Clamp (KernelBench L2 #58)",
+    "01": dict(title="ConvTranspose3d + LogSumExp + x*sigmoid(x+3)/6 - bias + clamp (KB L2 #58)",
                default_shape=(128, 3, 16, 32, 32),
                golden_shapes=[(1, 3, 2, 3, 5), (2, 3, 3, 4, 7), (1, 3, 5, 6, 5)],
                inputs=("x", "conv_weight", "conv_bias", "bias"), batched=("x",),
                pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
                epi_args=("bias",), make_params=c01_make_params, shapes=c01_shapes,
-               pre=c01_pre, epilogue=c01_epilogue, forward=c01_forward, bytes=c01_bytes),
+               pre=c01_pre, epilogue=c01_epilogue, forward=c01_forward, bytes=c01_bytes,
+               # bias ~ N(0,1) often clamps every output to +-1 (all gradients zero):
+               # golden cases need at least half of the outputs inside (-1, 1)
+               golden_ok=lambda y: float((y.abs() < 1).double().mean()) >= 0.5),
 }
 
 
@@ -172,7 +174,8 @@ class Comparison:
         self.d2 = self.b2 = self.maxabs = 0.0
 
     def add(self, a, b):
-        a = a.detach().double().cpu() if torch.is_tensor(a) else torch.from_numpy(np.array(a, np.float64))
+        a = a.detach().double().cpu() if torch.is_tensor(a) else \
+            torch.from_numpy(np.array(a, np.float64))
         b = b.detach().double().cpu()
         self.finite &= bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())
         d = a - b
@@ -180,11 +183,11 @@ class Comparison:
         if d.numel():
             self.maxabs = max(self.maxabs, float(d.abs().max()))
 
-    def result(self):
+    def result(self, rtol, atol):
         if self.err:
             return float("nan"), float("nan"), False
         rel = (self.d2 ** 0.5) / (self.b2 ** 0.5 if self.b2 > 0 else 1.0)  # absolute if ||b||=0
-        ok = self.finite and rel <= REL_TOL and self.maxabs <= ABS_TOL
+        ok = self.finite and rel <= rtol and self.maxabs <= atol
         return rel, self.maxabs, ok
 
 
@@ -279,14 +282,15 @@ def cmd_check(args):
             info32.setdefault(key, Comparison("torch-fp32-cuda", key, False)).add(t, pg[key])
     passed = failed = 0
     for c in checks + list(info32.values()):
-        rel, mx, ok = c.result()
+        rel, mx, ok = c.result(args.rtol, args.atol)
         if c.counted:
             passed, failed = passed + ok, failed + (not ok)
             status = "PASS" if ok else "FAIL"
         else:
             status = "info (within tol)" if ok else "info (over tol)"
         extra = ("  " + c.err) if c.err else ("" if c.finite else "  non-finite values")
-        print("%-26s vs %-24s rel_l2=%.3e max_abs=%.3e %s%s" % (c.name, c.ref, rel, mx, status, extra))
+        print("%-26s vs %-24s rel_l2=%.3e max_abs=%.3e %s%s"
+              % (c.name, c.ref, rel, mx, status, extra))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
@@ -296,11 +300,16 @@ def cmd_golden(args):
     key, spec = get_chapter(args.chapter)
     total = 0
     for i, shape in enumerate(spec["golden_shapes"]):
-        arrays = spec["make_params"](args.seed + i, shape)
-        g = np.random.default_rng(args.seed + 1000 + i).standard_normal(
-            spec["shapes"](shape)["out"]).astype(np.float32)
-        ref = Reference(spec, arrays, torch.float64, torch.device("cpu"), True)
-        out = ref.run({k: arrays[k] for k in spec["batched"]}, None, g)
+        seed = args.seed + i
+        while True:  # skip seeds whose case is degenerate (e.g. output fully clamped)
+            arrays = spec["make_params"](seed, shape)
+            g = np.random.default_rng(seed + 1000).standard_normal(
+                spec["shapes"](shape)["out"]).astype(np.float32)
+            ref = Reference(spec, arrays, torch.float64, torch.device("cpu"), True)
+            out = ref.run({k: arrays[k] for k in spec["batched"]}, None, g)
+            if spec["golden_ok"](out["model"]):
+                break
+            seed += 100
         out.update(ref.param_grads())
         files = dict(arrays, grad_output=g, out=out["model"], **{spec["epi_in"]: out["conv"]})
         files.update({"grad_" + k: out["grad_" + k] for k in spec["inputs"] + (spec["epi_in"],)})
@@ -310,7 +319,7 @@ def cmd_golden(args):
             a = a.detach().cpu().numpy() if torch.is_tensor(a) else a
             np.save(os.path.join(folder, name + ".npy"), np.ascontiguousarray(a, np.float32))
             total += os.path.getsize(os.path.join(folder, name + ".npy"))
-        print("wrote %s (%d files)" % (folder, len(files)))
+        print("wrote %s (%d files, seed %d)" % (folder, len(files), seed))
     print("golden total: %.1f KiB" % (total / 1024))
     return 0
 
@@ -397,7 +406,8 @@ def cmd_bench(args):
             w.writerow(COLUMNS)
         for n in batches:
             shape = (n,) + tuple(spec["default_shape"][1:])
-            p = {k: torch.from_numpy(v).cuda() for k, v in spec["make_params"](args.seed, shape).items()}
+            p = {k: torch.from_numpy(v).cuda()
+                 for k, v in spec["make_params"](args.seed, shape).items()}
             with torch.no_grad():
                 c = spec["pre"](*[p[k] for k in spec["pre_args"]])
             g = torch.randn(spec["shapes"](shape)["out"], device="cuda")
@@ -440,6 +450,8 @@ def main(argv=None):
     pc.add_argument("dir")
     pc.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="device of the float64 reference (default cpu)")
+    pc.add_argument("--rtol", type=float, default=1e-5, help="max rel-L2 error (1e-5)")
+    pc.add_argument("--atol", type=float, default=1e-4, help="max abs error (1e-4)")
     pb = sub.add_parser("bench", help="time PyTorch eager and torch.compile on CUDA")
     pb.add_argument("--csv", help="default: data/<gpu>/pytorch-chNN.csv")
     pb.add_argument("--batches", default="1,2,4,8,16,32,64,128")
