@@ -187,8 +187,8 @@ class Comparison:
         if self.err:
             return float("nan"), float("nan"), False
         rel = (self.d2 ** 0.5) / (self.b2 ** 0.5 if self.b2 > 0 else 1.0)  # absolute if ||b||=0
-        ok = self.finite and rel <= rtol and self.maxabs <= atol
-        return rel, self.maxabs, ok
+        mx = self.maxabs if self.finite else float("nan")
+        return rel, mx, self.finite and rel <= rtol and mx <= atol
 
 
 def cmd_check(args):

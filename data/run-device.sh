@@ -27,7 +27,7 @@ for s in $stages; do
           step check python3 data/pytorch_peer.py check build/dump ;;
     bench) step bench make -s bench ARCH=sm_90; cp data/*/ch01-sweep.csv "$OUT/" 2>/dev/null ;;
     peers) step peers python3 data/pytorch_peer.py bench --chapter 1; cp data/*/pytorch-ch01.csv "$OUT/" 2>/dev/null ;;
-    sass) step sass sh -c 'cuobjdump -sass build/ch01 | awk "/Function : .*k_model_fused/{f=1} /Function : /&&!/k_model_fused/{f=0} f" | grep -oE "FFMA|LDC|MUFU|LDS|STG|HFMA2|FMUL|FADD|FMNMX|LDG[.A-Z0-9]*" | sort | uniq -c' ;;
+    sass) step sass sh -c 'cuobjdump -sass build/ch01 | awk "/Function : .*k_model_fused_v6/{f=1} /Function : /&&!/k_model_fused_v6/{f=0} f" | grep -oE "FFMA|LDC|MUFU|LDS|STG|HFMA2|FMUL|FADD|FMNMX|LDG[.A-Z0-9]*" | sort | uniq -c' ;;
     *) echo "unknown stage $s"; status=1 ;;
     esac
 done

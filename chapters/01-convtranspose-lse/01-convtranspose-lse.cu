@@ -22,6 +22,8 @@
  *   v5  full fusion: the transposed convolution computed inside the kernel, by output parity,
  *       weights in constant memory, input tile in shared memory. The 1 GB conv output is never
  *       written: the whole model reads 25 MB and writes 63 MB.
+ *   v6  v5 tuned by its SASS: weights as shared-memory float4 broadcasts instead of constant
+ *       loads, two output cubes per thread, the logsumexp in base 2.
  *
  *   build/ch01                     verify and time every version at the KernelBench shape
  *   build/ch01 --test              CPU checks + every version on awkward shapes and extreme values
@@ -593,6 +595,170 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
     }
 }
 
+/* ---------------------------------------------------------------- v6: full fusion, tuned
+ * What v5's SASS shows (cuobjdump -sass, nvcc 13.0, sm_90): per thread 1440 FFMA, 892 LDC,
+ * 440 FMUL, 280 FADD, 153 MUFU. The weights did not stay FFMA operands: most of them arrive by a
+ * separate LDC, and the constant cache serves those one warp at a time. About 3300 instructions
+ * a thread over 65.5 K warps is about 0.21 ms of issue at 1.98 GHz, yet v5 measured 0.39 ms.
+ * Changes, each aimed at instructions per output:
+ *  (1) weights staged once per block in shared memory, laid out [co][ci][28] (27 taps + 1 pad)
+ *      and read as float4: all 32 lanes read the same address (a broadcast, no bank conflict),
+ *      7 LDS.128 for the 27 weights of one (co, ci) instead of 27 constant loads;
+ *  (2) two output cubes per thread, adjacent along w: each weight read feeds two FFMAs, and the
+ *      two cubes share an input column (3 x 2 x 2 x 3 = 36 inputs instead of 48);
+ *  (3) weights and bias pre-scaled by log2(e) while staged, so the conv output arrives in base-2
+ *      units and the online logsumexp needs ex2(-|d|) with no multiply before it (ex2.approx is
+ *      the MUFU instruction __expf is built on); z = ln 2 * (m + log2 s) at the end.
+ * The thread's 4 outputs along w are then contiguous in y, so a warp stores 128 adjacent floats
+ * per output row. Registers: 36 inputs, 28 weights, 16 accumulators, 32 LSE states: about 130,
+ * so 3 blocks of 128 threads per SM; 16 independent accumulator chains per thread keep the FMA
+ * pipe busy without more warps. */
+
+#define V6_CUBES 2
+#define V6_TW 32
+#define V6_TH 4
+#define V6_COLS (V6_TW * V6_CUBES)
+#define TAPS_PAD 28
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+__device__ static inline float ex2_approx(float v)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+__device__ static inline float lg2_approx(float v)
+{
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+/* the online update of v4, in base 2 */
+__device__ static inline void lse2_online(float v, float *m, float *s)
+{
+    float d = v - *m;
+    float e = ex2_approx(-fabsf(d));
+    if (d > 0.0f) {
+        *s = fmaf(*s, e, 1.0f);
+        *m = v;
+    } else {
+        *s += e;
+    }
+}
+
+__global__ void __launch_bounds__(V6_TW *V6_TH)
+    k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
+                     const float *__restrict__ conv_bias, const float *__restrict__ b,
+                     float *__restrict__ y, int d, int h, int w)
+{
+    __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
+    __shared__ float s_bias[C_OUT];
+    __shared__ float tile[C_IN][2][V6_TH + 1][V6_COLS + 1];
+    int tid = threadIdx.y * V6_TW + threadIdx.x;
+    int tiles_w = (w + V6_COLS - 1) / V6_COLS;
+    int jw0 = (blockIdx.x % tiles_w) * V6_COLS, jh0 = (blockIdx.x / tiles_w) * V6_TH;
+    int jd = blockIdx.y, n = blockIdx.z;
+    int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;
+
+    float *s_w = reinterpret_cast<float *>(s_w4);
+    for (int t = tid; t < C_OUT * C_IN * TAPS_PAD; t += V6_TW * V6_TH) {
+        int co = t / (C_IN * TAPS_PAD), r = t % (C_IN * TAPS_PAD);
+        int ci = r / TAPS_PAD, k = r % TAPS_PAD;
+        s_w[t] = k < KS * KS * KS ? weight[(ci * C_OUT + co) * KS * KS * KS + k] * LOG2E_F : 0.0f;
+    }
+    if (tid < C_OUT)
+        s_bias[tid] = conv_bias[tid] * LOG2E_F;
+    const int tile_elems = C_IN * 2 * (V6_TH + 1) * (V6_COLS + 1);
+    for (int t = tid; t < tile_elems; t += V6_TW * V6_TH) {
+        int tw = t % (V6_COLS + 1), r = t / (V6_COLS + 1);
+        int th = r % (V6_TH + 1);
+        r /= V6_TH + 1;
+        int dd = r % 2, ci = r / 2;
+        int gd = jd + dd, gh = jh0 + th, gw = jw0 + tw;
+        float v = 0.0f;
+        if (gd < d && gh < h && gw < w)
+            v = x[(((n * C_IN + ci) * d + gd) * h + gh) * w + gw];
+        tile[ci][dd][th][tw] = v;
+    }
+    __syncthreads();
+
+    int jw = jw0 + V6_CUBES * threadIdx.x, jh = jh0 + threadIdx.y;
+    if (jw >= w || jh >= h)
+        return;
+    float xin[C_IN][2][2][V6_CUBES + 1];
+#pragma unroll
+    for (int ci = 0; ci < C_IN; ci++)
+#pragma unroll
+        for (int dd = 0; dd < 2; dd++)
+#pragma unroll
+            for (int dh = 0; dh < 2; dh++)
+#pragma unroll
+                for (int dw = 0; dw <= V6_CUBES; dw++)
+                    xin[ci][dd][dh][dw] =
+                        tile[ci][dd][threadIdx.y + dh][V6_CUBES * threadIdx.x + dw];
+
+    float m[V6_CUBES][8], s[V6_CUBES][8];
+#pragma unroll
+    for (int c = 0; c < V6_CUBES; c++)
+#pragma unroll
+        for (int o = 0; o < 8; o++)
+            m[c][o] = -INFINITY, s[c][o] = 0.0f;
+#pragma unroll
+    for (int co = 0; co < C_OUT; co++) {
+        float acc[V6_CUBES][8];
+#pragma unroll
+        for (int c = 0; c < V6_CUBES; c++)
+#pragma unroll
+            for (int o = 0; o < 8; o++)
+                acc[c][o] = s_bias[co];
+#pragma unroll
+        for (int ci = 0; ci < C_IN; ci++) {
+            float wk[TAPS_PAD];
+#pragma unroll
+            for (int q = 0; q < TAPS_PAD / 4; q++) {
+                float4 t = s_w4[co][ci][q];
+                wk[4 * q] = t.x, wk[4 * q + 1] = t.y, wk[4 * q + 2] = t.z, wk[4 * q + 3] = t.w;
+            }
+#pragma unroll
+            for (int kd = 0; kd < KS; kd++)
+#pragma unroll
+                for (int kh = 0; kh < KS; kh++)
+#pragma unroll
+                    for (int kw = 0; kw < KS; kw++) {
+                        int o = TAP_OUT(kd) * 4 + TAP_OUT(kh) * 2 + TAP_OUT(kw);
+                        float wv = wk[(kd * KS + kh) * KS + kw];
+#pragma unroll
+                        for (int c = 0; c < V6_CUBES; c++)
+                            acc[c][o] = fmaf(wv, xin[ci][TAP_IN(kd)][TAP_IN(kh)][c + TAP_IN(kw)],
+                                             acc[c][o]);
+                    }
+        }
+#pragma unroll
+        for (int c = 0; c < V6_CUBES; c++)
+#pragma unroll
+            for (int o = 0; o < 8; o++)
+                lse2_online(acc[c][o], &m[c][o], &s[c][o]);
+    }
+    float bv = *b;
+    float *yn = y + n * od * oh * ow;
+#pragma unroll
+    for (int o = 0; o < 8; o++) {
+        int zd = 2 * jd + (o >> 2), zh = 2 * jh + ((o >> 1) & 1);
+        if (zd >= od || zh >= oh)
+            continue;
+#pragma unroll
+        for (int c = 0; c < V6_CUBES; c++) {
+            int zw = 2 * (jw + c) + (o & 1);
+            if (zw < ow)
+                yn[(zd * oh + zh) * ow + zw] =
+                    tail_fast(LN2_F * (m[c][o] + lg2_approx(s[c][o])), bv);
+        }
+    }
+}
+
 /* A demonstration, not a version: logsumexp as the formula reads, log(sum(exp(v))), with the
  * fast intrinsics. exp(100) = 2.7e43 is past float's 3.4e38, so the sum is inf; exp(-100) =
  * 3.7e-44 is a float subnormal with a few significant bits left, so the sum is coarse. The
@@ -632,8 +798,8 @@ typedef struct {
     cudnnConvolutionBwdDataAlgo_t algo;
     void *workspace;
     size_t workspace_bytes;
-    float fastest_any_ms; /* cudnnFind's time for its fastest algorithm of any kind */
-    int fastest_any_algo, fastest_any_deterministic;
+    int deterministic; /* the chosen algorithm gives the same bits every run */
+    float find_ms;     /* cudnnFind's own time for it */
 } cudnn_conv;
 
 static void cudnn_conv_setup(cudnn_conv *cc, const shape *s)
@@ -667,18 +833,17 @@ static void cudnn_conv_setup(cudnn_conv *cc, const shape *s)
                                                           cc->conv_desc, cc->y_desc,
                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                           &found, perf));
-    /* The fastest deterministic fp32 algorithm: a nondeterministic one (atomics) would make the
-     * model's output differ from run to run, and the tests treat a moving result as a race. */
+    /* The fastest fp32 algorithm, as PyTorch picks with torch.backends.cudnn.benchmark = True.
+     * It may be nondeterministic (atomics): then the model's output can differ between runs in
+     * the last bits, and the tests do not compare cuDNN-based model runs with each other. */
     for (int i = 0; i < found && pick < 0; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
-            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
-            perf[i].determinism == CUDNN_DETERMINISTIC)
+            perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
             pick = i;
     if (pick < 0)
-        die(1, "cuDNN found no deterministic fp32 (non-tensor-core) algorithm for this conv");
-    cc->fastest_any_ms = perf[0].status == CUDNN_STATUS_SUCCESS ? perf[0].time : 0;
-    cc->fastest_any_algo = perf[0].algo;
-    cc->fastest_any_deterministic = perf[0].determinism == CUDNN_DETERMINISTIC;
+        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for this transposed conv");
+    cc->deterministic = perf[pick].determinism == CUDNN_DETERMINISTIC;
+    cc->find_ms = perf[pick].time;
     cc->algo = perf[pick].algo;
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, perf[pick].mathType));
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cc->handle, cc->w_desc, cc->x_desc,
@@ -772,6 +937,14 @@ static void launch_v5(const run_ctx *r)
                                                                      s->w);
 }
 
+static void launch_v6(const run_ctx *r)
+{
+    const shape *s = &r->sh;
+    int tiles = ((s->w + V6_COLS - 1) / V6_COLS) * ((s->h + V6_TH - 1) / V6_TH);
+    k_model_fused_v6<<<dim3(tiles, s->d, s->n), dim3(V6_TW, V6_TH)>>>(
+        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+}
+
 static void launch_conv(const run_ctx *r)
 {
     cudnn_conv_run(r->cudnn, r->x, r->weight, r->conv_bias, r->conv);
@@ -792,6 +965,7 @@ static const version versions[] = {
     {3, "anti-pattern: block per position, smem tree", launch_v3, NULL},
     {4, "16-byte loads, online logsumexp, intrinsics", launch_v4, NULL},
     {5, "full fusion: transposed conv inside the kernel", NULL, launch_v5},
+    {6, "full fusion, tuned: smem weights, 2 cubes/thread", NULL, launch_v6},
 };
 #define N_VERSIONS ((int)(sizeof versions / sizeof versions[0]))
 
@@ -954,12 +1128,13 @@ static void check_versions(problem *pb, const char *label, int only, int epilogu
             if ((!whole && !v->epilogue) || (whole && epilogue_only))
                 continue;
             verify_result a = verify_version(pb, v, whole), b = verify_version(pb, v, whole);
-            int same = a.rel_l2 == b.rel_l2 && a.max_abs == b.max_abs;
-            char line[128];
-            snprintf(line, sizeof line, "rel_l2 %.1e max_abs %.1e", a.rel_l2, a.max_abs);
-            check(a.pass && b.pass && same, "v%d %-8s %-14s %-18s %s%s", v->id,
-                  whole ? "model" : "epilogue", shape_s, label, line,
-                  a.nonfinite ? " (non-finite outputs)" : (same ? "" : " (differs between runs)"));
+            /* a moving result is a race, unless it is cuDNN's nondeterministic algorithm */
+            int compare = !(whole && !v->model && !pb->cudnn.deterministic);
+            int same = !compare || (a.rel_l2 == b.rel_l2 && a.max_abs == b.max_abs);
+            check(a.pass && b.pass && same, "v%d %-8s %-14s %-14s rel_l2 %.1e max_abs %.1e%s%s",
+                  v->id, whole ? "model" : "epilogue", shape_s, label, a.rel_l2, a.max_abs,
+                  a.nonfinite ? " (non-finite outputs)" : (same ? "" : " (differs between runs)"),
+                  compare ? "" : " (cuDNN nondeterministic: runs not compared)");
         }
     }
 }
@@ -1173,8 +1348,8 @@ static const char *help_text =
     "  N x 1 x (2D-1) x (2H-1) x (2W-1). Limits: batch and depth <= 65535, conv output < 2^31.\n"
     "  --dump DIR writes: x.npy, conv_weight.npy (3,16,3,3,3), conv_bias.npy (16), bias.npy\n"
     "  (1,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
-    "  out_v1.npy .. out_v4.npy (epilogue versions, from conv_out) and out_v5_model.npy\n"
-    "  (the fused whole model, from x). Check them: python3 data/pytorch_peer.py check DIR\n";
+    "  out_v1.npy .. out_v4.npy (epilogue versions, from conv_out), out_v5_model.npy and\n"
+    "  out_v6_model.npy (the fused whole model, from x). Check them: python3 data/pytorch_peer.py check DIR\n";
 
 static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
                         const int64_t *shape)
@@ -1314,11 +1489,10 @@ int main(int argc, char **argv)
         }
     }
     timing tc = gpu_time(time_conv, &pb.r, a.reps);
-    printf("cuDNN ConvTranspose3d alone (backward-data algo %d, deterministic, + bias): median "
-           "%.4f ms [%.4f - %.4f]; cudnnFind's fastest of any kind: algo %d (%s) %.4f ms\n",
-           (int)pb.cudnn.algo, tc.median_ms, tc.min_ms, tc.max_ms, pb.cudnn.fastest_any_algo,
-           pb.cudnn.fastest_any_deterministic ? "deterministic" : "nondeterministic",
-           pb.cudnn.fastest_any_ms);
+    printf("cuDNN ConvTranspose3d alone (cudnnConvolutionBackwardData algo %d, %s, + bias): "
+           "median %.4f ms [%.4f - %.4f]\n",
+           (int)pb.cudnn.algo, pb.cudnn.deterministic ? "deterministic" : "nondeterministic",
+           tc.median_ms, tc.min_ms, tc.max_ms);
     printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; model %.1f MB -> %.4f ms, and "
            "%.2f GFLOP of conv\n",
            dev.copy_gbps, epilogue_bytes(&s) / 1e6, epilogue_bytes(&s) / (dev.copy_gbps * 1e6),
