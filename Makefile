@@ -80,7 +80,7 @@ plots:
 	@command -v gnuplot >/dev/null || { echo "error: gnuplot is not installed (apt-get install gnuplot-nox)"; exit 2; }
 	@set -e; for g in data/*/; do g=$$(basename $$g); \
 	    for p in plots/*.gp; do \
-	        csv=data/$$g/$$(basename $$p .gp | sed 's/-.*//')-sweep.csv; [ -f $$csv ] || continue; \
+	        csv=data/$$g/$$(basename $$p .gp | sed "s/-.*//")-sweep.csv; [ -f $$csv ] || continue; \
 	        gnuplot -e "gpu='$$g'" $$p && echo "plots/$$(basename $$p .gp).png .svg from $$csv"; \
 	    done; done
 
@@ -92,7 +92,8 @@ sanitize: $(BINS)
 	@set -e; $(foreach c,$(CHAPTERS),for tool in $(SANITIZERS); do \
 	    log=build/sanitize-$(c)-$$tool.log; \
 	    printf 'compute-sanitizer --tool %-9s build/ch$(c) --test --shape $(SMALL_$(c)): ' $$tool; \
-	    compute-sanitizer --tool $$tool --error-exitcode 1 --print-limit 20 $$(case $$tool in initcheck) echo "$(SANITIZE_initcheck)";; esac) \
+	    extra=; [ $$tool = initcheck ] && extra="$(SANITIZE_initcheck)"; \
+	    compute-sanitizer --tool $$tool --error-exitcode 1 --print-limit 20 $$extra \
 	        build/ch$(c) --test --shape $(SMALL_$(c)) > $$log 2>&1 \
 	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
 	    tail -n 1 $$log; \

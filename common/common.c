@@ -443,8 +443,13 @@ int report_csv(const char *path, const report_ctx *c, const report_row *rows, in
     for (int i = 0; i < n; i++) {
         const report_row *r = &rows[i];
         double gbps = r->bytes / (r->t.median_ms * 1e6);
-        fprintf(f, "%s,%s,%s,\"%s\",%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.5f,", c->gpu,
-                c->chapter, r->version, r->name, r->scope, c->shape, r->t.median_ms, r->t.min_ms,
+        char name[128]; /* no commas inside a field: any tool can split the row on commas */
+        snprintf(name, sizeof name, "%s", r->name);
+        for (char *p = name; *p; p++)
+            if (*p == ',' || *p == '"')
+                *p = ';';
+        fprintf(f, "%s,%s,%s,%s,%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.5f,", c->gpu,
+                c->chapter, r->version, name, r->scope, c->shape, r->t.median_ms, r->t.min_ms,
                 r->t.max_ms, r->bytes, gbps, c->ceiling_gbps, 100.0 * gbps / c->ceiling_gbps,
                 r->bytes / (c->ceiling_gbps * 1e6));
         if (r->speedup_v1 > 0)

@@ -175,7 +175,8 @@ void report_print(FILE *f, const report_ctx *c, const report_row *r);
 /*
  * Appends rows to a CSV file, writing the header first when the file is new or empty. Columns:
  * gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,ceiling_gbps,
- * pct_ceiling,floor_ms,speedup_v1,reps,date. floor_ms = bytes / ceiling. Returns 0 or -1.
+ * pct_ceiling,floor_ms,speedup_v1,reps,date. floor_ms = bytes / ceiling. Commas and quotes in a
+ * name become ';' so every row splits on commas. Returns 0 or -1.
  */
 int report_csv(const char *path, const report_ctx *c, const report_row *rows, int n);
 

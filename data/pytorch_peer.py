@@ -197,7 +197,12 @@ def cmd_check(args):
     if not os.path.isdir(d):
         die("no such dump directory: %s" % d)
     path = lambda stem: os.path.join(d, stem + ".npy")  # noqa: E731
-    load = lambda stem: np.load(path(stem), mmap_mode="r")  # noqa: E731
+
+    def load(stem):  # memory-mapped: large dumps are read chunk by chunk
+        try:
+            return np.load(path(stem), mmap_mode="r")
+        except (OSError, ValueError) as e:
+            die("cannot read %s: %s" % (path(stem), e))
     for k in spec["inputs"]:
         if not os.path.isfile(path(k)):
             die("%s lacks %s.npy" % (d, k))
@@ -401,7 +406,7 @@ def cmd_bench(args):
           % (torch.cuda.get_device_name(), gpu, torch.__version__, ceiling, path))
     date = datetime.date.today().isoformat()
     with open(path, "a", newline="") as fh:
-        w = csv.writer(fh)
+        w = csv.writer(fh, lineterminator="\n")
         if new:
             w.writerow(COLUMNS)
         for n in batches:

@@ -614,10 +614,8 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
  * so 3 blocks of 128 threads per SM; 16 independent accumulator chains per thread keep the FMA
  * pipe busy without more warps. */
 
-#define V6_CUBES 2
 #define V6_TW 32
 #define V6_TH 4
-#define V6_COLS (V6_TW * V6_CUBES)
 #define TAPS_PAD 28
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
@@ -649,14 +647,20 @@ __device__ static inline void lse2_online(float v, float *m, float *s)
     }
 }
 
-__global__ void __launch_bounds__(V6_TW *V6_TH)
+#ifndef V6_MIN_BLOCKS
+#define V6_MIN_BLOCKS 1
+#endif
+
+template <int V6_CUBES>
+__global__ void __launch_bounds__(V6_TW *V6_TH, V6_MIN_BLOCKS)
     k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
                      const float *__restrict__ conv_bias, const float *__restrict__ b,
                      float *__restrict__ y, int d, int h, int w)
 {
     __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
     __shared__ float s_bias[C_OUT];
-    __shared__ float tile[C_IN][2][V6_TH + 1][V6_COLS + 1];
+    const int V6_COLS = V6_TW * V6_CUBES;
+    __shared__ float tile[C_IN][2][V6_TH + 1][V6_TW * V6_CUBES + 1];
     int tid = threadIdx.y * V6_TW + threadIdx.x;
     int tiles_w = (w + V6_COLS - 1) / V6_COLS;
     int jw0 = (blockIdx.x % tiles_w) * V6_COLS, jh0 = (blockIdx.x / tiles_w) * V6_TH;
@@ -937,13 +941,18 @@ static void launch_v5(const run_ctx *r)
                                                                      s->w);
 }
 
-static void launch_v6(const run_ctx *r)
+template <int CUBES>
+static void launch_fused_smem(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    int tiles = ((s->w + V6_COLS - 1) / V6_COLS) * ((s->h + V6_TH - 1) / V6_TH);
-    k_model_fused_v6<<<dim3(tiles, s->d, s->n), dim3(V6_TW, V6_TH)>>>(
+    int cols = V6_TW * CUBES;
+    int tiles = ((s->w + cols - 1) / cols) * ((s->h + V6_TH - 1) / V6_TH);
+    k_model_fused_v6<CUBES><<<dim3(tiles, s->d, s->n), dim3(V6_TW, V6_TH)>>>(
         r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }
+
+static void launch_v6(const run_ctx *r) { launch_fused_smem<1>(r); }
+
 
 static void launch_conv(const run_ctx *r)
 {
@@ -965,7 +974,7 @@ static const version versions[] = {
     {3, "anti-pattern: block per position, smem tree", launch_v3, NULL},
     {4, "16-byte loads, online logsumexp, intrinsics", launch_v4, NULL},
     {5, "full fusion: transposed conv inside the kernel", NULL, launch_v5},
-    {6, "full fusion, tuned: smem weights, 2 cubes/thread", NULL, launch_v6},
+    {6, "full fusion: smem float4 weights, base-2 LSE", NULL, launch_v6},
 };
 #define N_VERSIONS ((int)(sizeof versions / sizeof versions[0]))
 

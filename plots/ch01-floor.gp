@@ -1,0 +1,29 @@
+# Chapter 1: time against batch size beside the DRAM floor (bytes the scope must move over the
+# measured copy ceiling). Where a line meets its floor, only fewer bytes can make it faster.
+if (!exists("gpu")) gpu = "h100"
+if (!exists("dir")) dir = "data/" . gpu
+sweep = dir . "/ch01-sweep.csv"
+gpuname = system("awk -F, 'NR==2 {print toupper($1)}' " . sweep)
+ours(scope, ver, col) = sprintf("< awk -F, -v s=%s -v v=%s 'NR > 1 && $5 == s && $3 == v {split($6, d, \"x\"); print d[1], $%d}' %s | sort -n", scope, ver, col, sweep)
+versions(scope) = system(sprintf("awk -F, -v s=%s 'NR > 1 && $5 == s {print $3}' %s | sort -u | tr '\\n' ' '", scope, sweep))
+label(ver) = system(sprintf("awk -F, -v v=%s 'NR > 1 && $3 == v {print v \": \" $4; exit}' %s", ver, sweep))
+
+set datafile separator whitespace
+set logscale xy
+set xlabel "batch size (input N x 3 x 16 x 32 x 32)"
+set ylabel "median time, ms (lower is better)"
+set key top left font ",9"
+set grid
+set xrange [0.8:160]
+do for [fmt in "png svg"] {
+    if (fmt eq "png") { set terminal pngcairo size 1400,560 font ",11" } else { set terminal svg size 1400,560 font "sans,11" }
+    set output sprintf("plots/ch01-floor.%s", fmt)
+    set multiplot layout 1,2 title sprintf("Chapter 1, model #58 on %s: time against the DRAM floor", gpuname)
+    set title "epilogue alone"
+    plot for [v in versions("epilogue_fwd")] ours("epilogue_fwd", v, 7) using 1:2 with linespoints lw 2 title label(v), \
+         ours("epilogue_fwd", "v1", 14) using 1:2 with lines lw 3 lc "black" dt 2 title "DRAM floor (1 read + 1 write)"
+    set title "whole model"
+    plot for [v in versions("model_fwd")] ours("model_fwd", v, 7) using 1:2 with linespoints lw 2 title label(v), \
+         ours("model_fwd", "v1", 14) using 1:2 with lines lw 3 lc "black" dt 2 title "DRAM floor (x in, y out)"
+    unset multiplot
+}

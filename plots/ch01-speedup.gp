@@ -1,0 +1,38 @@
+# Chapter 1: speedup over v1 against batch size, a line per version; PyTorch eager and
+# torch.compile too when data/<gpu>/pytorch-ch01.csv exists. Left: the epilogue alone (input =
+# the conv output); right: the whole model. Run from the repository root: make plots
+if (!exists("gpu")) gpu = "h100"
+if (!exists("dir")) dir = "data/" . gpu
+sweep = dir . "/ch01-sweep.csv"
+peers = dir . "/pytorch-ch01.csv"
+have_peers = system("test -s " . peers . " && echo 1 || echo 0") + 0
+gpuname = system("awk -F, 'NR==2 {print toupper($1)}' " . sweep)
+
+# "batch speedup" rows of one (scope, version) of our sweep, in batch order
+ours(scope, ver) = sprintf("< awk -F, -v s=%s -v v=%s 'NR > 1 && $5 == s && $3 == v {split($6, d, \"x\"); print d[1], $15}' %s | sort -n", scope, ver, sweep)
+# PyTorch's rows as a speedup over our v1 at the same batch
+theirs(scope, ver) = sprintf("< awk -F, -v s=%s -v v=%s 'FNR == 1 {next} NR == FNR {if ($5 == s && $3 == \"v1\") {split($6, d, \"x\"); t[d[1]] = $7}; next} $5 == s && $3 == v {split($6, d, \"x\"); if (d[1] in t) print d[1], t[d[1]] / $7}' %s %s | sort -n", scope, ver, sweep, peers)
+versions(scope) = system(sprintf("awk -F, -v s=%s 'NR > 1 && $5 == s {print $3}' %s | sort -u | tr '\\n' ' '", scope, sweep))
+label(ver) = system(sprintf("awk -F, -v v=%s 'NR > 1 && $3 == v {print v \": \" $4; exit}' %s", ver, sweep))
+
+set datafile separator whitespace
+set logscale x 2
+set logscale y 10
+set xlabel "batch size (input N x 3 x 16 x 32 x 32)"
+set ylabel "speedup over v1 (median, higher is better)"
+set key top left font ",9"
+set grid
+set xrange [0.8:160]
+
+do for [fmt in "png svg"] {
+    if (fmt eq "png") { set terminal pngcairo size 1400,560 font ",11" } else { set terminal svg size 1400,560 font "sans,11" }
+    set output sprintf("plots/ch01-speedup.%s", fmt)
+    set multiplot layout 1,2 title sprintf("Chapter 1, model #58 on %s: fp32, L2 flushed, median of the repetitions", gpuname)
+    set title "epilogue alone (LSE + tail, input = conv output)"
+    plot for [v in versions("epilogue_fwd")] ours("epilogue_fwd", v) using 1:2 with linespoints lw 2 title label(v), \
+         for [p in (have_peers ? "eager compile" : "")] theirs("epilogue_fwd", p) using 1:2 with linespoints dt 2 lw 2 title "PyTorch ".p
+    set title "whole model (transposed conv + epilogue)"
+    plot for [v in versions("model_fwd")] ours("model_fwd", v) using 1:2 with linespoints lw 2 title label(v), \
+         for [p in (have_peers ? "eager compile" : "")] theirs("model_fwd", p) using 1:2 with linespoints dt 2 lw 2 title "PyTorch ".p
+    unset multiplot
+}
