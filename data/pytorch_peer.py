@@ -192,7 +192,7 @@ class Comparison:
 
 
 def cmd_check(args):
-    _, spec = get_chapter(args.chapter)
+    key, spec = get_chapter(args.chapter)
     d = args.dir
     if not os.path.isdir(d):
         die("no such dump directory: %s" % d)
@@ -258,6 +258,7 @@ def cmd_check(args):
     if has_g and g_arr.shape != tuple(shapes["out"]):
         die("grad_output.npy has shape %s, expected %s" % (g_arr.shape, tuple(shapes["out"])))
 
+    print("chapter %s (%s): %s, float64 reference on %s" % (key, spec["title"], d, args.device))
     ref = Reference(spec, arrays, torch.float64, torch.device(args.device), want_grad)
     r32, info32 = None, {}
     if torch.cuda.is_available():  # informational: what a float32 PyTorch run gets
@@ -402,8 +403,9 @@ def cmd_bench(args):
     new = not os.path.isfile(path) or os.path.getsize(path) == 0
     flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
     ceiling = copy_ceiling_gbps()
-    print("%s (%s), torch %s: copy ceiling %.1f GB/s; rows -> %s"
-          % (torch.cuda.get_device_name(), gpu, torch.__version__, ceiling, path))
+    print("chapter %s (%s)\n%s (%s), torch %s: copy ceiling %.1f GB/s; rows -> %s"
+          % (key, spec["title"], torch.cuda.get_device_name(), gpu, torch.__version__,
+             ceiling, path))
     date = datetime.date.today().isoformat()
     with open(path, "a", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")

@@ -30,14 +30,16 @@ for s in $stages; do
     sass) step sass sh -c 'cuobjdump -sass build/ch01 | awk "/Function : .*k_model_fused_v6/{f=1} /Function : /&&!/k_model_fused_v6/{f=0} f" | grep -oE "FFMA|LDC|MUFU|LDS|STG|HFMA2|FMUL|FADD|FMNMX|LDG[.A-Z0-9]*" | sort | uniq -c' ;;
     ncu) step ncu ncu --clock-control none --kernel-name regex:k_model_fused --launch-skip 3 --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-            build/ch01 --version "${NCU_VERSION:-5}" --reps 1 ;;
+            --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+            build/ch01 --version "${NCU_VERSION:-6}" --reps 1 ;;
     variants) # v6 under different register caps, built side by side
         for mb in ${VARIANTS:-5 6 8}; do
             nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp -DV6_MIN_BLOCKS=$mb -o build/ch01_mb$mb \
                 chapters/01-*/01-*.cu build/common.o build/gpu.o -lcudnn -lgomp -lm & done; wait
         for mb in ${VARIANTS:-5 6 8}; do
             step "v6_mb$mb" sh -c "build/ch01_mb$mb --version 6 --reps 30 | grep -E '^v6'"; done ;;
-    initcheck) step initcheck compute-sanitizer --tool initcheck --kernel-name kns=k_ --print-limit 10 \
+    initcheck) step initcheck compute-sanitizer --tool initcheck --print-limit 10 \
             build/ch01 --test --shape 2x3x3x5x7 ;;
     *) echo "unknown stage $s"; status=1 ;;
     esac

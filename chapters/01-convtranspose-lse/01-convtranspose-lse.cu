@@ -803,10 +803,14 @@ typedef struct {
     void *workspace;
     size_t workspace_bytes;
     int deterministic; /* the chosen algorithm gives the same bits every run */
-    float find_ms;     /* cudnnFind's own time for it */
 } cudnn_conv;
 
-static void cudnn_conv_setup(cudnn_conv *cc, const shape *s)
+/* x, w and the output buffer y must be device buffers of the problem, x and w initialised:
+ * cudnnFind...Ex times the algorithms on them and on a workspace we zero, so no algorithm reads
+ * memory nobody wrote (the plain cudnnFind uses buffers of its own, which compute-sanitizer's
+ * initcheck reports as uninitialised reads inside cuDNN). */
+static void cudnn_conv_setup(cudnn_conv *cc, const shape *s, const float *x, const float *w,
+                             float *y)
 {
     int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
     int xs[5] = {C_IN * s->d * s->h * s->w, s->d * s->h * s->w, s->h * s->w, s->w, 1};
@@ -830,16 +834,29 @@ static void cudnn_conv_setup(cudnn_conv *cc, const shape *s)
     CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pad, stride, dil,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
-    /* cudnnFind times every algorithm on this shape and sorts them fastest first */
+    /* one workspace, as large as the hungriest algorithm asks (capped at 1 GiB: cudnnFind skips
+     * an algorithm that needs more), zeroed */
+    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; a++) {
+        size_t bytes = 0;
+        if (cudnnGetConvolutionBackwardDataWorkspaceSize(cc->handle, cc->w_desc, cc->x_desc,
+                                                         cc->conv_desc, cc->y_desc,
+                                                         (cudnnConvolutionBwdDataAlgo_t)a,
+                                                         &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes > cc->workspace_bytes && bytes <= ((size_t)1 << 30))
+            cc->workspace_bytes = bytes;
+    }
+    cc->workspace = cc->workspace_bytes ? gpu_alloc(cc->workspace_bytes, "cuDNN workspace") : NULL;
+    if (cc->workspace)
+        CUDA_CHECK(cudaMemset(cc->workspace, 0, cc->workspace_bytes));
+    /* cudnnFind times every algorithm on this shape and sorts them fastest first. The fastest
+     * fp32 one is what PyTorch picks with torch.backends.cudnn.benchmark = True. It may be
+     * nondeterministic (atomics): then the model's output can differ between runs in the last
+     * bits, and the tests do not compare cuDNN-based model runs with each other. */
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(cc->handle, cc->w_desc, cc->x_desc,
-                                                          cc->conv_desc, cc->y_desc,
-                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                          &found, perf));
-    /* The fastest fp32 algorithm, as PyTorch picks with torch.backends.cudnn.benchmark = True.
-     * It may be nondeterministic (atomics): then the model's output can differ between runs in
-     * the last bits, and the tests do not compare cuDNN-based model runs with each other. */
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        cc->handle, cc->w_desc, w, cc->x_desc, x, cc->conv_desc, cc->y_desc, y,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf, cc->workspace, cc->workspace_bytes));
     for (int i = 0; i < found && pick < 0; i++)
         if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].mathType != CUDNN_TENSOR_OP_MATH &&
             perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
@@ -847,13 +864,9 @@ static void cudnn_conv_setup(cudnn_conv *cc, const shape *s)
     if (pick < 0)
         die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for this transposed conv");
     cc->deterministic = perf[pick].determinism == CUDNN_DETERMINISTIC;
-    cc->find_ms = perf[pick].time;
     cc->algo = perf[pick].algo;
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, perf[pick].mathType));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cc->handle, cc->w_desc, cc->x_desc,
-                                                             cc->conv_desc, cc->y_desc, cc->algo,
-                                                             &cc->workspace_bytes));
-    cc->workspace = cc->workspace_bytes ? gpu_alloc(cc->workspace_bytes, "cuDNN workspace") : NULL;
+    cc->workspace_bytes = perf[pick].memory; /* what the chosen one needs, within what we have */
 }
 
 static void cudnn_conv_run(const cudnn_conv *cc, const float *x, const float *w, const float *bias,
@@ -1068,7 +1081,9 @@ static void problem_init(problem *pb, const shape *s, int sm_count, uint64_t see
     CUDA_CHECK(cudaMemcpy(w, pb->weight, sizeof(float) * N_WEIGHT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(cb, pb->conv_bias, sizeof(float) * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, &pb->b, sizeof(float), cudaMemcpyHostToDevice));
-    cudnn_conv_setup(&pb->cudnn, s);
+    CUDA_CHECK(cudaMemcpy(x, pb->x, sizeof(float) * x_elems(s), cudaMemcpyHostToDevice));
+    gpu_poison(r->conv, conv_elems(s));
+    cudnn_conv_setup(&pb->cudnn, s, x, w, r->conv);
     r->cudnn = &pb->cudnn;
 }
 
