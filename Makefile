@@ -30,6 +30,10 @@ ch_src = $(wildcard chapters/$(1)-*/$(1)-*.cu)
 SHAPE_01 := 128x3x16x32x32
 SMALL_01 := 2x3x3x5x7
 SWEEP_01 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
+# the seed of the timed runs: b ~ N(0, 1) is drawn after x and the weights, so it depends on the
+# shape; seed 1 draws b = -1.35 at 128x3x16x32x32, which clamps every output (the check would
+# test the clamp alone), seed 5 draws b = 0.22, inside the band where the tail matters
+ARGS_01 := --seed 5
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 .SECONDEXPANSION:
@@ -57,7 +61,7 @@ define chapter_rule
 .PHONY: chapter-$(patsubst 0%,%,$(1))
 chapter-$(patsubst 0%,%,$(1)): build/ch$(1)
 	@mkdir -p data/$(GPU)
-	build/ch$(1) --csv data/$(GPU)/ch$(1).csv
+	build/ch$(1) $$(ARGS_$(1)) --csv data/$(GPU)/ch$(1).csv
 endef
 $(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
 
@@ -71,7 +75,7 @@ bench: $(BINS)
 	@set -e; $(foreach c,$(CHAPTERS),rm -f data/$(GPU)/ch$(c)-sweep.csv; \
 	    for s in $(SWEEP_$(c)); do \
 	        printf 'ch$(c) %-16s' $$s; \
-	        build/ch$(c) --shape $$s --csv data/$(GPU)/ch$(c)-sweep.csv > build/ch$(c)-$$s.log 2>&1 \
+	        build/ch$(c) --shape $$s $(ARGS_$(c)) --csv data/$(GPU)/ch$(c)-sweep.csv > build/ch$(c)-$$s.log 2>&1 \
 	            || { echo FAILED; cat build/ch$(c)-$$s.log; exit 1; }; \
 	        awk '/^v[0-9]/ {printf " %s:%s %s", $$1, ($$0 ~ /model_fwd/ ? "model" : "epi"), $$(NF-6)} END {print " ms"}' build/ch$(c)-$$s.log; \
 	    done;)

@@ -397,6 +397,8 @@ def cmd_bench(args):
     if not torch.cuda.is_available():
         die("CUDA is not available; bench needs a GPU")
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    # each peer at its best: cuDNN autotunes the conv, as the C programs do with cudnnFind
+    torch.backends.cudnn.benchmark = True
     gpu = gpu_tag(torch.cuda.get_device_name())
     path = args.csv or os.path.join(HERE, gpu, "pytorch-ch%s.csv" % key)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
