@@ -33,12 +33,12 @@ for s in $stages; do
             --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
             --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
             build/ch01 --version "${NCU_VERSION:-6}" --reps 1 ;;
-    variants) # v6 under different register caps, built side by side
-        for mb in ${VARIANTS:-5 6 8}; do
-            nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp -DV6_MIN_BLOCKS=$mb -o build/ch01_mb$mb \
-                chapters/01-*/01-*.cu build/common.o build/gpu.o -lcudnn -lgomp -lm & done; wait
-        for mb in ${VARIANTS:-5 6 8}; do
-            step "v6_mb$mb" sh -c "build/ch01_mb$mb --version 6 --reps 30 | grep -E '^v6'"; done ;;
+    variants) # v6 built with each -D flag set of $VARIANTS ("A=1,B=2 A=2"), timed side by side
+        i=0; for v in ${VARIANTS:-V6_MIN_BLOCKS=5}; do i=$((i+1))
+            nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp $(echo ",$v" | sed 's/,/ -D/g') \
+                -o build/ch01_var$i chapters/01-*/01-*.cu build/common.o build/gpu.o -lcudnn -lgomp -lm & done; wait
+        i=0; for v in ${VARIANTS:-V6_MIN_BLOCKS=5}; do i=$((i+1))
+            step "var$i" sh -c "echo $v; build/ch01_var$i --version 6 --reps 30 | grep -E '^v6'"; done ;;
     initcheck) step initcheck compute-sanitizer --tool initcheck --print-limit 10 \
             build/ch01 --test --shape 2x3x3x5x7 ;;
     *) echo "unknown stage $s"; status=1 ;;

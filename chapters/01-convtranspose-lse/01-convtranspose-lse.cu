@@ -615,7 +615,9 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
  * pipe busy without more warps. */
 
 #define V6_TW 32
+#ifndef V6_TH
 #define V6_TH 4
+#endif
 #define TAPS_PAD 28
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
@@ -647,13 +649,20 @@ __device__ static inline void lse2_online(float v, float *m, float *s)
     }
 }
 
-#ifndef V6_MIN_BLOCKS
-#define V6_MIN_BLOCKS 1
+/* experiments: -DV6_MIN_BLOCKS=k caps registers for k blocks per SM; -DV6_CO_UNROLL=u */
+#ifdef V6_MIN_BLOCKS
+#define V6_BOUNDS __launch_bounds__(V6_TW *V6_TH, V6_MIN_BLOCKS)
+#else
+#define V6_BOUNDS __launch_bounds__(V6_TW *V6_TH)
 #endif
+#ifndef V6_CO_UNROLL
+#define V6_CO_UNROLL 2
+#endif
+#define PRAGMA_(x) _Pragma(#x)
+#define UNROLL(n) PRAGMA_(unroll n) /* #pragma unroll does not expand a macro argument */
 
 template <int V6_CUBES>
-__global__ void __launch_bounds__(V6_TW *V6_TH, V6_MIN_BLOCKS)
-    k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
+__global__ void V6_BOUNDS k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
                      const float *__restrict__ conv_bias, const float *__restrict__ b,
                      float *__restrict__ y, int d, int h, int w)
 {
@@ -710,7 +719,7 @@ __global__ void __launch_bounds__(V6_TW *V6_TH, V6_MIN_BLOCKS)
 #pragma unroll
         for (int o = 0; o < 8; o++)
             m[c][o] = -INFINITY, s[c][o] = 0.0f;
-#pragma unroll
+    UNROLL(V6_CO_UNROLL)
     for (int co = 0; co < C_OUT; co++) {
         float acc[V6_CUBES][8];
 #pragma unroll
