@@ -20,12 +20,12 @@ set logscale x 2
 set logscale y 10
 set xlabel "batch size (input N x 3 x 16 x 32 x 32)"
 set ylabel "speedup over v1 (median, higher is better)"
-set key top left font ",9"
+set key below font ",9" maxrows 4
 set grid
 set xrange [0.8:160]
 
 do for [fmt in "png svg"] {
-    if (fmt eq "png") { set terminal pngcairo size 1400,560 font ",11" } else { set terminal svg size 1400,560 font "sans,11" }
+    if (fmt eq "png") { set terminal pngcairo size 1400,640 font ",11" } else { set terminal svg size 1400,640 font "sans,11" }
     set output sprintf("plots/ch01-speedup.%s", fmt)
     set multiplot layout 1,2 title sprintf("Chapter 1, model #58 on %s: fp32, L2 flushed, median of the repetitions", gpuname)
     set title "epilogue alone (LSE + tail, input = conv output)"

@@ -252,7 +252,10 @@ __host__ __device__ static inline float tail_fast(float z, float b)
  * pass and a sum pass over the 16 channels) and one kernel per elementwise op.
  * Bytes: the LSE reads 1.008 GB and writes 63 MB; each of the 6 elementwise kernels then reads
  * one or two 63 MB tensors and writes one: about 1.07 + 6 * 0.13 + 0.063 = 1.9 GB moved for a
- * result whose floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor. */
+ * result whose floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch01.csv): 0.768 ms, 2.1x the 0.359 ms
+ * floor, 47% of the copy ceiling. PyTorch eager's epilogue takes 2.79 ms on the same GPU
+ * (data/h100/pytorch-ch01.csv): its logsumexp alone is five kernels and writes 1 GB twice. */
 
 __global__ void k_logsumexp_naive(const float *__restrict__ c, float *__restrict__ z, int n_pos,
                                   int s)
@@ -316,7 +319,10 @@ __global__ void k_clamp(const float *__restrict__ a, float *__restrict__ o, int 
  * before the single store. A warp's 32 threads take 32 adjacent positions, so for each channel
  * the warp reads 128 contiguous bytes: coalesced. The 16 loads are independent, so each thread
  * has 16 in flight (64 bytes) before the first is used.
- * Prediction: the 1.07 GB floor, if 64 bytes a thread in flight hide DRAM latency. */
+ * Prediction: the 1.07 GB floor, if 64 bytes a thread in flight hide DRAM latency.
+ * Measured: 0.425 ms, 84% of the copy ceiling, 1.81x v1. Not the floor. Suspects: 16 load
+ * instructions per position for 64 bytes, and an integer division per position; v4 removes
+ * three quarters of the loads and the divisions, and measures what that was worth. */
 __global__ void k_epilogue_fused(const float *__restrict__ c, const float *__restrict__ b,
                                  float *__restrict__ y, int n_pos, int s)
 {
@@ -347,7 +353,10 @@ __global__ void k_epilogue_fused(const float *__restrict__ c, const float *__res
  * its 2048 thread slots are used; (2) the 16 threads of a block read addresses S floats apart:
  * 16 separate 32-byte sectors for 64 useful bytes, so DRAM moves 8x the bytes it needs unless
  * L2 keeps the neighbouring positions' sectors until their blocks come by; (3) four barriers
- * and a tree per 68 bytes of work. Prediction: several times slower than v2. */
+ * and a tree per 68 bytes of work. Prediction: several times slower than v2.
+ * Measured: 9.48 ms, 22x slower than v2, 3.8% of the copy ceiling. At batch 1 the gap is only
+ * 9x (data/h100/ch01-sweep.csv), plausibly because there the 7.9 MB conv output fits in the
+ * 50 MB L2, so each 32-byte sector comes from DRAM once however scattered the reads. */
 __global__ void k_epilogue_block_per_position(const float *__restrict__ c,
                                               const float *__restrict__ b, float *__restrict__ y,
                                               int s)
@@ -391,7 +400,13 @@ __global__ void k_epilogue_block_per_position(const float *__restrict__ c,
  * r = (address / 4) mod 4. r depends only on (n, channel), the same for the whole block, so the
  * switch on it does not diverge. The second float4 is usually the neighbour thread's first
  * (an L1 hit, no extra DRAM bytes). Positions past S and the last vector of the tensor take a
- * scalar path: the aligned pair must not read past the allocation. */
+ * scalar path: the aligned pair must not read past the allocation.
+ * Measured: 0.375 ms, 96% of the measured copy ceiling (2855 of 2986 GB/s), 1.13x v2 and 5% above
+ * the 0.359 ms floor. torch.compile's generated kernel takes 0.368 ms on the same kind of GPU,
+ * 2% faster (both medians repeat within 0.1% from run to run). Tried and dropped, same H100, one
+ * run: streaming loads (__ldcs, evict-first) 0.395 ms and __ldlu 0.409 ms: they give up the L1
+ * hit on the second, misaligned float4 that the neighbouring thread also reads; blocks of 128 or
+ * 512 threads with __ldcs: 0.399 and 0.394 ms. */
 
 __device__ static inline void lse_online(float v, float *m, float *s)
 {
@@ -405,6 +420,14 @@ __device__ static inline void lse_online(float v, float *m, float *s)
     }
 }
 
+/* experiments: -DV4_LOAD=__ldcs (streaming, evict-first) instead of __ldg; -DV4_BLOCK=n */
+#ifndef V4_LOAD
+#define V4_LOAD __ldg
+#endif
+#ifndef V4_BLOCK
+#define V4_BLOCK 256
+#endif
+
 /* four consecutive floats c[a .. a+3], a = row + p0, p0 a multiple of 4 */
 __device__ static inline void load4(const float *__restrict__ c, int row, int p0, int s,
                                     int total, float v[4])
@@ -412,12 +435,12 @@ __device__ static inline void load4(const float *__restrict__ c, int row, int p0
     int a = row + p0, r = row & 3;
     if (p0 + 4 <= s && a - r + 8 <= total) {
         const float4 *q = reinterpret_cast<const float4 *>(c + (a - r));
-        float4 lo = __ldg(q);
+        float4 lo = V4_LOAD(q);
         if (r == 0) {
             v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
             return;
         }
-        float4 hi = __ldg(q + 1);
+        float4 hi = V4_LOAD(q + 1);
         switch (r) {
         case 1: v[0] = lo.y, v[1] = lo.z, v[2] = lo.w, v[3] = hi.x; break;
         case 2: v[0] = lo.z, v[1] = lo.w, v[2] = hi.x, v[3] = hi.y; break;
@@ -470,7 +493,9 @@ __global__ void k_epilogue_vec4_online(const float *__restrict__ c, const float 
  * j..j+1 in d, 5 rows in h and 33 in w for 3 channels: 990 floats staged in shared memory, read
  * by up to 8 threads each. Inputs past the edge are 0: they only feed outputs past the edge.
  * The channel loop folds each of the 16 conv outputs into an online logsumexp as soon as it is
- * computed, so the conv output lives in registers for one iteration and never in memory. */
+ * computed, so the conv output lives in registers for one iteration and never in memory.
+ * Measured: 0.394 ms for the whole model, 33x v1 (cuDNN's conv alone takes 12.5 ms) and 14x
+ * torch.compile's 5.64 ms. Slower than the plan, and the profile says why: see v6. */
 
 #define TILE_W 32
 #define TILE_H 4
@@ -597,9 +622,10 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
 
 /* ---------------------------------------------------------------- v6: full fusion, tuned
  * What v5's SASS shows (cuobjdump -sass, nvcc 13.0, sm_90): per thread 1440 FFMA, 892 LDC,
- * 440 FMUL, 280 FADD, 153 MUFU. The weights did not stay FFMA operands: most of them arrive by a
- * separate LDC, and the constant cache serves those one warp at a time. About 3300 instructions
- * a thread over 65.5 K warps is about 0.21 ms of issue at 1.98 GHz, yet v5 measured 0.39 ms.
+ * 440 FMUL, 280 FADD, 153 MUFU. About 3300 instructions a thread over 65.5 K warps is about
+ * 0.21 ms of issue at 1.98 GHz, yet v5 measured 0.39 ms. ncu (H100): 10.3 cycles between a warp's
+ * instructions, 3.6 of them stalled on immediate-constant-cache misses: 1296 weights are 5.2 KB,
+ * more than that cache holds, and warps at different channels evict each other's weights.
  * Changes, each aimed at instructions per output:
  *  (1) weights staged once per block in shared memory, laid out [co][ci][28] (27 taps + 1 pad)
  *      and read as float4: all 32 lanes read the same address (a broadcast, no bank conflict),
@@ -610,9 +636,22 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
  *      units and the online logsumexp needs ex2(-|d|) with no multiply before it (ex2.approx is
  *      the MUFU instruction __expf is built on); z = ln 2 * (m + log2 s) at the end.
  * The thread's 4 outputs along w are then contiguous in y, so a warp stores 128 adjacent floats
- * per output row. Registers: 36 inputs, 28 weights, 16 accumulators, 32 LSE states: about 130,
- * so 3 blocks of 128 threads per SM; 16 independent accumulator chains per thread keep the FMA
- * pipe busy without more warps. */
+ * per output row.
+ * What was tried, each on one H100 in one run (so the differences are not machine spread, which
+ * is under 1% for this kernel):
+ *   - two cubes per thread: 0.646 ms. 139 registers leave 3 blocks per SM: too few warps to hide
+ *     the shared-memory and MUFU latencies. One cube per thread, 83 registers: 0.293 ms.
+ *   - the channel loop unrolled 16 / 4 / 2 / 1 times: 0.293 / 0.275 / 0.269 / 0.280 ms. Fully
+ *     unrolled, the kernel's code outgrows the instruction cache (ncu: 0.54 cycles per issued
+ *     instruction stalled on "no instruction"; 0.07 at unroll 2).
+ *   - capping registers for more blocks per SM (80 or 64 registers): 0.317 and 0.327 ms, slower.
+ *   - 1, 2, 4 or 8 rows of inputs per block: 0.337 / 0.289 / 0.269 / 0.270 ms.
+ * Kept: one cube per thread, unroll 2, 4 rows: 0.269 ms, 1.46x v5 and 21x torch.compile (5.64 ms).
+ * The 0.25 ms target is missed by 8%. ncu on this kernel: 80.7% of issue slots busy and 2.25
+ * cycles per instruction "not selected" (a ready warp waiting for the issue slot): the kernel is
+ * issue-bound. Per 8 outputs it must issue 1296 FFMAs for the conv, about 6 instructions per
+ * (output, channel) for the online logsumexp (768), 360 shared-memory loads and the tail; only
+ * fewer instructions per output make it faster, not more warps. */
 
 #define V6_TW 32
 #ifndef V6_TH
@@ -945,8 +984,8 @@ static void launch_v3(const run_ctx *r)
 static void launch_v4(const run_ctx *r)
 {
     int quads = (r->sh.s + 3) / 4;
-    dim3 grid((quads + 255) / 256, r->sh.n);
-    k_epilogue_vec4_online<<<grid, 256>>>(r->conv, r->b, r->y, r->sh.s, (int)conv_elems(&r->sh));
+    dim3 grid((quads + V4_BLOCK - 1) / V4_BLOCK, r->sh.n);
+    k_epilogue_vec4_online<<<grid, V4_BLOCK>>>(r->conv, r->b, r->y, r->sh.s, (int)conv_elems(&r->sh));
 }
 
 static void launch_v5(const run_ctx *r)
