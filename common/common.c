@@ -409,8 +409,9 @@ void cli_usage(FILE *f, const char *prog, const char *extra)
 
 void report_header(FILE *f, const report_ctx *c)
 {
-    fprintf(f, "GPU: %s, measured device-to-device copy ceiling %.0f GB/s (read + write)\n",
-            c->gpu_name, c->ceiling_gbps);
+    fprintf(f, "GPU: %s, %d SMs, %.0f MB L2, measured device-to-device copy ceiling %.0f GB/s "
+               "(read + write)\n",
+            c->gpu_name, c->sm_count, c->l2_mb, c->ceiling_gbps);
     fprintf(f, "chapter %s, input shape %s\n", c->chapter, c->shape);
     fprintf(f, "%-8s %-52s %-16s %10s %20s %8s %6s %8s\n", "version", "what", "scope",
             "median ms", "[min - max]", "GB/s", "% ceil", "vs v1");

@@ -156,6 +156,8 @@ typedef struct {
     const char *chapter;  /* "01" */
     const char *shape;    /* "128x3x16x32x32", the model input */
     double ceiling_gbps;  /* measured device-to-device copy, bytes read + written per second / 1e9 */
+    int sm_count;         /* multiprocessors */
+    double l2_mb;         /* L2 cache, MB */
 } report_ctx;
 
 typedef struct {
@@ -167,7 +169,7 @@ typedef struct {
     double speedup_v1; /* median of this scope's v1 / this median; 0 = not applicable */
 } report_row;
 
-/* Table header: GPU, ceiling, shape, column names. */
+/* Table header: GPU, SMs, L2, ceiling, shape, column names. */
 void report_header(FILE *f, const report_ctx *c);
 /* One row: version, name, median [min-max] ms, GB/s over the full byte count, % of ceiling,
  * speedup over v1. */
