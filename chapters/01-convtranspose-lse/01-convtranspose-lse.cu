@@ -22,8 +22,13 @@
  *   v5  full fusion: the transposed convolution computed inside the kernel, by output parity,
  *       weights in constant memory, input tile in shared memory. The 1 GB conv output is never
  *       written: the whole model reads 25 MB and writes 63 MB.
- *   v6  v5 tuned by its SASS: weights as shared-memory float4 broadcasts instead of constant
- *       loads, two output cubes per thread, the logsumexp in base 2.
+ *   v6  v5 tuned by its profile: weights as shared-memory float4 broadcasts instead of constant
+ *       loads, the logsumexp in base 2, the channel loop unrolled by 2.
+ * Backward (section 2b derives it; each runs as epilogue forward+backward and as a training step
+ * with cuDNN's transposed conv before and its dx, dw, dbias after):
+ *   b1  autograd-like: v1 keeps z, sigmoid(z + 3) and s; one kernel per op backward (8).
+ *   b2  fused: v4, then one kernel that recomputes z from the conv output and writes dc;
+ *       db by a deterministic two-stage block reduction (no atomics).
  *
  *   build/ch01                     verify and time every version at the KernelBench shape
  *   build/ch01 --test              CPU checks + every version on awkward shapes and extreme values
@@ -94,6 +99,19 @@ static double model_bytes(const shape *s)
     return 4.0 * (double)x_elems(s) + 4.0 * (N_WEIGHT + C_OUT + 1) + 4.0 * (double)out_elems(s);
 }
 
+/* forward + backward of the epilogue: read c twice (forward, backward), write y, read g, write dc */
+static double epilogue_fwdbwd_bytes(const shape *s)
+{
+    return 4.0 * (2.0 * conv_elems(s) + 2.0 * out_elems(s) + conv_elems(s)) + 4.0;
+}
+
+/* the training step, if the conv output were never stored: read x twice (forward, dw), write y,
+ * read g, write dx and the parameters' gradients. A floor for bytes; the step is compute-bound */
+static double train_step_bytes(const shape *s)
+{
+    return 4.0 * (3.0 * x_elems(s) + 2.0 * out_elems(s) + 2.0 * (N_WEIGHT + C_OUT + 1));
+}
+
 static double model_flops(const shape *s)
 {
     return 2.0 * s->n * C_OUT * C_IN * (3.0 * s->d - 2) * (3.0 * s->h - 2) * (3.0 * s->w - 2);
@@ -137,8 +155,8 @@ static const char *shape_problem(const int64_t *dims)
  *     out[n][co][od][oh][ow] = bias[co] + sum over ci, kd, kh, kw with od = 2 id - 1 + kd, ...
  *                                           of x[n][ci][id][ih][iw] * w[ci][co][kd][kh][kw]
  */
-static void conv_transpose_ref(const shape *s, const float *x, const float *w, const float *bias,
-                               double *out)
+static void conv_transpose_ref(const shape *s, const double *x, const double *w,
+                               const double *bias, double *out)
 {
     size_t hw = (size_t)s->oh * s->ow;
 #pragma omp parallel for schedule(static)
@@ -153,7 +171,7 @@ static void conv_transpose_ref(const shape *s, const float *x, const float *w, c
                         double xv = x[((((size_t)n * C_IN + ci) * s->d + id) * s->h + ih) * s->w + iw];
                         for (int co = 0; co < C_OUT; co++) {
                             double *o = out + ((size_t)n * C_OUT + co) * s->s;
-                            const float *wk = w + ((size_t)ci * C_OUT + co) * KS * KS * KS;
+                            const double *wk = w + ((size_t)ci * C_OUT + co) * KS * KS * KS;
                             for (int kd = 0; kd < KS; kd++) {
                                 int od = 2 * id - 1 + kd;
                                 if (od < 0 || od >= s->od)
@@ -210,6 +228,121 @@ static void epilogue_ref(const shape *s, const float *cf, const double *cd, doub
             }
             y[(size_t)n * s->s + p] = tail_ref(lse_ref(v, C_OUT), b);
         }
+}
+
+/* ============================================================================================
+ * 2b. The backward, derived term by term (the names are the code's)
+ *
+ * Per output position, with v_c the 16 conv outputs (c = channel) and g = dL/dy:
+ *     z = m + log sum_c exp(v_c - m)            m = max_c v_c
+ *     t = sigmoid(z + 3)
+ *     a = z t / 6,   s = a - b,   y = clamp(s, -1, 1)
+ * Chain rule, from the output back:
+ *   ds   = g [-1 <= s <= 1]             clamp passes the gradient inside and at the bounds
+ *                                        (PyTorch's clamp backward is g * (min <= s <= max))
+ *   db   = - sum over every position of ds        (s = a - b)
+ *   dz   = ds da/dz,  da/dz = t/6 + z t (1 - t)/6 = t (1 + z (1 - t)) / 6
+ *                                        (product rule; sigmoid' = t (1 - t))
+ *   dv_c = dz exp(v_c - z) = dz softmax_c(v)       (d/dv_c of logsumexp is the softmax)
+ * The transposed conv's own gradients, with dv the gradient of its output (dc below):
+ *   dbias[co]          = sum over n and positions of dc[n][co][...]
+ *   dw[ci][co][k]      = sum over n, input positions i of x[n][ci][i] dc[n][co][2i - 1 + k]
+ *   dx[n][ci][i]       = sum over co, k of w[ci][co][k] dc[n][co][2i - 1 + k]
+ *                        (an ordinary strided Conv3d of dc with w: the transposed conv's
+ *                        data gradient is the forward conv it transposes)
+ * What the backward needs: v (the conv output, 1 GB at the KernelBench shape) and g, and b.
+ *   Saving z, t and s in the forward (what autograd does, b1 below) costs 3 x 63 MB written
+ *   in the forward and read in the backward, and the backward still reads v for the softmax.
+ *   Recomputing z from v (b2) reads v once, which it must read anyway, and saves nothing:
+ *   forward + backward then move 2 x 1.008 GB (v twice) + 63 MB (y) + 63 MB (g) + 1.008 GB
+ *   (dv) = 3.15 GB, the floor of 1.05 ms at 3 TB/s. Saving z would add 126 MB to that.
+ * ========================================================================================== */
+
+/* dc = dL/dc for the epilogue alone, given c (float cf or double cd) and g; returns db. */
+static double epilogue_backward_ref(const shape *s, const float *cf, const double *cd, double b,
+                                    const float *g, double *dc)
+{
+    double db = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : db)
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->s; p++) {
+            double v[C_OUT];
+            for (int c = 0; c < C_OUT; c++) {
+                size_t i = ((size_t)n * C_OUT + c) * s->s + p;
+                v[c] = cf ? (double)cf[i] : cd[i];
+            }
+            double z = lse_ref(v, C_OUT);
+            double t = 1.0 / (1.0 + exp(-(z + 3.0)));
+            double sv = z * t / 6.0 - b;
+            double ds = (sv >= -1.0 && sv <= 1.0) ? g[(size_t)n * s->s + p] : 0.0;
+            db -= ds;
+            double dz = ds * t * (1.0 + z * (1.0 - t)) / 6.0;
+            for (int c = 0; c < C_OUT; c++)
+                dc[((size_t)n * C_OUT + c) * s->s + p] = dz * exp(v[c] - z);
+        }
+    return db;
+}
+
+/* dx, dw, dbias of the transposed conv from dc: the definitions above, as loops */
+static void conv_transpose_backward_ref(const shape *s, const double *x, const double *w,
+                                        const double *dc, double *dx, double *dw, double *dbias)
+{
+    size_t hw = (size_t)s->oh * s->ow;
+#pragma omp parallel for schedule(static)
+    for (int co = 0; co < C_OUT; co++) { /* dbias and dw: one output channel per thread */
+        double sb = 0.0;
+        for (int n = 0; n < s->n; n++)
+            for (int p = 0; p < s->s; p++)
+                sb += dc[((size_t)n * C_OUT + co) * s->s + p];
+        dbias[co] = sb;
+        for (int ci = 0; ci < C_IN; ci++)
+            for (int k = 0; k < KS * KS * KS; k++) {
+                int kd = k / 9, kh = (k / 3) % 3, kw = k % 3;
+                double acc = 0.0;
+                for (int n = 0; n < s->n; n++) {
+                    const double *o = dc + ((size_t)n * C_OUT + co) * s->s;
+                    for (int id = 0; id < s->d; id++) {
+                        int od = 2 * id - 1 + kd;
+                        if (od < 0 || od >= s->od)
+                            continue;
+                        for (int ih = 0; ih < s->h; ih++) {
+                            int oh = 2 * ih - 1 + kh;
+                            if (oh < 0 || oh >= s->oh)
+                                continue;
+                            for (int iw = 0; iw < s->w; iw++) {
+                                int ow = 2 * iw - 1 + kw;
+                                if (ow < 0 || ow >= s->ow)
+                                    continue;
+                                acc += x[((((size_t)n * C_IN + ci) * s->d + id) * s->h + ih) * s->w + iw] *
+                                       o[od * hw + (size_t)oh * s->ow + ow];
+                            }
+                        }
+                    }
+                }
+                dw[(ci * C_OUT + co) * KS * KS * KS + k] = acc;
+            }
+    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++) /* dx: one sample per thread */
+        for (int ci = 0; ci < C_IN; ci++)
+            for (int id = 0; id < s->d; id++)
+                for (int ih = 0; ih < s->h; ih++)
+                    for (int iw = 0; iw < s->w; iw++) {
+                        double acc = 0.0;
+                        for (int co = 0; co < C_OUT; co++) {
+                            const double *o = dc + ((size_t)n * C_OUT + co) * s->s;
+                            const double *wk = w + (ci * C_OUT + co) * KS * KS * KS;
+                            for (int k = 0; k < KS * KS * KS; k++) {
+                                int od = 2 * id - 1 + k / 9, oh = 2 * ih - 1 + (k / 3) % 3,
+                                    ow = 2 * iw - 1 + k % 3;
+                                if (od < 0 || od >= s->od || oh < 0 || oh >= s->oh || ow < 0 ||
+                                    ow >= s->ow)
+                                    continue;
+                                acc += wk[k] * o[od * hw + (size_t)oh * s->ow + ow];
+                            }
+                        }
+                        dx[((((size_t)n * C_IN + ci) * s->d + id) * s->h + ih) * s->w + iw] = acc;
+                    }
 }
 
 /* ============================================================================================
@@ -808,6 +941,159 @@ __global__ void V6_BOUNDS k_model_fused_v6(const float *__restrict__ x, const fl
     }
 }
 
+/* ---------------------------------------------------------------- backward
+ * b1, autograd-like: what PyTorch's autograd runs for this graph, one kernel per op backward,
+ * reading what the forward saved (z, t = sigmoid(z + 3), s). The forward is v1 with those three
+ * tensors kept. Then: clamp backward (ds), the sum for db, / 6 backward, the product rule
+ * (two outputs), sigmoid backward, the sum of the two paths into z, logsumexp backward (reads
+ * the 1 GB conv output again, writes the 1 GB dc). */
+
+__global__ void k_clamp_backward(const float *__restrict__ g, const float *__restrict__ s,
+                                 float *__restrict__ ds, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        ds[i] = (s[i] >= -1.0f && s[i] <= 1.0f) ? g[i] : 0.0f;
+}
+
+__global__ void k_mul_backward(const float *__restrict__ da, const float *__restrict__ z,
+                               const float *__restrict__ t, float *__restrict__ dz,
+                               float *__restrict__ dt, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        dz[i] = da[i] * t[i]; /* d(z t)/dz = t */
+        dt[i] = da[i] * z[i]; /* d(z t)/dt = z */
+    }
+}
+
+__global__ void k_sigmoid_backward(const float *__restrict__ dt, const float *__restrict__ t,
+                                   float *__restrict__ du, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        du[i] = dt[i] * t[i] * (1.0f - t[i]);
+}
+
+__global__ void k_add(const float *__restrict__ a, const float *__restrict__ b,
+                      float *__restrict__ o, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        o[i] = a[i] + b[i];
+}
+
+__global__ void k_logsumexp_backward(const float *__restrict__ c, const float *__restrict__ z,
+                                     const float *__restrict__ dz, float *__restrict__ dc,
+                                     int n_pos, int s)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
+        int n = i / s, p = i - n * s;
+        for (int ch = 0; ch < C_OUT; ch++) {
+            int j = (n * C_OUT + ch) * s + p;
+            dc[j] = dz[i] * expf(c[j] - z[i]);
+        }
+    }
+}
+
+/* The block's sum of v, every thread's v counted once: warp shuffles, then one value per warp
+ * in shared memory, then the first warp. Returned to thread 0. blockDim.x * blockDim.y must be
+ * a multiple of 32, at most 1024. */
+__device__ static float block_sum(float v)
+{
+    __shared__ float warp_sums[32];
+    int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int n_warps = (blockDim.x * blockDim.y) >> 5;
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0)
+        warp_sums[warp] = v;
+    __syncthreads();
+    v = 0.0f;
+    if (warp == 0) {
+        v = lane < n_warps ? warp_sums[lane] : 0.0f;
+        for (int off = 16; off > 0; off >>= 1)
+            v += __shfl_down_sync(0xffffffffu, v, off);
+    }
+    return v;
+}
+
+/* Stage 1 of a deterministic sum: each block adds a fixed, grid-strided set of elements and
+ * writes one partial. With the grid fixed the order of every addition is fixed. */
+__global__ void k_partial_sums(const float *__restrict__ a, float *__restrict__ partials, int n)
+{
+    float v = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        v += a[i];
+    v = block_sum(v);
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = v;
+}
+
+/* Stage 2: one block adds the partials in a fixed order and writes scale * total. No float
+ * atomics anywhere, so the result is the same bits on every run. */
+__global__ void k_final_sum(const float *__restrict__ partials, int n, float scale,
+                            float *__restrict__ out)
+{
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        v += partials[i];
+    v = block_sum(v);
+    if (threadIdx.x == 0)
+        *out = scale * v;
+}
+
+/* b2, fused: defect of b1, eight kernels and three saved tensors, 1.9 GB of traffic beyond the
+ * floor. One kernel instead: each thread takes four positions as v4 does (16-byte loads on the
+ * misaligned planes), recomputes z from the 16 values it holds (a two-pass logsumexp is cheap
+ * once the values are in registers, and keeps e_c = exp(v_c - m) for the softmax), applies the
+ * chain rule above and writes dc for its four positions in every channel. ds is summed per
+ * block (shuffles, then shared memory) into one partial per block; k_final_sum adds the
+ * partials in a fixed order, so db is deterministic. The forward it pairs with is v4.
+ * Prediction: read v and g, write dc: 2.1 GB, about 0.7 ms at the ceiling. */
+__global__ void k_epilogue_backward_fused(const float *__restrict__ c, const float *__restrict__ g,
+                                          const float *__restrict__ b, float *__restrict__ dc,
+                                          float *__restrict__ partials, int s, int total)
+{
+    int n = blockIdx.y;
+    int p0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    float ds_sum = 0.0f;
+    if (p0 < s) {
+        float e[C_OUT][4], m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+        for (int ch = 0; ch < C_OUT; ch++) {
+            load4(c, (n * C_OUT + ch) * s, p0, s, total, e[ch]);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                m[k] = fmaxf(m[k], e[ch][k]);
+        }
+        float sum[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int ch = 0; ch < C_OUT; ch++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                e[ch][k] = EXP_FAST(e[ch][k] - m[k]);
+                sum[k] += e[ch][k];
+            }
+        float bv = *b, dz_over_sum[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float z = m[k] + LOG_FAST(sum[k]);
+            float t = 1.0f / (1.0f + EXP_FAST(-(z + 3.0f)));
+            float sv = z * t / 6.0f - bv;
+            float gk = p0 + k < s ? g[n * s + p0 + k] : 0.0f;
+            float ds = (sv >= -1.0f && sv <= 1.0f) ? gk : 0.0f;
+            ds_sum += ds;
+            dz_over_sum[k] = ds * t * (1.0f + z * (1.0f - t)) / (6.0f * sum[k]);
+        }
+#pragma unroll
+        for (int ch = 0; ch < C_OUT; ch++)
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (p0 + k < s)
+                    dc[(n * C_OUT + ch) * s + p0 + k] = dz_over_sum[k] * e[ch][k];
+    }
+    ds_sum = block_sum(ds_sum);
+    if (threadIdx.x == 0)
+        partials[blockIdx.y * gridDim.x + blockIdx.x] = ds_sum;
+}
+
 /* A demonstration, not a version: logsumexp as the formula reads, log(sum(exp(v))), with the
  * fast intrinsics. exp(100) = 2.7e43 is past float's 3.4e38, so the sum is inf; exp(-100) =
  * 3.7e-44 is a float subnormal with a few significant bits left, so the sum is coarse. The
@@ -848,6 +1134,10 @@ typedef struct {
     void *workspace;
     size_t workspace_bytes;
     int deterministic; /* the chosen algorithm gives the same bits every run */
+    /* the conv's own gradients: dx is a forward Conv3d of dc, dw a backward-filter */
+    cudnnConvolutionFwdAlgo_t dx_algo;
+    cudnnConvolutionBwdFilterAlgo_t dw_algo;
+    int grads_ready, dw_deterministic;
 } cudnn_conv;
 
 /* x, w and the output buffer y must be device buffers of the problem, x and w initialised:
@@ -911,7 +1201,6 @@ static void cudnn_conv_setup(cudnn_conv *cc, const shape *s, const float *x, con
     cc->deterministic = perf[pick].determinism == CUDNN_DETERMINISTIC;
     cc->algo = perf[pick].algo;
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, perf[pick].mathType));
-    cc->workspace_bytes = perf[pick].memory; /* what the chosen one needs, within what we have */
 }
 
 static void cudnn_conv_run(const cudnn_conv *cc, const float *x, const float *w, const float *bias,
@@ -922,6 +1211,80 @@ static void cudnn_conv_run(const cudnn_conv *cc, const float *x, const float *w,
                                              cc->conv_desc, cc->algo, cc->workspace,
                                              cc->workspace_bytes, &zero, cc->y_desc, out));
     CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one, cc->y_desc, out));
+}
+
+/*
+ * The transposed conv's gradients through cuDNN, its algorithms chosen by cudnnFind...Ex on the
+ * problem's own buffers (dc must hold finite values): dx = Conv3d(dc, w), a forward conv of the
+ * 16-channel dc into 3 channels; dw = cudnnConvolutionBackwardFilter with dc as the "input" and x
+ * as the "output gradient" (the transposed conv is that forward conv's data gradient, so the
+ * roles swap); dbias = cudnnConvolutionBackwardBias of dc.
+ */
+static void cudnn_grads_setup(cudnn_conv *cc, const float *x, const float *w, const float *dc,
+                              float *dx, float *dw)
+{
+    size_t need = 0, bytes;
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++)
+        if (cudnnGetConvolutionForwardWorkspaceSize(cc->handle, cc->y_desc, cc->w_desc,
+                                                    cc->conv_desc, cc->x_desc,
+                                                    (cudnnConvolutionFwdAlgo_t)a,
+                                                    &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes > need && bytes <= ((size_t)1 << 30))
+            need = bytes;
+    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; a++)
+        if (cudnnGetConvolutionBackwardFilterWorkspaceSize(cc->handle, cc->y_desc, cc->x_desc,
+                                                           cc->conv_desc, cc->w_desc,
+                                                           (cudnnConvolutionBwdFilterAlgo_t)a,
+                                                           &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes > need && bytes <= ((size_t)1 << 30))
+            need = bytes;
+    if (need > cc->workspace_bytes) {
+        if (cc->workspace)
+            CUDA_CHECK(cudaFree(cc->workspace));
+        cc->workspace = gpu_alloc(need, "cuDNN workspace");
+        cc->workspace_bytes = need;
+    }
+    if (cc->workspace)
+        CUDA_CHECK(cudaMemset(cc->workspace, 0, cc->workspace_bytes));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
+    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int found = 0, pick = -1;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+        cc->handle, cc->y_desc, dc, cc->w_desc, w, cc->conv_desc, cc->x_desc, dx,
+        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
+    for (int i = 0; i < found && pick < 0; i++)
+        if (pf[i].status == CUDNN_STATUS_SUCCESS && pf[i].mathType == CUDNN_FMA_MATH)
+            pick = i;
+    if (pick < 0)
+        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv's data gradient");
+    cc->dx_algo = pf[pick].algo;
+    found = 0, pick = -1;
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        cc->handle, cc->y_desc, dc, cc->x_desc, x, cc->conv_desc, cc->w_desc, dw,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, pw, cc->workspace, cc->workspace_bytes));
+    for (int i = 0; i < found && pick < 0; i++)
+        if (pw[i].status == CUDNN_STATUS_SUCCESS && pw[i].mathType == CUDNN_FMA_MATH)
+            pick = i;
+    if (pick < 0)
+        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv's weight gradient");
+    cc->dw_algo = pw[pick].algo;
+    cc->dw_deterministic = pw[pick].determinism == CUDNN_DETERMINISTIC;
+    cc->grads_ready = 1;
+}
+
+static void cudnn_grads_run(const cudnn_conv *cc, const float *x, const float *w, const float *dc,
+                            float *dx, float *dw, float *dbias)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionForward(cc->handle, &one, cc->y_desc, dc, cc->w_desc, w,
+                                        cc->conv_desc, cc->dx_algo, cc->workspace,
+                                        cc->workspace_bytes, &zero, cc->x_desc, dx));
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cc->handle, &one, cc->y_desc, dc, cc->x_desc, x,
+                                               cc->conv_desc, cc->dw_algo, cc->workspace,
+                                               cc->workspace_bytes, &zero, cc->w_desc, dw));
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->handle, &one, cc->y_desc, dc, &zero, cc->b_desc,
+                                             dbias));
 }
 
 static void cudnn_conv_destroy(cudnn_conv *cc)
@@ -937,13 +1300,19 @@ static void cudnn_conv_destroy(cudnn_conv *cc)
 }
 
 /* Everything a launch needs, all on the device. */
+#define N_TMP 8
 typedef struct {
     shape sh;
     int sm_count;
     const float *x, *weight, *conv_bias, *b; /* model input and parameters */
     float *conv;                             /* conv output: the epilogue's input */
     float *y;                                /* the output */
-    float *tmp[3];                           /* v1's intermediates, N S floats each */
+    float *tmp[N_TMP];                       /* v1's and b1's intermediates, N S floats each */
+    const float *g;                          /* dL/dy, the upstream gradient */
+    float *dc;                               /* dL/dc, 16 N S */
+    float *db, *dx, *dw, *dbias;             /* the parameters' and the input's gradients */
+    float *partials;                         /* one float per block, for the deterministic sums */
+    int n_partials;
     cudnn_conv *cudnn;
 } run_ctx;
 
@@ -953,17 +1322,45 @@ static int grid_for(int n, int block, int sm_count)
     return (int)(g < cap ? g : cap) > 0 ? (int)(g < cap ? g : cap) : 1;
 }
 
+/* v1's intermediates, each its own tensor as in eager; b1 reads the saved z, t and s */
+enum { T_Z, T_ZP3, T_T, T_ZT, T_A, T_S, T_X1, T_X2 };
+
 static void launch_v1(const run_ctx *r)
 {
     int n = (int)out_elems(&r->sh), g = grid_for(n, 256, r->sm_count);
-    float *z = r->tmp[0], *t1 = r->tmp[1], *t2 = r->tmp[2];
-    k_logsumexp_naive<<<g, 256>>>(r->conv, z, n, r->sh.s);
-    k_add_scalar<<<g, 256>>>(z, 3.0f, t1, n); /* z + 3 */
-    k_sigmoid<<<g, 256>>>(t1, t2, n);         /* sigmoid(z + 3) */
-    k_mul<<<g, 256>>>(z, t2, t1, n);          /* z * sigmoid(z + 3) */
-    k_div_scalar<<<g, 256>>>(t1, 6.0f, t2, n); /* / 6 */
-    k_sub_param<<<g, 256>>>(t2, r->b, t1, n);  /* - b */
-    k_clamp<<<g, 256>>>(t1, r->y, n);          /* clamp(-1, 1) */
+    float *const *t = r->tmp;
+    k_logsumexp_naive<<<g, 256>>>(r->conv, t[T_Z], n, r->sh.s); /* z */
+    k_add_scalar<<<g, 256>>>(t[T_Z], 3.0f, t[T_ZP3], n);         /* z + 3 */
+    k_sigmoid<<<g, 256>>>(t[T_ZP3], t[T_T], n);                  /* t = sigmoid(z + 3) */
+    k_mul<<<g, 256>>>(t[T_Z], t[T_T], t[T_ZT], n);               /* z t */
+    k_div_scalar<<<g, 256>>>(t[T_ZT], 6.0f, t[T_A], n);          /* a = z t / 6 */
+    k_sub_param<<<g, 256>>>(t[T_A], r->b, t[T_S], n);            /* s = a - b */
+    k_clamp<<<g, 256>>>(t[T_S], r->y, n);                        /* y = clamp(s, -1, 1) */
+}
+
+/* b1: autograd's backward over v1's saved z, t, s */
+static void launch_b1(const run_ctx *r)
+{
+    int n = (int)out_elems(&r->sh), g = grid_for(n, 256, r->sm_count);
+    float *const *t = r->tmp;
+    float *ds = t[T_ZP3], *da = t[T_ZT], *dz1 = t[T_A], *dt = t[T_X1], *du = t[T_X2];
+    k_clamp_backward<<<g, 256>>>(r->g, t[T_S], ds, n);             /* ds = g [-1 <= s <= 1] */
+    k_partial_sums<<<r->n_partials, 256>>>(ds, r->partials, n);    /* db = -sum ds */
+    k_final_sum<<<1, 1024>>>(r->partials, r->n_partials, -1.0f, r->db);
+    k_div_scalar<<<g, 256>>>(ds, 6.0f, da, n);                     /* d(z t) = ds / 6 */
+    k_mul_backward<<<g, 256>>>(da, t[T_Z], t[T_T], dz1, dt, n);    /* dz = d(zt) t, dt = d(zt) z */
+    k_sigmoid_backward<<<g, 256>>>(dt, t[T_T], du, n);             /* d(z + 3) = dt t (1 - t) */
+    k_add<<<g, 256>>>(dz1, du, ds, n);                             /* dz = both paths */
+    k_logsumexp_backward<<<g, 256>>>(r->conv, t[T_Z], ds, r->dc, n, r->sh.s); /* dc */
+}
+
+static void launch_b2(const run_ctx *r)
+{
+    int quads = (r->sh.s + 3) / 4;
+    dim3 grid((quads + 255) / 256, r->sh.n);
+    k_epilogue_backward_fused<<<grid, 256>>>(r->conv, r->g, r->b, r->dc, r->partials, r->sh.s,
+                                             (int)conv_elems(&r->sh));
+    k_final_sum<<<1, 1024>>>(r->partials, grid.x * grid.y, -1.0f, r->db);
 }
 
 static void launch_v2(const run_ctx *r)
@@ -1056,6 +1453,39 @@ static void run_job(const void *p)
     }
 }
 
+/* The backward versions: each pairs a forward with a backward of the epilogue. The training
+ * step runs the whole model: cuDNN's transposed conv, this pair, then cuDNN's dx, dw, dbias. */
+typedef struct {
+    const char *id;
+    const char *name;
+    void (*forward)(const run_ctx *);
+    void (*backward)(const run_ctx *);
+} bwd_version;
+
+static const bwd_version bwd_versions[] = {
+    {"b1", "autograd-like: v1 saving z t s; 8 kernels back", launch_v1, launch_b1},
+    {"b2", "fused: v4, then one pass recomputing z; det. db", launch_v4, launch_b2},
+};
+#define N_BWD ((int)(sizeof bwd_versions / sizeof bwd_versions[0]))
+
+typedef struct {
+    const run_ctx *r;
+    const bwd_version *v;
+    int train_step;
+} bwd_job;
+
+static void run_bwd_job(const void *p)
+{
+    const bwd_job *j = (const bwd_job *)p;
+    if (j->train_step)
+        launch_conv(j->r);
+    j->v->forward(j->r);
+    j->v->backward(j->r);
+    if (j->train_step)
+        cudnn_grads_run(j->r->cudnn, j->r->x, j->r->weight, j->r->dc, j->r->dx, j->r->dw,
+                        j->r->dbias);
+}
+
 /* ============================================================================================
  * 5. Verification and tests
  * ========================================================================================== */
@@ -1070,13 +1500,21 @@ static void run_job(const void *p)
 typedef struct {
     shape sh;
     float *x, *weight, *conv_bias, b; /* host */
+    float *g;                         /* host dL/dy, N(0, 1) */
+    double *xd, *wd, *cbd;            /* the same in double, for the reference */
     run_ctx r;                        /* device */
     cudnn_conv cudnn;
     float *host_out;       /* N S floats: a version's output copied back */
     float *host_conv;      /* the cuDNN conv output copied back */
+    float *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT], host_db;
     double *ref_conv;      /* double reference conv, 16 N S */
     double *ref_model;     /* reference y from the reference conv */
     double *ref_epilogue;  /* reference y from the GPU's conv output */
+    /* backward references, computed when first needed (see problem_bwd_refs) */
+    int have_bwd_refs;
+    double *ref_dc_epilogue, ref_db_epilogue; /* from the GPU's conv output */
+    double *ref_dc_model, ref_db_model;       /* from the reference conv */
+    double *ref_dx, ref_dw[N_WEIGHT], ref_dbias[C_OUT];
 } problem;
 
 static void *host_alloc(size_t bytes)
@@ -1109,7 +1547,20 @@ static void problem_init(problem *pb, const shape *s, int sm_count, uint64_t see
     pb->ref_conv = (double *)host_alloc(sizeof(double) * conv_elems(s));
     pb->ref_model = (double *)host_alloc(sizeof(double) * out_elems(s));
     pb->ref_epilogue = (double *)host_alloc(sizeof(double) * out_elems(s));
+    pb->g = (float *)host_alloc(sizeof(float) * out_elems(s));
+    pb->xd = (double *)host_alloc(sizeof(double) * x_elems(s));
+    pb->wd = (double *)host_alloc(sizeof(double) * N_WEIGHT);
+    pb->cbd = (double *)host_alloc(sizeof(double) * C_OUT);
+    pb->host_dc = (float *)host_alloc(sizeof(float) * conv_elems(s));
+    pb->host_dx = (float *)host_alloc(sizeof(float) * x_elems(s));
+    pb->ref_dc_epilogue = (double *)host_alloc(sizeof(double) * conv_elems(s));
+    pb->ref_dc_model = (double *)host_alloc(sizeof(double) * conv_elems(s));
+    pb->ref_dx = (double *)host_alloc(sizeof(double) * x_elems(s));
     problem_params(pb, seed);
+    rng_state rng_g;
+    rng_seed(&rng_g, seed ^ 0x5DEECE66Dull); /* g from its own stream: x and the weights keep
+                                                 the values they have without a backward */
+    fill_normal(pb->g, out_elems(s), &rng_g);
 
     run_ctx *r = &pb->r;
     r->sh = *s;
@@ -1120,9 +1571,20 @@ static void problem_init(problem *pb, const shape *s, int sm_count, uint64_t see
     float *b = (float *)gpu_alloc(sizeof(float), "bias b");
     r->conv = (float *)gpu_alloc(sizeof(float) * conv_elems(s), "conv output");
     r->y = (float *)gpu_alloc(sizeof(float) * out_elems(s), "output y");
-    for (int i = 0; i < 3; i++)
-        r->tmp[i] = (float *)gpu_alloc(sizeof(float) * out_elems(s), "v1 intermediate");
+    for (int i = 0; i < N_TMP; i++)
+        r->tmp[i] = (float *)gpu_alloc(sizeof(float) * out_elems(s), "v1/b1 intermediate");
     r->x = x, r->weight = w, r->conv_bias = cb, r->b = b;
+    float *g = (float *)gpu_alloc(sizeof(float) * out_elems(s), "grad_output g");
+    CUDA_CHECK(cudaMemcpy(g, pb->g, sizeof(float) * out_elems(s), cudaMemcpyHostToDevice));
+    r->g = g;
+    r->dc = (float *)gpu_alloc(sizeof(float) * conv_elems(s), "dL/dc");
+    r->db = (float *)gpu_alloc(sizeof(float), "dL/db");
+    r->dx = (float *)gpu_alloc(sizeof(float) * x_elems(s), "dL/dx");
+    r->dw = (float *)gpu_alloc(sizeof(float) * N_WEIGHT, "dL/dw");
+    r->dbias = (float *)gpu_alloc(sizeof(float) * C_OUT, "dL/dbias");
+    r->n_partials = sm_count * 4; /* k_partial_sums' grid */
+    int b2_blocks = ((s->s + 3) / 4 + 255) / 256 * s->n;
+    r->partials = (float *)gpu_alloc(sizeof(float) * (size_t)(b2_blocks > r->n_partials ? b2_blocks : r->n_partials), "partial sums");
     CUDA_CHECK(cudaMemcpy(w, pb->weight, sizeof(float) * N_WEIGHT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(cb, pb->conv_bias, sizeof(float) * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, &pb->b, sizeof(float), cudaMemcpyHostToDevice));
@@ -1130,6 +1592,8 @@ static void problem_init(problem *pb, const shape *s, int sm_count, uint64_t see
     gpu_poison(r->conv, conv_elems(s));
     cudnn_conv_setup(&pb->cudnn, s, x, w, r->conv);
     r->cudnn = &pb->cudnn;
+    CUDA_CHECK(cudaMemset(r->dc, 0, sizeof(float) * conv_elems(s)));
+    cudnn_grads_setup(&pb->cudnn, x, w, r->dc, r->dx, r->dw);
 }
 
 /* Uploads x (after the caller changed it), runs the cuDNN conv and computes both references. */
@@ -1142,9 +1606,31 @@ static void problem_refresh(problem *pb)
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(pb->host_conv, pb->r.conv, sizeof(float) * conv_elems(s),
                           cudaMemcpyDeviceToHost));
-    conv_transpose_ref(s, pb->x, pb->weight, pb->conv_bias, pb->ref_conv);
+    for (size_t i = 0; i < x_elems(s); i++)
+        pb->xd[i] = pb->x[i];
+    for (int i = 0; i < N_WEIGHT; i++)
+        pb->wd[i] = pb->weight[i];
+    for (int i = 0; i < C_OUT; i++)
+        pb->cbd[i] = pb->conv_bias[i];
+    conv_transpose_ref(s, pb->xd, pb->wd, pb->cbd, pb->ref_conv);
     epilogue_ref(s, NULL, pb->ref_conv, pb->b, pb->ref_model);
     epilogue_ref(s, pb->host_conv, NULL, pb->b, pb->ref_epilogue);
+    pb->have_bwd_refs = 0;
+}
+
+/* The backward references, computed once per state of the problem (they cost as much as the
+ * forward reference twice over, so only runs that check a backward pay for them). */
+static void problem_bwd_refs(problem *pb)
+{
+    const shape *s = &pb->sh;
+    if (pb->have_bwd_refs)
+        return;
+    pb->ref_db_epilogue = epilogue_backward_ref(s, pb->host_conv, NULL, pb->b, pb->g,
+                                                pb->ref_dc_epilogue);
+    pb->ref_db_model = epilogue_backward_ref(s, NULL, pb->ref_conv, pb->b, pb->g, pb->ref_dc_model);
+    conv_transpose_backward_ref(s, pb->xd, pb->wd, pb->ref_dc_model, pb->ref_dx, pb->ref_dw,
+                                pb->ref_dbias);
+    pb->have_bwd_refs = 1;
 }
 
 /* Sets the conv output directly (extreme-value tests) and recomputes the epilogue reference. */
@@ -1154,18 +1640,23 @@ static void problem_set_conv(problem *pb, const float *conv)
     memcpy(pb->host_conv, conv, sizeof(float) * conv_elems(s));
     CUDA_CHECK(cudaMemcpy(pb->r.conv, conv, sizeof(float) * conv_elems(s), cudaMemcpyHostToDevice));
     epilogue_ref(s, pb->host_conv, NULL, pb->b, pb->ref_epilogue);
+    pb->have_bwd_refs = 0;
 }
 
 static void problem_free(problem *pb)
 {
     run_ctx *r = &pb->r;
     cudnn_conv_destroy(&pb->cudnn);
-    const void *dev[] = {r->x, r->weight, r->conv_bias, r->b, r->conv, r->y,
-                         r->tmp[0], r->tmp[1], r->tmp[2]};
+    const void *dev[] = {r->x, r->weight, r->conv_bias, r->b, r->conv, r->y, r->g, r->dc,
+                         r->db, r->dx, r->dw, r->dbias, r->partials};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
+    for (int i = 0; i < N_TMP; i++)
+        CUDA_CHECK(cudaFree(r->tmp[i]));
     free(pb->x), free(pb->weight), free(pb->conv_bias), free(pb->host_out), free(pb->host_conv);
-    free(pb->ref_conv), free(pb->ref_model), free(pb->ref_epilogue);
+    free(pb->ref_conv), free(pb->ref_model), free(pb->ref_epilogue), free(pb->g), free(pb->xd);
+    free(pb->wd), free(pb->cbd), free(pb->host_dc), free(pb->host_dx), free(pb->ref_dc_epilogue);
+    free(pb->ref_dc_model), free(pb->ref_dx);
 }
 
 /* Poison y with NaN, run the version once, copy y back, compare every element. */
@@ -1201,6 +1692,93 @@ static void problem_set_b(problem *pb, float b)
     CUDA_CHECK(cudaMemcpy((void *)pb->r.b, &b, sizeof(float), cudaMemcpyHostToDevice));
     epilogue_ref(&pb->sh, NULL, pb->ref_conv, pb->b, pb->ref_model);
     epilogue_ref(&pb->sh, pb->host_conv, NULL, pb->b, pb->ref_epilogue);
+    pb->have_bwd_refs = 0;
+}
+
+/* A sum over many elements (db, dw, dbias) carries rounding in proportion to its magnitude, not
+ * to 1: the absolute tolerance scales with the largest reference value. */
+static verify_result verify_scaled(const float *out, const double *ref, size_t n)
+{
+    double big = 1.0;
+    for (size_t i = 0; i < n; i++)
+        big = fmax(big, fabs(ref[i]));
+    return verify_f32(out, ref, n, TOL_REL_L2, TOL_ABS * big);
+}
+
+/* Poison every output of a backward version, run it (forward + backward, or the training step),
+ * copy back and compare each gradient. Returns how many of the n_out results passed. */
+#define N_GRADS 6
+static int verify_bwd(problem *pb, const bwd_version *v, int train, verify_result res[N_GRADS],
+                      const char *names[N_GRADS], int *n_out)
+{
+    run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    problem_bwd_refs(pb);
+    gpu_poison(r->y, out_elems(s));
+    gpu_poison(r->dc, conv_elems(s));
+    gpu_poison(r->db, 1);
+    gpu_poison(r->dx, x_elems(s));
+    gpu_poison(r->dw, N_WEIGHT);
+    gpu_poison(r->dbias, C_OUT);
+    bwd_job j = {r, v, train};
+    run_bwd_job(&j);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(pb->host_out, r->y, sizeof(float) * out_elems(s), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(pb->host_dc, r->dc, sizeof(float) * conv_elems(s), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&pb->host_db, r->db, sizeof(float), cudaMemcpyDeviceToHost));
+    int n = 0;
+    names[n] = "y";
+    res[n++] = verify_f32(pb->host_out, train ? pb->ref_model : pb->ref_epilogue, out_elems(s),
+                          TOL_REL_L2, TOL_ABS);
+    names[n] = "dc";
+    res[n++] = verify_f32(pb->host_dc, train ? pb->ref_dc_model : pb->ref_dc_epilogue,
+                          conv_elems(s), TOL_REL_L2, TOL_ABS);
+    names[n] = "db";
+    res[n++] = verify_scaled(&pb->host_db, train ? &pb->ref_db_model : &pb->ref_db_epilogue, 1);
+    if (train) {
+        CUDA_CHECK(cudaMemcpy(pb->host_dx, r->dx, sizeof(float) * x_elems(s), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(pb->host_dw, r->dw, sizeof(float) * N_WEIGHT, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(pb->host_dbias, r->dbias, sizeof(float) * C_OUT, cudaMemcpyDeviceToHost));
+        names[n] = "dx";
+        res[n++] = verify_f32(pb->host_dx, pb->ref_dx, x_elems(s), TOL_REL_L2, TOL_ABS);
+        names[n] = "dw";
+        res[n++] = verify_scaled(pb->host_dw, pb->ref_dw, N_WEIGHT);
+        names[n] = "dbias";
+        res[n++] = verify_scaled(pb->host_dbias, pb->ref_dbias, C_OUT);
+    }
+    *n_out = n;
+    int passed = 0;
+    for (int i = 0; i < n; i++)
+        passed += res[i].pass;
+    return passed;
+}
+
+/* Every backward version, epilogue forward+backward and (unless the conv output was set by
+ * hand) the whole training step, twice: the fused backward's db must be the same bits. */
+static void check_bwd_versions(problem *pb, const char *label, int epilogue_only)
+{
+    char shape_s[64];
+    snprintf(shape_s, sizeof shape_s, "%dx3x%dx%dx%d", pb->sh.n, pb->sh.d, pb->sh.h, pb->sh.w);
+    for (int i = 0; i < N_BWD; i++)
+        for (int train = 0; train < 2; train++) {
+            if (train && epilogue_only)
+                continue;
+            verify_result a[N_GRADS], b[N_GRADS];
+            const char *names[N_GRADS];
+            int n = 0, pa = verify_bwd(pb, &bwd_versions[i], train, a, names, &n);
+            int pb2 = verify_bwd(pb, &bwd_versions[i], train, b, names, &n);
+            char line[512];
+            /* the training step's cuDNN conv may be nondeterministic: then c, and so db, can
+             * change in the last bits between runs */
+            int must_match = !train || pb->cudnn.deterministic;
+            int len = 0, same_db = !must_match || a[2].max_abs == b[2].max_abs;
+            for (int k = 0; k < n; k++)
+                len += snprintf(line + len, sizeof line - len, " %s %.1e", names[k], a[k].rel_l2);
+            check(pa == n && pb2 == n && same_db, "%s %-8s %-14s %-14s rel_l2:%s%s", bwd_versions[i].id,
+                  train ? "train" : "fwd+bwd", shape_s, label, line,
+                  same_db ? "" : " (db differs between runs)");
+        }
 }
 
 /* Every selected version, both scopes where it has them, twice (a moving result is a race). */
@@ -1254,6 +1832,76 @@ static double conv_gather_point(const shape *s, const float *x, const float *w, 
     return acc;
 }
 
+/* L = sum g y as a function of the model's tensors, for the central-difference checker */
+typedef struct {
+    shape sh;
+    double *x, *w, *cb, *b, *c; /* the tensors gradcheck perturbs in place */
+    const float *g;
+    double *y;
+    int epilogue_only; /* 1: c is the input (the epilogue alone); 0: c is computed from x */
+} loss_ctx;
+
+static double model_loss(const double *unused, void *p)
+{
+    loss_ctx *L = (loss_ctx *)p;
+    (void)unused; /* gradcheck perturbs one of L's own arrays */
+    if (!L->epilogue_only)
+        conv_transpose_ref(&L->sh, L->x, L->w, L->cb, L->c);
+    epilogue_ref(&L->sh, NULL, L->c, *L->b, L->y);
+    double sum = 0.0;
+    for (size_t i = 0; i < out_elems(&L->sh); i++)
+        sum += L->g[i] * L->y[i];
+    return sum;
+}
+
+/* The hand-derived gradients of section 2b against central differences of L = sum g y, on a
+ * tiny shape, for every tensor: the conv output, b, the conv weight and bias, the input. Two
+ * values of b: 0.25 keeps every output inside the clamp, -0.5 puts them astride the bound. */
+static void gradient_checks(uint64_t seed)
+{
+    shape s = make_shape(1, 2, 3, 2);
+    size_t nx = x_elems(&s), nc = conv_elems(&s), ny = out_elems(&s);
+    double *x = (double *)host_alloc(sizeof(double) * nx), w[N_WEIGHT], cb[C_OUT], b;
+    double *c = (double *)host_alloc(sizeof(double) * nc), *y = (double *)host_alloc(sizeof(double) * ny);
+    double *dc = (double *)host_alloc(sizeof(double) * nc), *dx = (double *)host_alloc(sizeof(double) * nx);
+    double dw[N_WEIGHT], dcb[C_OUT];
+    float *g = (float *)host_alloc(sizeof(float) * ny), tmp[N_WEIGHT];
+    rng_state rng;
+    rng_seed(&rng, seed + 11);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = rng_uniform(&rng);
+    init_conv_params(tmp, N_WEIGHT, NULL, 0, C_OUT * 27, &rng);
+    for (int i = 0; i < N_WEIGHT; i++)
+        w[i] = tmp[i];
+    init_conv_params(tmp, C_OUT, NULL, 0, C_OUT * 27, &rng);
+    for (int i = 0; i < C_OUT; i++)
+        cb[i] = tmp[i];
+    fill_normal(g, ny, &rng);
+    loss_ctx L = {s, x, w, cb, &b, c, g, y, 0};
+    const double h = 1e-6;
+    for (int k = 0; k < 2; k++) {
+        b = k ? -0.5 : 0.25;
+        conv_transpose_ref(&s, x, w, cb, c);
+        double db = epilogue_backward_ref(&s, NULL, c, b, g, dc);
+        conv_transpose_backward_ref(&s, x, w, dc, dx, dw, dcb);
+        L.epilogue_only = 1;
+        double e_c = gradcheck(model_loss, &L, c, nc, dc, h, NULL);
+        L.epilogue_only = 0;
+        double e_b = gradcheck(model_loss, &L, &b, 1, &db, h, NULL);
+        double e_w = gradcheck(model_loss, &L, w, N_WEIGHT, dw, h, NULL);
+        double e_cb = gradcheck(model_loss, &L, cb, C_OUT, dcb, h, NULL);
+        double e_x = gradcheck(model_loss, &L, x, nx, dx, h, NULL);
+        const double tol = 1e-6;
+        const char *when = k ? "b = -0.5, outputs astride the clamp" : "b = 0.25";
+        check(e_c < tol, "cpu: gradcheck dL/dc (epilogue, %zu values), %s: rel error %.1e", nc, when, e_c);
+        check(e_b < tol, "cpu: gradcheck dL/db, %s: rel error %.1e", when, e_b);
+        check(e_w < tol, "cpu: gradcheck dL/dw (1296 conv weights), %s: rel error %.1e", when, e_w);
+        check(e_cb < tol, "cpu: gradcheck dL/dbias (16 conv biases), %s: rel error %.1e", when, e_cb);
+        check(e_x < tol, "cpu: gradcheck dL/dx (%zu inputs), %s: rel error %.1e", nx, when, e_x);
+    }
+    free(x), free(c), free(y), free(dc), free(dx), free(g);
+}
+
 static void cpu_checks(uint64_t seed)
 {
     /* 1. reference conv (scatter) against the gather form */
@@ -1264,7 +1912,15 @@ static void cpu_checks(uint64_t seed)
     rng_seed(&rng, seed);
     fill_uniform(x, x_elems(&s), 0.0, 1.0, &rng);
     init_conv_params(w, N_WEIGHT, cb, C_OUT, C_OUT * 27, &rng);
-    conv_transpose_ref(&s, x, w, cb, ref);
+    double *xd = (double *)host_alloc(sizeof(double) * x_elems(&s)), wd[N_WEIGHT], cbd[C_OUT];
+    for (size_t i = 0; i < x_elems(&s); i++)
+        xd[i] = x[i];
+    for (int i = 0; i < N_WEIGHT; i++)
+        wd[i] = w[i];
+    for (int i = 0; i < C_OUT; i++)
+        cbd[i] = cb[i];
+    conv_transpose_ref(&s, xd, wd, cbd, ref);
+    free(xd);
     double worst = 0;
     for (int n = 0; n < s.n; n++)
         for (int co = 0; co < C_OUT; co++)
@@ -1343,6 +1999,7 @@ static void cpu_checks(uint64_t seed)
         eq[c] = 2.5;
     check(fabs(lse_ref(eq, C_OUT) - (2.5 + log(16.0))) < 1e-14, "cpu: LSE of 16 equal values = v + log 16");
     free(x), free(ref), free(yref), free(yf);
+    gradient_checks(seed);
 }
 
 /* --- the GPU checks --- */
@@ -1379,12 +2036,16 @@ static void gpu_checks(int sm_count, uint64_t seed, int only, const int64_t *one
         check(vc.pass, "cuDNN transposed conv = reference on %dx3x%dx%dx%d, rel_l2 %.1e", s.n, s.d,
               s.h, s.w, vc.rel_l2);
         check_versions(&pb, "rand", only, 0);
+        if (!only)
+            check_bwd_versions(&pb, "rand", 0);
         if (t == 2 || one_shape) {
             /* extreme values 1: x scaled by 1000, conv outputs in the hundreds */
             for (size_t i = 0; i < x_elems(&s); i++)
                 pb.x[i] *= 1000.0f;
             problem_refresh(&pb);
             check_versions(&pb, "x*1000", only, 0);
+            if (!only)
+                check_bwd_versions(&pb, "x*1000", 0);
             /* extreme values 2: the epilogue fed conv outputs near +100, near -100, and mixed */
             float *c = (float *)host_alloc(sizeof(float) * conv_elems(&s));
             rng_state rng;
@@ -1397,6 +2058,8 @@ static void gpu_checks(int sm_count, uint64_t seed, int only, const int64_t *one
                 }
                 problem_set_conv(&pb, c);
                 check_versions(&pb, labels[kind], only, 1);
+                if (!only)
+                    check_bwd_versions(&pb, labels[kind], 1);
                 if (kind == 2)
                     continue;
                 /* the naive exp-sum-log on the same input: expected to break */
@@ -1445,7 +2108,11 @@ static const char *help_text =
     "  --dump DIR writes: x.npy, conv_weight.npy (3,16,3,3,3), conv_bias.npy (16), bias.npy\n"
     "  (1,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
     "  out_v1.npy .. out_v4.npy (epilogue versions, from conv_out), out_v5_model.npy and\n"
-    "  out_v6_model.npy (the fused whole model, from x). Check them: python3 data/pytorch_peer.py check DIR\n";
+    "  out_v6_model.npy (the fused whole model, from x); without --version also grad_output.npy\n"
+    "  and, from each backward version's training step (b1, b2), grad_conv_out_bK.npy,\n"
+    "  grad_bias_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n"
+    "  --version K selects forward version K; the backward versions b1, b2 run when it is absent.\n"
+    " Check them: python3 data/pytorch_peer.py check DIR\n";
 
 static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
                         const int64_t *shape)
@@ -1481,6 +2148,27 @@ static void dump_all(problem *pb, const char *dir, int only)
         char name[32];
         snprintf(name, sizeof name, v->epilogue ? "out_v%d" : "out_v%d_model", v->id);
         dump_tensor(dir, name, pb->host_out, 5, ys);
+    }
+    if (only == 0) { /* the training step of each backward version: every gradient */
+        dump_tensor(dir, "grad_output", pb->g, 5, ys);
+        for (int i = 0; i < N_BWD; i++) {
+            const bwd_version *v = &bwd_versions[i];
+            verify_result res[N_GRADS];
+            const char *names[N_GRADS];
+            int n = 0;
+            verify_bwd(pb, v, 1, res, names, &n); /* runs it, copies every gradient back */
+            char name[64];
+            snprintf(name, sizeof name, "grad_conv_out_%s", v->id);
+            dump_tensor(dir, name, pb->host_dc, 5, cs);
+            snprintf(name, sizeof name, "grad_bias_%s", v->id);
+            dump_tensor(dir, name, &pb->host_db, 4, bs);
+            snprintf(name, sizeof name, "grad_conv_weight_%s", v->id);
+            dump_tensor(dir, name, pb->host_dw, 5, ws);
+            snprintf(name, sizeof name, "grad_conv_bias_%s", v->id);
+            dump_tensor(dir, name, pb->host_dbias, 1, cbs);
+            snprintf(name, sizeof name, "grad_x_%s", v->id);
+            dump_tensor(dir, name, pb->host_dx, 5, xs);
+        }
     }
     printf("wrote the inputs, parameters and outputs as .npy to %s/\n", dir);
 }
@@ -1560,7 +2248,7 @@ int main(int argc, char **argv)
                "--seed\n", 100 * (1 - inside));
     report_ctx rc_ctx = {dev.tag, dev.name, "01", shape_s, dev.copy_gbps, dev.sm_count,
                          dev.l2_bytes / 1e6};
-    report_row rows[2 * N_VERSIONS];
+    report_row rows[2 * N_VERSIONS + 2 * N_BWD];
     char ver_names[2 * N_VERSIONS][8];
     int n_rows = 0, failed = 0;
     double v1_ms[2] = {0, 0};
@@ -1593,15 +2281,51 @@ int main(int argc, char **argv)
             }
         }
     }
+    /* the backward versions (all of them when no --version is given) */
+    double b1_ms[2] = {0, 0};
+    for (int i = 0; i < N_BWD && a.version == 0; i++) {
+        const bwd_version *v = &bwd_versions[i];
+        for (int train = 0; train < 2; train++) {
+            bwd_job j = {&pb.r, v, train};
+            verify_result res[N_GRADS];
+            const char *names[N_GRADS];
+            int n = 0, before = verify_bwd(&pb, v, train, res, names, &n);
+            timing t = gpu_time(run_bwd_job, &j, a.reps);
+            int after = verify_bwd(&pb, v, train, res, names, &n);
+            report_row *row = &rows[n_rows++];
+            *row = (report_row){v->id, v->name, train ? "train_step" : "epilogue_fwdbwd", t,
+                                train ? train_step_bytes(&s) : epilogue_fwdbwd_bytes(&s), 0};
+            if (i == 0)
+                b1_ms[train] = t.median_ms;
+            if (b1_ms[train] > 0)
+                row->speedup_v1 = b1_ms[train] / t.median_ms;
+            report_print(stdout, &rc_ctx, row);
+            if (before != n || after != n) {
+                failed = 1;
+                printf("         ^ FAILED verification:");
+                for (int k = 0; k < n; k++)
+                    if (!res[k].pass)
+                        printf(" %s rel_l2 %.1e max_abs %.1e", names[k], res[k].rel_l2, res[k].max_abs);
+                putchar('\n');
+            }
+        }
+    }
     timing tc = gpu_time(time_conv, &pb.r, a.reps);
     printf("cuDNN ConvTranspose3d alone (cudnnConvolutionBackwardData algo %d, %s, + bias): "
            "median %.4f ms [%.4f - %.4f]\n",
            (int)pb.cudnn.algo, pb.cudnn.deterministic ? "deterministic" : "nondeterministic",
            tc.median_ms, tc.min_ms, tc.max_ms);
     printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; model %.1f MB -> %.4f ms, and "
-           "%.2f GFLOP of conv\n",
+           "%.2f GFLOP of conv; epilogue fwd+bwd %.1f MB -> %.4f ms\n",
            dev.copy_gbps, epilogue_bytes(&s) / 1e6, epilogue_bytes(&s) / (dev.copy_gbps * 1e6),
-           model_bytes(&s) / 1e6, model_bytes(&s) / (dev.copy_gbps * 1e6), model_flops(&s) / 1e9);
+           model_bytes(&s) / 1e6, model_bytes(&s) / (dev.copy_gbps * 1e6), model_flops(&s) / 1e9,
+           epilogue_fwdbwd_bytes(&s) / 1e6, epilogue_fwdbwd_bytes(&s) / (dev.copy_gbps * 1e6));
+    if (a.version == 0)
+        printf("cuDNN algorithms: transposed conv %d (%s), dx forward conv %d, dw backward-filter "
+               "%d (%s)\n",
+               (int)pb.cudnn.algo, pb.cudnn.deterministic ? "deterministic" : "nondeterministic",
+               (int)pb.cudnn.dx_algo, (int)pb.cudnn.dw_algo,
+               pb.cudnn.dw_deterministic ? "deterministic" : "nondeterministic");
     if (a.csv && report_csv(a.csv, &rc_ctx, rows, n_rows))
         failed = 1;
     if (a.dump_dir)
