@@ -68,10 +68,22 @@ typedef struct {
 /*
  * Compares n float outputs with a double reference, element by element. NaN-safe: a NaN or Inf
  * in out where ref is finite fails (so a NaN-poisoned, unwritten element fails); comparisons are
- * written so that a NaN can never satisfy them. ref itself must be finite.
+ * written so that a NaN can never satisfy them. Reference values below FLT_MIN (zero, or what a
+ * float could only hold as a subnormal) count in max_abs but not in rel_l2, whose denominator
+ * would otherwise make a float's unavoidable flush to 0 look like a 100% error.
  */
 verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
                          double tol_abs);
+/*
+ * For results that are sums of many terms (a bias gradient over millions of positions): element
+ * i passes when |out_i - ref_i| <= tol * abs_sum_i, abs_sum_i being the sum of the magnitudes of
+ * its terms. That is the scale of the rounding error of any float summation order (Higham,
+ * "Accuracy and Stability of Numerical Algorithms", 2nd ed., ch. 4), however much the terms
+ * cancel; a relative error against the sum itself would blame cancellation on the kernel.
+ * rel_l2, max_abs and nonfinite are reported as by verify_f32; NaN-safe the same way.
+ */
+verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,
+                             double tol);
 /* One line: "rel_l2 1.2e-07  max_abs 3.0e-07 at 1234" (and the non-finite count if any). */
 void verify_print(FILE *f, const verify_result *v);
 

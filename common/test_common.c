@@ -53,7 +53,24 @@ static void test_verify(void)
     double zref[4] = {0, 0, 0, 0};
     float zout[4] = {0, 0, 1e-3f, 0};
     v = verify_f32(zout, zref, 4, 1e-6, 1e-6);
-    check(!v.pass, "verify: an all-zero reference still catches an error (absolute L2)");
+    check(!v.pass && v.max_idx == 2, "verify: an all-zero reference still catches an error (max abs)");
+    double tiny[3] = {1e-41, -2e-42, 3e-40};
+    float flushed[3] = {0, 0, 0};
+    v = verify_f32(flushed, tiny, 3, 1e-6, 1e-6);
+    check(v.pass, "verify: float's flush of subnormal references (1e-41) to 0 passes on max abs");
+
+    /* sums: 1e6 terms of magnitude ~1 that cancel to 0.5; a float summation error of 1e-4 is
+     * within tol * sum|terms| = 1e-6 * 1e6 = 1, a missing term of size 1 is not */
+    double sref[2] = {0.5, 0.5}, sabs[2] = {1e6, 1e6};
+    float sout[2] = {0.5001f, 0.5f};
+    v = verify_sum_f32(sout, sref, sabs, 2, 1e-6);
+    check(v.pass, "verify_sum: rounding (1e-4) on a sum of 1e6 unit terms that cancel passes");
+    sout[1] = 2.5f;
+    v = verify_sum_f32(sout, sref, sabs, 2, 1e-6);
+    check(!v.pass && v.max_idx == 1, "verify_sum: an error of 2 on the same sum fails, at 1");
+    sout[1] = NAN;
+    v = verify_sum_f32(sout, sref, sabs, 2, 1e-6);
+    check(!v.pass, "verify_sum: a NaN fails");
 }
 
 static void test_stats(void)

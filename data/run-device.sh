@@ -38,7 +38,7 @@ for s in $stages; do
             nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp $(echo ",$v" | sed 's/,/ -D/g') \
                 -o build/ch01_var$i chapters/01-*/01-*.cu build/common.o build/gpu.o -lcudnn -lgomp -lm & done; wait
         i=0; for v in ${VARIANTS:-V6_MIN_BLOCKS=5}; do i=$((i+1))
-            step "var$i" sh -c "echo $v; build/ch01_var$i --version ${VERSION:-6} --reps 30 | grep -E '^v[0-9].*epilogue|^v[56]'"; done ;;
+            step "var$i" sh -c "echo $v; build/ch01_var$i ${VERSION:+--version $VERSION} --reps 20 | grep -E '${GREP:-^v[0-9].*epilogue|^v[56]}'"; done ;;
     initcheck) step initcheck compute-sanitizer --tool initcheck --print-limit 10 \
             build/ch01 --test --shape 2x3x3x5x7 ;;
     *) echo "unknown stage $s"; status=1 ;;
