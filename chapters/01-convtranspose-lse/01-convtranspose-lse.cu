@@ -843,6 +843,23 @@ __device__ static inline void lse2_online(float v, float *m, float *s)
     }
 }
 
+/* Stages weight * scale in shared memory as [co][ci][28] (27 taps, 1 pad) for float4 reads, and
+ * bias * scale. Shared by v6 and the conv forward below; the caller synchronises. */
+__device__ static inline void stage_weights(float4 (*s_w4)[C_IN][TAPS_PAD / 4], float *s_bias,
+                                            const float *__restrict__ weight,
+                                            const float *__restrict__ conv_bias, float scale,
+                                            int tid, int nthreads)
+{
+    float *s_w = reinterpret_cast<float *>(s_w4);
+    for (int t = tid; t < C_OUT * C_IN * TAPS_PAD; t += nthreads) {
+        int co = t / (C_IN * TAPS_PAD), r = t % (C_IN * TAPS_PAD);
+        int ci = r / TAPS_PAD, k = r % TAPS_PAD;
+        s_w[t] = k < KS * KS * KS ? weight[(ci * C_OUT + co) * KS * KS * KS + k] * scale : 0.0f;
+    }
+    if (tid < C_OUT)
+        s_bias[tid] = conv_bias[tid] * scale;
+}
+
 /* experiments: -DV6_MIN_BLOCKS=k caps registers for k blocks per SM; -DV6_CO_UNROLL=u */
 #ifdef V6_MIN_BLOCKS
 #define V6_BOUNDS __launch_bounds__(V6_TW *V6_TH, V6_MIN_BLOCKS)
@@ -870,14 +887,7 @@ __global__ void V6_BOUNDS k_model_fused_v6(const float *__restrict__ x, const fl
     int jd = blockIdx.y, n = blockIdx.z;
     int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;
 
-    float *s_w = reinterpret_cast<float *>(s_w4);
-    for (int t = tid; t < C_OUT * C_IN * TAPS_PAD; t += V6_TW * V6_TH) {
-        int co = t / (C_IN * TAPS_PAD), r = t % (C_IN * TAPS_PAD);
-        int ci = r / TAPS_PAD, k = r % TAPS_PAD;
-        s_w[t] = k < KS * KS * KS ? weight[(ci * C_OUT + co) * KS * KS * KS + k] * LOG2E_F : 0.0f;
-    }
-    if (tid < C_OUT)
-        s_bias[tid] = conv_bias[tid] * LOG2E_F;
+    stage_weights(s_w4, s_bias, weight, conv_bias, LOG2E_F, tid, V6_TW * V6_TH);
     load_input_tile(x, &tile[0][0][0][0], V6_TH + 1, V6_COLS + 1, n, jd, jh0, jw0, d, h, w, tid,
                     V6_TW * V6_TH);
     __syncthreads();
@@ -1014,6 +1024,7 @@ __device__ static float block_sum(float v)
 {
     __shared__ float warp_sums[32];
     int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    __syncthreads(); /* a previous call's readers are done with warp_sums */
     int n_warps = (blockDim.x * blockDim.y) >> 5;
     for (int off = 16; off > 0; off >>= 1)
         v += __shfl_down_sync(0xffffffffu, v, off);
@@ -1063,7 +1074,8 @@ __global__ void k_final_sum(const float *__restrict__ partials, int n, float sca
  * partials in a fixed order, so db is deterministic. The forward it pairs with is v4.
  * Prediction: read v and g, write dc: 2.1 GB, about 0.7 ms at the ceiling. */
 #ifndef B2_MIN_BLOCKS
-#define B2_MIN_BLOCKS 1
+#define B2_MIN_BLOCKS 3 /* 80 registers, 3 blocks per SM: 1.304 ms against 1.352 at 96 registers
+                           (epilogue fwd+bwd, one H100 run each) */
 #endif
 __global__ void __launch_bounds__(256, B2_MIN_BLOCKS)
     k_epilogue_backward_fused(const float *__restrict__ c, const float *__restrict__ g,
@@ -1111,6 +1123,171 @@ __global__ void __launch_bounds__(256, B2_MIN_BLOCKS)
     ds_sum = block_sum(ds_sum);
     if (threadIdx.x == 0)
         partials[blockIdx.y * gridDim.x + blockIdx.x] = ds_sum;
+}
+
+/* ---------------------------------------------------------------- b3: the conv's own kernels
+ * Measured with b1 and b2 (H100, KernelBench shape): the training step takes 112 ms, and cuDNN's
+ * legacy API spends it on the conv: the transposed conv 12.3 ms, dbias (cudnnConvolutionBackward-
+ * Bias) 63.6 ms, dw (cudnnConvolutionBackwardFilter, its fastest fp32 algorithm) 32.9 ms, dx
+ * (cudnnConvolutionForward) 2.0 ms. A per-channel sum over 1 GB has a 0.36 ms floor; the conv's
+ * 5 GFLOP about 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
+ *   - the transposed conv writing c, by v6's parity scheme (it is v6 with the logsumexp replaced
+ *     by 128 stores a thread): 1 GB written, so about 0.35 ms at the ceiling;
+ *   - dbias: per channel, blocks sum slices of every sample's plane (no division in the loop),
+ *     one partial each, then a fixed-order final sum: deterministic;
+ *   - dw: dw[ci][co][k] = sum over n, j of x[n][ci][j] dc[n][co][2j - 1 + k]. A block takes one
+ *     output channel co and strides over input positions j; each thread keeps the 81 products'
+ *     sums (3 ci x 27 taps) in registers over all its positions, then the block reduces them
+ *     (shuffles, then shared memory) into one partial per weight; a final kernel adds the blocks'
+ *     partials in a fixed order: deterministic, no atomics.
+ * dx stays cuDNN's forward conv. */
+
+__global__ void __launch_bounds__(V6_TW *V6_TH)
+    k_conv_transpose_parity(const float *__restrict__ x, const float *__restrict__ weight,
+                            const float *__restrict__ conv_bias, float *__restrict__ c, int d,
+                            int h, int w)
+{
+    __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
+    __shared__ float s_bias[C_OUT];
+    __shared__ float tile[C_IN][2][V6_TH + 1][V6_TW + 1];
+    int tid = threadIdx.y * V6_TW + threadIdx.x;
+    int tiles_w = (w + V6_TW - 1) / V6_TW;
+    int jw0 = (blockIdx.x % tiles_w) * V6_TW, jh0 = (blockIdx.x / tiles_w) * V6_TH;
+    int jd = blockIdx.y, n = blockIdx.z;
+    int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1, s = od * oh * ow;
+    stage_weights(s_w4, s_bias, weight, conv_bias, 1.0f, tid, V6_TW * V6_TH);
+    load_input_tile(x, &tile[0][0][0][0], V6_TH + 1, V6_TW + 1, n, jd, jh0, jw0, d, h, w, tid,
+                    V6_TW * V6_TH);
+    __syncthreads();
+    int jw = jw0 + threadIdx.x, jh = jh0 + threadIdx.y;
+    if (jw >= w || jh >= h)
+        return;
+    float xin[C_IN][2][2][2];
+#pragma unroll
+    for (int q = 0; q < C_IN * 8; q++)
+        xin[q / 8][(q >> 2) & 1][(q >> 1) & 1][q & 1] =
+            tile[q / 8][(q >> 2) & 1][threadIdx.y + ((q >> 1) & 1)][threadIdx.x + (q & 1)];
+#pragma unroll 2
+    for (int co = 0; co < C_OUT; co++) {
+        float acc[8];
+#pragma unroll
+        for (int o = 0; o < 8; o++)
+            acc[o] = s_bias[co];
+#pragma unroll
+        for (int ci = 0; ci < C_IN; ci++) {
+            float wk[TAPS_PAD];
+#pragma unroll
+            for (int q = 0; q < TAPS_PAD / 4; q++) {
+                float4 t = s_w4[co][ci][q];
+                wk[4 * q] = t.x, wk[4 * q + 1] = t.y, wk[4 * q + 2] = t.z, wk[4 * q + 3] = t.w;
+            }
+#pragma unroll
+            for (int k = 0; k < KS * KS * KS; k++) {
+                int kd = k / 9, kh = (k / 3) % 3, kw = k % 3;
+                int o = TAP_OUT(kd) * 4 + TAP_OUT(kh) * 2 + TAP_OUT(kw);
+                acc[o] = fmaf(wk[k], xin[ci][TAP_IN(kd)][TAP_IN(kh)][TAP_IN(kw)], acc[o]);
+            }
+        }
+        float *cn = c + (n * C_OUT + co) * s;
+#pragma unroll
+        for (int o = 0; o < 8; o++) {
+            int zd = 2 * jd + (o >> 2), zh = 2 * jh + ((o >> 1) & 1), zw = 2 * jw + (o & 1);
+            if (zd < od && zh < oh && zw < ow)
+                cn[(zd * oh + zh) * ow + zw] = acc[o];
+        }
+    }
+}
+
+/* dbias stage 1: block (bx, co) sums slice bx of every sample's plane of channel co */
+__global__ void k_channel_partials(const float *__restrict__ dc, float *__restrict__ partials,
+                                   int n, int s)
+{
+    int co = blockIdx.y;
+    float v = 0.0f;
+    for (int nn = 0; nn < n; nn++) {
+        const float *row = dc + (nn * C_OUT + co) * s;
+        for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < s; p += gridDim.x * blockDim.x)
+            v += row[p];
+    }
+    v = block_sum(v);
+    if (threadIdx.x == 0)
+        partials[co * gridDim.x + blockIdx.x] = v;
+}
+
+/* dbias stage 2 (and dw's): block i adds the `count` partials at partials[i * count ...] */
+__global__ void k_segment_sums(const float *__restrict__ partials, int count,
+                               float *__restrict__ out)
+{
+    float v = 0.0f;
+    for (int j = threadIdx.x; j < count; j += blockDim.x)
+        v += partials[blockIdx.x * count + j];
+    v = block_sum(v);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = v;
+}
+
+#define DW_TAPS (C_IN * KS * KS * KS) /* 81 sums per output channel */
+
+/* [co][ci][k] -> PyTorch's [ci][co][k] */
+__global__ void k_dw_reorder(const float *__restrict__ by_co, float *__restrict__ dw)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N_WEIGHT)
+        return;
+    int k = i % 27, co = (i / 27) % C_OUT, ci = i / (27 * C_OUT);
+    dw[i] = by_co[(co * C_IN + ci) * 27 + k];
+}
+
+/* dw stage 1: block (bx, co) strides over input positions; writes 81 partials at
+ * partials[(co * 81 + q) * gridDim.x + bx], q = ci * 27 + k, so stage 2 adds contiguous runs */
+__global__ void __launch_bounds__(256)
+    k_dw_partials(const float *__restrict__ x, const float *__restrict__ dc,
+                  float *__restrict__ partials, int n, int d, int h, int w)
+{
+    __shared__ float red[8][DW_TAPS];
+    int co = blockIdx.y, od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1, s = od * oh * ow;
+    int positions = n * d * h * w;
+    float acc[DW_TAPS];
+#pragma unroll
+    for (int q = 0; q < DW_TAPS; q++)
+        acc[q] = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < positions; i += gridDim.x * blockDim.x) {
+        int jw = i % w, r = i / w, jh = r % h;
+        r /= h;
+        int jd = r % d, nn = r / d;
+        float xv[C_IN];
+#pragma unroll
+        for (int ci = 0; ci < C_IN; ci++)
+            xv[ci] = x[(((nn * C_IN + ci) * d + jd) * h + jh) * w + jw];
+        const float *o = dc + (nn * C_OUT + co) * s;
+#pragma unroll
+        for (int k = 0; k < KS * KS * KS; k++) {
+            int zd = 2 * jd - 1 + k / 9, zh = 2 * jh - 1 + (k / 3) % 3, zw = 2 * jw - 1 + k % 3;
+            float v = (zd >= 0 && zd < od && zh >= 0 && zh < oh && zw >= 0 && zw < ow)
+                          ? o[(zd * oh + zh) * ow + zw]
+                          : 0.0f;
+#pragma unroll
+            for (int ci = 0; ci < C_IN; ci++)
+                acc[ci * 27 + k] = fmaf(xv[ci], v, acc[ci * 27 + k]);
+        }
+    }
+    /* reduce the 81 sums over the block: shuffles within each warp, then across warps */
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int q = 0; q < DW_TAPS; q++) {
+        float v = acc[q];
+        for (int off = 16; off > 0; off >>= 1)
+            v += __shfl_down_sync(0xffffffffu, v, off);
+        if (lane == 0)
+            red[warp][q] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < DW_TAPS) {
+        float v = 0.0f;
+        for (int wp = 0; wp < (int)(blockDim.x >> 5); wp++)
+            v += red[wp][threadIdx.x];
+        partials[(co * DW_TAPS + threadIdx.x) * gridDim.x + blockIdx.x] = v;
+    }
 }
 
 /* A demonstration, not a version: logsumexp as the formula reads, log(sum(exp(v))), with the
@@ -1332,6 +1509,8 @@ typedef struct {
     float *db, *dx, *dw, *dbias;             /* the parameters' and the input's gradients */
     float *partials;                         /* one float per block, for the deterministic sums */
     int n_partials;
+    float *partials2;                        /* dbias's, so it can run beside dw's */
+    float *dw_by_co;                         /* dw in [co][ci][k] order before the reorder */
     cudnn_conv *cudnn;
 } run_ctx;
 
@@ -1428,6 +1607,36 @@ static void launch_fused_smem(const run_ctx *r)
 static void launch_v6(const run_ctx *r) { launch_fused_smem<1>(r); }
 
 
+/* b3's conv forward: the transposed conv by parity, writing c */
+static void launch_conv_parity(const run_ctx *r)
+{
+    const shape *s = &r->sh;
+    int tiles = ((s->w + V6_TW - 1) / V6_TW) * ((s->h + V6_TH - 1) / V6_TH);
+    k_conv_transpose_parity<<<dim3(tiles, s->d, s->n), dim3(V6_TW, V6_TH)>>>(
+        r->x, r->weight, r->conv_bias, r->conv, s->d, s->h, s->w);
+}
+
+#define DBIAS_BLOCKS 64 /* per channel: 16 x 64 blocks of 256 threads */
+#define DW_BLOCKS 64    /* per channel: 16 x 64 blocks of 256 threads */
+
+/* b3's conv gradients: cuDNN's dx, our deterministic dw and dbias */
+static void conv_grads_own(const run_ctx *r)
+{
+    const shape *s = &r->sh;
+    const float one = 1.0f, zero = 0.0f;
+    const cudnn_conv *cc = r->cudnn;
+    CUDNN_CHECK(cudnnConvolutionForward(cc->handle, &one, cc->y_desc, r->dc, cc->w_desc, r->weight,
+                                        cc->conv_desc, cc->dx_algo, cc->workspace,
+                                        cc->workspace_bytes, &zero, cc->x_desc, r->dx));
+    k_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h, s->w);
+    /* the partials of weight (ci, co, k) are contiguous: reorder to PyTorch's [ci][co][k] on the
+     * way out by summing each run into its slot */
+    k_segment_sums<<<C_OUT * DW_TAPS, 64>>>(r->partials, DW_BLOCKS, r->dw_by_co);
+    k_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
+    k_channel_partials<<<dim3(DBIAS_BLOCKS, C_OUT), 256>>>(r->dc, r->partials2, s->n, s->s);
+    k_segment_sums<<<C_OUT, 64>>>(r->partials2, DBIAS_BLOCKS, r->dbias);
+}
+
 static void launch_conv(const run_ctx *r)
 {
     cudnn_conv_run(r->cudnn, r->x, r->weight, r->conv_bias, r->conv);
@@ -1507,13 +1716,24 @@ static void run_job(const void *p)
 typedef struct {
     const char *id;
     const char *name;
-    void (*forward)(const run_ctx *);
-    void (*backward)(const run_ctx *);
+    void (*forward)(const run_ctx *);    /* the epilogue forward */
+    void (*backward)(const run_ctx *);   /* the epilogue backward: dc, db */
+    void (*conv)(const run_ctx *);       /* the training step's conv forward, writing c */
+    void (*conv_grads)(const run_ctx *); /* the training step's dx, dw, dbias */
 } bwd_version;
 
+static void conv_grads_cudnn(const run_ctx *r)
+{
+    cudnn_grads_run(r->cudnn, r->x, r->weight, r->dc, r->dx, r->dw, r->dbias);
+}
+
 static const bwd_version bwd_versions[] = {
-    {"b1", "autograd-like: v1 saving z t s; 8 kernels back", launch_v1, launch_b1},
-    {"b2", "fused: v4, then one pass recomputing z; det. db", launch_v4, launch_b2},
+    {"b1", "autograd-like: v1 saving z t s; 8 kernels back", launch_v1, launch_b1, launch_conv,
+     conv_grads_cudnn},
+    {"b2", "fused: v4, then one pass recomputing z; det. db", launch_v4, launch_b2, launch_conv,
+     conv_grads_cudnn},
+    {"b3", "b2 + own conv fwd, dw, dbias (cuDNN dx only)", launch_v4, launch_b2,
+     launch_conv_parity, conv_grads_own},
 };
 #define N_BWD ((int)(sizeof bwd_versions / sizeof bwd_versions[0]))
 
@@ -1527,12 +1747,11 @@ static void run_bwd_job(const void *p)
 {
     const bwd_job *j = (const bwd_job *)p;
     if (j->train_step)
-        launch_conv(j->r);
+        j->v->conv(j->r);
     j->v->forward(j->r);
     j->v->backward(j->r);
     if (j->train_step)
-        cudnn_grads_run(j->r->cudnn, j->r->x, j->r->weight, j->r->dc, j->r->dx, j->r->dw,
-                        j->r->dbias);
+        j->v->conv_grads(j->r);
 }
 
 /* ============================================================================================
@@ -1635,7 +1854,11 @@ static void problem_init(problem *pb, const shape *s, int sm_count, uint64_t see
     r->dbias = (float *)gpu_alloc(sizeof(float) * C_OUT, "dL/dbias");
     r->n_partials = sm_count * 4; /* k_partial_sums' grid */
     int b2_blocks = ((s->s + 3) / 4 + 255) / 256 * s->n;
-    r->partials = (float *)gpu_alloc(sizeof(float) * (size_t)(b2_blocks > r->n_partials ? b2_blocks : r->n_partials), "partial sums");
+    int most = b2_blocks > r->n_partials ? b2_blocks : r->n_partials;
+    most = most > DW_BLOCKS * C_OUT * DW_TAPS ? most : DW_BLOCKS * C_OUT * DW_TAPS;
+    r->partials = (float *)gpu_alloc(sizeof(float) * (size_t)most, "partial sums");
+    r->partials2 = (float *)gpu_alloc(sizeof(float) * DBIAS_BLOCKS * C_OUT, "dbias partial sums");
+    r->dw_by_co = (float *)gpu_alloc(sizeof(float) * N_WEIGHT, "dw by channel");
     CUDA_CHECK(cudaMemcpy(w, pb->weight, sizeof(float) * N_WEIGHT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(cb, pb->conv_bias, sizeof(float) * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, &pb->b, sizeof(float), cudaMemcpyHostToDevice));
@@ -1700,7 +1923,8 @@ static void problem_free(problem *pb)
     run_ctx *r = &pb->r;
     cudnn_conv_destroy(&pb->cudnn);
     const void *dev[] = {r->x, r->weight, r->conv_bias, r->b, r->conv, r->y, r->g, r->dc,
-                         r->db, r->dx, r->dw, r->dbias, r->partials};
+                         r->db, r->dx, r->dw, r->dbias, r->partials, r->partials2,
+                         r->dw_by_co};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     for (int i = 0; i < N_TMP; i++)
@@ -2084,6 +2308,20 @@ static void gpu_checks(int sm_count, uint64_t seed, int only, const int64_t *one
         verify_result vc = verify_f32(pb.host_conv, pb.ref_conv, conv_elems(&s), TOL_REL_L2, TOL_ABS);
         check(vc.pass, "cuDNN transposed conv = reference on %dx3x%dx%dx%d, rel_l2 %.1e", s.n, s.d,
               s.h, s.w, vc.rel_l2);
+        /* b3's own transposed conv, into the same buffer (the next cuDNN run rewrites it) */
+        gpu_poison(pb.r.conv, conv_elems(&s));
+        launch_conv_parity(&pb.r);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaMemcpy(pb.host_dc, pb.r.conv, sizeof(float) * conv_elems(&s),
+                              cudaMemcpyDeviceToHost));
+        verify_result vp = verify_f32(pb.host_dc, pb.ref_conv, conv_elems(&s), TOL_REL_L2, TOL_ABS);
+        check(vp.pass, "own transposed conv (parity) = reference on %dx3x%dx%dx%d, rel_l2 %.1e", s.n,
+              s.d, s.h, s.w, vp.rel_l2);
+        launch_conv(&pb.r);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(pb.host_conv, pb.r.conv, sizeof(float) * conv_elems(&s),
+                              cudaMemcpyDeviceToHost)); /* the epilogue reference's input */
+        epilogue_ref(&s, pb.host_conv, NULL, pb.b, pb.ref_epilogue);
         check_versions(&pb, "rand", only, 0);
         if (!only)
             check_bwd_versions(&pb, "rand", 0);
