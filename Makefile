@@ -6,6 +6,9 @@
 #   make bench       every chapter over batch 1..default, data/<gpu>/chNN-sweep.csv
 #   make plots       gnuplot: plots/*.png and *.svg from data/<gpu>/
 #   make sanitize    compute-sanitizer memcheck, racecheck, synccheck, initcheck, small shape
+#   make golden      PyTorch's float64 results on small shapes, data/golden/ (make test reads them)
+#   make peers       PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv
+#   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
 # ARCH: the visible GPU's own (native), sm_90 when none is visible; override: make ARCH=sm_80
@@ -38,7 +41,7 @@ ARGS_01 := --seed 5
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 .SECONDEXPANSION:
 
-.PHONY: all test bench plots sanitize clean
+.PHONY: all test bench plots sanitize clean golden peers check-pytorch
 all: $(BINS) build/test_common
 
 build:
@@ -98,6 +101,19 @@ sanitize: $(BINS)
 	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
 	    tail -n 1 $$log; \
 	done;) echo "sanitize: clean"
+
+# PyTorch side by side (data/pytorch_peer.py; numpy and PyTorch needed, exit 2 without them)
+PYTHON ?= python3
+CH ?= 1
+CHECK_SHAPE_01 := 3x3x5x6x7
+golden:
+	$(PYTHON) data/pytorch_peer.py golden --out data/golden
+peers:
+	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH)
+check-pytorch: build/ch0$(CH)
+	@rm -rf build/dump-ch0$(CH)
+	build/ch0$(CH) --shape $(CHECK_SHAPE_0$(CH)) $(ARGS_0$(CH)) --reps 3 --dump build/dump-ch0$(CH) > build/dump-ch0$(CH).log
+	$(PYTHON) data/pytorch_peer.py check build/dump-ch0$(CH) --chapter $(CH)
 
 clean:
 	rm -rf build
