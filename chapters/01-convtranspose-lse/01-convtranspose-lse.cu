@@ -1074,8 +1074,10 @@ __global__ void k_final_sum(const float *__restrict__ partials, int n, float sca
  * block (shuffles, then shared memory) into one partial per block; k_final_sum adds the
  * partials in a fixed order, so db is deterministic. The forward it pairs with is v4.
  * Prediction: read v and g, write dc: 2.1 GB, about 0.7 ms at the ceiling. */
-#ifndef B2_STORE
-#define B2_STORE(p, v) (*(p) = (v)) /* experiment: -D'B2_STORE(p,v)=__stcs(p,v)' */
+#if defined(B2_STREAMING) && B2_STREAMING /* experiment: -DB2_STREAMING=1, evict-first stores */
+#define B2_STORE(p, v) __stcs(p, v)
+#else
+#define B2_STORE(p, v) (*(p) = (v))
 #endif
 #ifndef B2_MIN_BLOCKS
 #define B2_MIN_BLOCKS 3 /* 80 registers, 3 blocks per SM: 1.304 ms against 1.352 at 96 registers
