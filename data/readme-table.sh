@@ -1,7 +1,8 @@
 #!/bin/sh
 # readme-table.sh: the markdown table of a chapter's README, from the committed CSVs: our rows
 # (the last run in data/<gpu>/chNN.csv) and PyTorch's at the same shape
-# (data/<gpu>/pytorch-chNN.csv), with speedups against eager and torch.compile per scope.
+# (data/<gpu>/pytorch-chNN.csv, its first row for each scope and version), with speedups against
+# eager and torch.compile per scope.
 # usage: sh data/readme-table.sh 01 [h100]
 ch=$1 gpu=${2:-h100} dir=$(dirname "$0")/$gpu
 ours=$dir/ch$ch.csv peers=$dir/pytorch-ch$ch.csv
@@ -10,7 +11,7 @@ last_date=$(tail -n 1 "$ours" | awk -F, '{print $NF}')
 shape=$(tail -n 1 "$ours" | awk -F, '{print $6}')
 awk -F, -v shape="$shape" -v ours="$ours" '
     FNR == 1 { next }
-    FILENAME != ours { if ($6 == shape) { t[$5, $3] = $7; peer[++np] = $0 } ; next }
+    FILENAME != ours { if ($6 == shape && !(($5, $3) in t)) { t[$5, $3] = $7; peer[++np] = $0 } ; next }
     { row[++n] = $0; last[$3, $5] = n }
     END {
         print "| version | what | scope | median ms [min - max] | GB/s | % of copy ceiling | vs v1 | vs eager | vs torch.compile |"
@@ -20,7 +21,7 @@ awk -F, -v shape="$shape" -v ours="$ours" '
             if (last[f[3], f[5]] != i) continue   # the last run of each (version, scope)
             line(f)
         }
-        for (i = 1; i <= np; i++) { split(peer[i], f, ","); if (f[5] == "model_fwd" || f[5] == "epilogue_fwd") line(f) }
+        for (i = 1; i <= np; i++) { split(peer[i], f, ","); line(f) }
     }
     function line(f,   e, c, v1) {
         e = t[f[5], "eager"]; c = t[f[5], "compile"]

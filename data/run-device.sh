@@ -23,16 +23,15 @@ for s in $stages; do
     test) step test make -s test ARCH=sm_90 ;;
     chapter) step chapter make -s chapter-1 ARCH=sm_90; cp data/*/ch01.csv "$OUT/" 2>/dev/null ;;
     sanitize) step sanitize make -s sanitize ARCH=sm_90 ;;
-    dump) rm -rf build/dump; step dump build/ch01 --shape 3x3x5x6x7 --reps 3 --dump build/dump
-          step check python3 data/pytorch_peer.py check build/dump ;;
+    dump) step check make -s check-pytorch CH=1 ARCH=sm_90 ;;
     bench) step bench make -s bench ARCH=sm_90; cp data/*/ch01-sweep.csv "$OUT/" 2>/dev/null ;;
     peers) step peers python3 data/pytorch_peer.py bench --chapter 1; cp data/*/pytorch-ch01.csv "$OUT/" 2>/dev/null ;;
     sass) step sass sh -c 'cuobjdump -sass build/ch01 | awk "/Function : .*k_model_fused_v6/{f=1} /Function : /&&!/k_model_fused_v6/{f=0} f" | grep -oE "FFMA|LDC|MUFU|LDS|STG|HFMA2|FMUL|FADD|FMNMX|LDG[.A-Z0-9]*" | sort | uniq -c' ;;
-    ncu) step ncu ncu --clock-control none --kernel-name regex:k_model_fused --launch-skip 3 --launch-count 1 \
+    ncu) step ncu ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-k_model_fused}" --launch-skip "${NCU_SKIP:-3}" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
             --section ComputeWorkloadAnalysis --section InstructionStats --section SchedulerStats \
             --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-            build/ch01 --version "${NCU_VERSION:-6}" --reps 1 ;;
+            build/ch01 ${NCU_ARGS:---version 6} --reps 1 ;;
     variants) # v6 built with each -D flag set of $VARIANTS ("A=1,B=2 A=2"), timed side by side
         i=0; for v in ${VARIANTS:-V6_MIN_BLOCKS=5}; do i=$((i+1))
             nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp $(echo ",$v" | sed 's/,/ -D/g') \

@@ -1,6 +1,7 @@
-# Chapter 1: speedup over v1 against batch size, a line per version; PyTorch eager and
-# torch.compile too when data/<gpu>/pytorch-ch01.csv exists. Left: the epilogue alone (input =
-# the conv output); right: the whole model. Run from the repository root: make plots
+# Chapter 1: speedup over the scope's first version (v1 forward, b1 backward) against batch size,
+# a line per version; PyTorch eager and torch.compile too when data/<gpu>/pytorch-ch01.csv
+# exists. Four panels: epilogue forward (input = the conv output), whole model forward,
+# epilogue forward + backward, training step. Run from the repository root: make plots
 if (!exists("gpu")) gpu = "h100"
 if (!exists("dir")) dir = "data/" . gpu
 sweep = dir . "/ch01-sweep.csv"
@@ -11,7 +12,7 @@ gpuname = system("awk -F, 'NR==2 {print toupper($1)}' " . sweep)
 # "batch speedup" rows of one (scope, version) of our sweep, in batch order
 ours(scope, ver) = sprintf("< awk -F, -v s=%s -v v=%s 'NR > 1 && $5 == s && $3 == v {split($6, d, \"x\"); print d[1], $15}' %s | sort -n", scope, ver, sweep)
 # PyTorch's rows as a speedup over our v1 at the same batch
-theirs(scope, ver) = sprintf("< awk -F, -v s=%s -v v=%s 'FNR == 1 {next} NR == FNR {if ($5 == s && $3 == \"v1\") {split($6, d, \"x\"); t[d[1]] = $7}; next} $5 == s && $3 == v {split($6, d, \"x\"); if (d[1] in t) print d[1], t[d[1]] / $7}' %s %s | sort -n", scope, ver, sweep, peers)
+theirs(scope, ver, first) = sprintf("< awk -F, -v s=%s -v v=%s -v f=%s 'FNR == 1 {next} NR == FNR {if ($5 == s && $3 == f) {split($6, d, \"x\"); t[d[1]] = $7}; next} $5 == s && $3 == v {split($6, d, \"x\"); if (d[1] in t) print d[1], t[d[1]] / $7}' %s %s | sort -n", scope, ver, first, sweep, peers)
 versions(scope) = system(sprintf("awk -F, -v s=%s 'NR > 1 && $5 == s {print $3}' %s | sort -u | tr '\\n' ' '", scope, sweep))
 label(ver) = system(sprintf("awk -F, -v v=%s 'NR > 1 && $3 == v {print v \": \" $4; exit}' %s", ver, sweep))
 
@@ -25,14 +26,17 @@ set grid
 set xrange [0.8:160]
 
 do for [fmt in "png svg"] {
-    if (fmt eq "png") { set terminal pngcairo size 1400,640 font ",11" } else { set terminal svg size 1400,640 font "sans,11" }
+    if (fmt eq "png") { set terminal pngcairo size 1400,1150 font ",11" } else { set terminal svg size 1400,1150 font "sans,11" }
     set output sprintf("plots/ch01-speedup.%s", fmt)
-    set multiplot layout 1,2 title sprintf("Chapter 1, model #58 on %s: fp32, L2 flushed, median of the repetitions", gpuname)
-    set title "epilogue alone (LSE + tail, input = conv output)"
-    plot for [v in versions("epilogue_fwd")] ours("epilogue_fwd", v) using 1:2 with linespoints lw 2 title label(v), \
-         for [p in (have_peers ? "eager compile" : "")] theirs("epilogue_fwd", p) using 1:2 with linespoints dt 2 lw 2 title "PyTorch ".p
-    set title "whole model (transposed conv + epilogue)"
-    plot for [v in versions("model_fwd")] ours("model_fwd", v) using 1:2 with linespoints lw 2 title label(v), \
-         for [p in (have_peers ? "eager compile" : "")] theirs("model_fwd", p) using 1:2 with linespoints dt 2 lw 2 title "PyTorch ".p
+    set multiplot layout 2,2 title sprintf("Chapter 1, model #58 on %s: speedup over the scope's first version (v1 or b1); fp32, L2 flushed, medians", gpuname)
+    do for [i = 1:4] {
+        scope = (i == 1 ? "epilogue_fwd" : i == 2 ? "model_fwd" : i == 3 ? "epilogue_fwdbwd" : "train_step")
+        first = (i <= 2 ? "v1" : "b1")
+        set title (i == 1 ? "epilogue forward (input = the conv output)" : i == 2 ? "whole model forward" : i == 3 ? "epilogue forward + backward" : "training step (forward + every gradient)")
+        if (strlen(versions(scope)) == 0) { set multiplot next } else {
+        plot for [v in versions(scope)] ours(scope, v) using 1:2 with linespoints lw 2 title label(v), \
+             for [p in (have_peers ? "eager compile" : "")] theirs(scope, p, first) using 1:2 with linespoints dt 2 lw 2 title "PyTorch ".p
+        }
+    }
     unset multiplot
 }
