@@ -972,7 +972,9 @@ __global__ void V6_BOUNDS k_model_fused_v6(const float *__restrict__ x, const fl
  * reading what the forward saved (z, t = sigmoid(z + 3), s). The forward is v1 with those three
  * tensors kept. Then: clamp backward (ds), the sum for db, / 6 backward, the product rule
  * (two outputs), sigmoid backward, the sum of the two paths into z, logsumexp backward (reads
- * the 1 GB conv output again, writes the 1 GB dc). */
+ * the 1 GB conv output again, writes the 1 GB dc).
+ * Measured (H100, KernelBench shape): 2.40 ms for forward + backward, 2.3x the 1.055 ms floor;
+ * PyTorch eager takes 5.70 ms for the same (its logsumexp and autograd launch more kernels). */
 
 __global__ void k_clamp_backward(const float *__restrict__ g, const float *__restrict__ s,
                                  float *__restrict__ ds, int n)
@@ -1073,7 +1075,14 @@ __global__ void k_final_sum(const float *__restrict__ partials, int n, float sca
  * chain rule above and writes dc for its four positions in every channel. ds is summed per
  * block (shuffles, then shared memory) into one partial per block; k_final_sum adds the
  * partials in a fixed order, so db is deterministic. The forward it pairs with is v4.
- * Prediction: read v and g, write dc: 2.1 GB, about 0.7 ms at the ceiling. */
+ * Prediction: read v and g, write dc: 2.1 GB, about 0.7 ms at the ceiling.
+ * Measured: 1.283 ms for v4 + this, 1.87x b1, against a 1.055 ms floor and torch.compile's
+ * 1.18 ms: the 1.1 ms target is missed by 17%. The backward kernel alone, under ncu: 0.896 ms,
+ * DRAM at 73.7% of peak, 22.9 cycles per issued instruction stalled on long scoreboard (waiting
+ * for loads) at 37% occupancy: 80 registers, most of them the 64 values kept for the softmax.
+ * Tried, one H100 run each: no register cap (96 registers) 1.352 ms, 2 blocks per SM 1.374,
+ * 3 blocks (80 registers, 48 bytes of spill; kept) 1.304; evict-first stores (__stcs) 1.325
+ * against 1.309 for plain stores in the same run. */
 #if defined(B2_STREAMING) && B2_STREAMING /* experiment: -DB2_STREAMING=1, evict-first stores */
 #define B2_STORE(p, v) __stcs(p, v)
 #else
@@ -1146,7 +1155,11 @@ __global__ void __launch_bounds__(256, B2_MIN_BLOCKS)
  *     sums (3 ci x 27 taps) in registers over all its positions, then the block reduces them
  *     (shuffles, then shared memory) into one partial per weight; a final kernel adds the blocks'
  *     partials in a fixed order: deterministic, no atomics.
- * dx stays cuDNN's forward conv. */
+ * dx stays cuDNN's forward conv.
+ * Measured: the training step takes 4.96 ms, against 112 ms for b2 with cuDNN's gradients and,
+ * on the same GPU, 18.6 ms for PyTorch eager and 13.6 ms for torch.compile (cudnn.benchmark on).
+ * Of the 4.96 ms, cuDNN's dx is 2.0; fusing the conv's backward with the epilogue's (dc never
+ * written) is the next step and is not done here. */
 
 __global__ void __launch_bounds__(V6_TW *V6_TH)
     k_conv_transpose_parity(const float *__restrict__ x, const float *__restrict__ weight,
