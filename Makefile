@@ -25,7 +25,7 @@ CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
 LDLIBS := -lcudnn -lgomp -lm
 
-CHAPTERS := 01
+CHAPTERS := 01 02
 ch_dir = $(wildcard chapters/$(1)-*)
 ch_src = $(wildcard chapters/$(1)-*/$(1)-*.cu)
 
@@ -37,6 +37,9 @@ SWEEP_01 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 # shape; seed 1 draws b = -1.35 at 128x3x16x32x32, which clamps every output (the check would
 # test the clamp alone), seed 5 draws b = 0.22, inside the band where the tail matters
 ARGS_01 := --seed 5
+SHAPE_02 := 4x32x32x128x128
+SMALL_02 := 1x32x3x5x7
+SWEEP_02 := $(foreach b,1 2 4,$(b)x32x32x128x128)
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 .SECONDEXPANSION:
@@ -83,13 +86,14 @@ bench: $(BINS)
 	        awk '/^v[0-9]/ {printf " %s:%s %s", $$1, ($$0 ~ /model_fwd/ ? "model" : "epi"), $$(NF-6)} END {print " ms"}' build/ch$(c)-$$s.log; \
 	    done;)
 
+# plots/speedup.gp and plots/floor.gp, once per chapter and GPU with a sweep in data/
 plots:
 	@command -v gnuplot >/dev/null || { echo "error: gnuplot is not installed (apt-get install gnuplot-nox)"; exit 2; }
-	@set -e; for g in data/*/; do g=$$(basename $$g); \
-	    for p in plots/*.gp; do \
-	        csv=data/$$g/$$(basename $$p .gp | sed "s/-.*//")-sweep.csv; [ -f $$csv ] || continue; \
-	        gnuplot -e "gpu='$$g'" $$p && echo "plots/$$(basename $$p .gp).png .svg from $$csv"; \
-	    done; done
+	@set -e; for g in data/*/; do g=$$(basename $$g); for c in $(CHAPTERS); do \
+	    csv=data/$$g/ch$$c-sweep.csv; [ -f $$csv ] || continue; \
+	    for p in speedup floor; do gnuplot -e "gpu='$$g'; ch='$$c'" plots/$$p.gp; done; \
+	    echo "plots/ch$$c-speedup and plots/ch$$c-floor (.png, .svg) from $$csv"; \
+	done; done
 
 SANITIZERS := memcheck racecheck synccheck initcheck
 sanitize: $(BINS)
@@ -106,6 +110,7 @@ sanitize: $(BINS)
 PYTHON ?= python3
 CH ?= 1
 CHECK_SHAPE_01 := 3x3x5x6x7
+CHECK_SHAPE_02 := 2x32x5x6x7
 golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden
 peers:

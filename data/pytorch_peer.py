@@ -8,7 +8,8 @@
                        then "N passed, N failed"; exit 1 on any FAIL
   bench                time PyTorch eager and torch.compile on CUDA (fp32, TF32 off) and
                        append rows to data/<gpu>/pytorch-chNN.csv
-All take --chapter (default 1). Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
+All take --chapter (1 = ch01, KB L2 #58, the default; 2 = ch02, KB L2 #43).
+Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
 """
 import argparse
 import csv
@@ -90,11 +91,65 @@ def c01_bytes(scope, shape):
             "train_step": 3 * fwd}[scope]
 
 
+# ---- Chapter 02: Conv3d -> max_pool3d(2) -> logsumexp over channels -> relu ----
+C02_IN, C02_OUT, C02_K = 32, 64, 3  # channels in/out, kernel size (stride 1, padding 1)
+C02_POOL = 2  # max-pool window and stride (floor: an odd size drops its last row)
+
+
+def c02_pre(x, conv_weight, conv_bias):
+    """The part before the epilogue: the same-size 3x3x3 convolution."""
+    return F.conv3d(x, conv_weight, conv_bias, stride=1, padding=1)
+
+
+def c02_epilogue(c):
+    """Everything after the conv; c is N x 64 x D x H x W, no parameters."""
+    p = F.max_pool3d(c, kernel_size=C02_POOL, stride=C02_POOL)
+    return torch.relu(torch.logsumexp(p, dim=1, keepdim=True))
+
+
+def c02_forward(x, conv_weight, conv_bias):
+    return c02_epilogue(c02_pre(x, conv_weight, conv_bias))
+
+
+def c02_shapes(xshape):
+    """Expected shape of every dump tensor for an input of shape xshape."""
+    n, _, d, h, w = xshape
+    pooled = (d // C02_POOL, h // C02_POOL, w // C02_POOL)
+    return {"x": (n, C02_IN, d, h, w), "conv_weight": (C02_OUT, C02_IN) + (C02_K,) * 3,
+            "conv_bias": (C02_OUT,), "conv_out": (n, C02_OUT, d, h, w), "out": (n, 1) + pooled}
+
+
+def c02_make_params(seed, shape):
+    """Seeded float32 inputs with PyTorch's default initialisation:
+    Conv3d weight/bias ~ U(+-1/sqrt(fan_in)), fan_in = in_channels*27; x ~ U[0,1)."""
+    rng, s, f32 = np.random.default_rng(seed), c02_shapes(shape), np.float32
+    bound = 1.0 / np.sqrt(C02_IN * C02_K ** 3)
+    return {"x": rng.random(s["x"], dtype=f32),
+            "conv_weight": rng.uniform(-bound, bound, s["conv_weight"]).astype(f32),
+            "conv_bias": rng.uniform(-bound, bound, s["conv_bias"]).astype(f32)}
+
+
+def c02_bytes(scope, shape):
+    """Minimum bytes each timed scope must move (float32)."""
+    n, _, d, h, w = shape
+    s = (d // C02_POOL) * (h // C02_POOL) * (w // C02_POOL)  # pooled positions per sample
+    c = n * C02_OUT * d * h * w  # conv_out elements
+    fwd = 4 * (n * C02_IN * d * h * w + C02_OUT * C02_IN * C02_K ** 3 + C02_OUT + n * s)
+    return {"epilogue_fwd": 4 * (c + n * s),
+            "model_fwd": fwd,
+            # read c twice, read y and g once, write dc
+            "epilogue_fwdbwd": 4 * (2 * c + 2 * n * s + c),
+            # Rough placeholder, as for chapter 01: 3x the forward's bytes
+            # (no exact minimum derived yet).
+            "train_step": 3 * fwd}[scope]
+
+
 # A chapter spec names the dump files and the functions that make up the model.
 #   inputs:       forward() arguments in order == dump file stems
 #   batched:      inputs whose first dim is the batch (checked chunk by chunk)
 #   pre_args:     inputs consumed by pre(); epi_in = dump stem of pre()'s output
-#   epi_args:     further epilogue() arguments after epi_in
+#   epi_args:     further epilogue() arguments after epi_in (may be empty)
+#   seed:         default base seed of golden/bench; bench_batches: default --batches
 CHAPTERS = {
     "01": dict(title="ConvTranspose3d + LogSumExp + x*sigmoid(x+3)/6 - bias + clamp (KB L2 #58)",
                default_shape=(128, 3, 16, 32, 32),
@@ -105,7 +160,21 @@ CHAPTERS = {
                pre=c01_pre, epilogue=c01_epilogue, forward=c01_forward, bytes=c01_bytes,
                # bias ~ N(0,1) often clamps every output to +-1 (all gradients zero):
                # golden cases need at least half of the outputs inside (-1, 1)
-               golden_ok=lambda y: float((y.abs() < 1).double().mean()) >= 0.5),
+               golden_ok=lambda y: float((y.abs() < 1).double().mean()) >= 0.5,
+               seed=58, bench_batches="1,2,4,8,16,32,64,128"),
+    "02": dict(title="Conv3d + MaxPool3d + LogSumExp + ReLU (KB L2 #43)",
+               default_shape=(4, C02_IN, 32, 128, 128),
+               # odd sizes, so that pooling drops the last row; the weight and its
+               # gradient are 216 KiB each per case: two cases keep the set under 1 MiB
+               golden_shapes=[(1, C02_IN, 3, 5, 4), (2, C02_IN, 4, 3, 5)],
+               inputs=("x", "conv_weight", "conv_bias"), batched=("x",),
+               pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
+               epi_args=(), make_params=c02_make_params, shapes=c02_shapes,
+               pre=c02_pre, epilogue=c02_epilogue, forward=c02_forward, bytes=c02_bytes,
+               # relu of a logsumexp over 64 channels is rarely 0; still, golden cases
+               # need at least half of the outputs > 0 (else most gradients vanish)
+               golden_ok=lambda y: float((y > 0).double().mean()) >= 0.5,
+               seed=43, bench_batches="1,2,4"),
 }
 
 
@@ -304,9 +373,9 @@ def cmd_check(args):
 # ---- Golden data ----
 def cmd_golden(args):
     key, spec = get_chapter(args.chapter)
-    total = 0
+    total, base = 0, spec["seed"] if args.seed is None else args.seed
     for i, shape in enumerate(spec["golden_shapes"]):
-        seed = args.seed + i
+        seed = base + i
         while True:  # skip seeds whose case is degenerate (e.g. output fully clamped)
             arrays = spec["make_params"](seed, shape)
             g = np.random.default_rng(seed + 1000).standard_normal(
@@ -389,8 +458,9 @@ def make_step(spec, scope, p, c, g, compiled):
 
 def cmd_bench(args):
     key, spec = get_chapter(args.chapter)
+    seed = spec["seed"] if args.seed is None else args.seed
     try:
-        batches = [int(b) for b in args.batches.split(",")]
+        batches = [int(b) for b in (args.batches or spec["bench_batches"]).split(",")]
         assert batches and min(batches) > 0 and args.reps > 0
     except (ValueError, AssertionError):
         die("--batches wants positive integers like 1,2,4 and --reps a positive count")
@@ -416,7 +486,7 @@ def cmd_bench(args):
         for n in batches:
             shape = (n,) + tuple(spec["default_shape"][1:])
             p = {k: torch.from_numpy(v).cuda()
-                 for k, v in spec["make_params"](args.seed, shape).items()}
+                 for k, v in spec["make_params"](seed, shape).items()}
             with torch.no_grad():
                 c = spec["pre"](*[p[k] for k in spec["pre_args"]])
             g = torch.randn(spec["shapes"](shape)["out"], device="cuda")
@@ -463,12 +533,15 @@ def main(argv=None):
     pc.add_argument("--atol", type=float, default=1e-4, help="max abs error (1e-4)")
     pb = sub.add_parser("bench", help="time PyTorch eager and torch.compile on CUDA")
     pb.add_argument("--csv", help="default: data/<gpu>/pytorch-chNN.csv")
-    pb.add_argument("--batches", default="1,2,4,8,16,32,64,128")
+    pb.add_argument("--batches", help="batch sizes, comma-separated (default: 1,2,4,...,128 "
+                    "for chapter 1, 1,2,4 for chapter 2)")
     pb.add_argument("--reps", type=int, default=50)
     for p in (pg, pc, pb):
-        p.add_argument("--chapter", default="1", help="chapter number (default 1)")
+        p.add_argument("--chapter", default="1",
+                       help="chapter number, 1 or 2 (also 01, 02; default 1)")
     for p in (pg, pb):
-        p.add_argument("--seed", type=int, default=58, help="base seed (default 58)")
+        p.add_argument("--seed", type=int,
+                       help="base seed (default 58 for chapter 1, 43 for chapter 2)")
     args = ap.parse_args(argv)
     if torch is None:
         die("PyTorch is not installed (python3 -c 'import torch' failed)")

@@ -1,8 +1,10 @@
 #!/bin/bash
 # run-device.sh: what produced data/<gpu>/ on the GPU machine, in one call (the device is lent
 # by the hour, so build, test, time and check go together). Logs go to $OUT (default build/out).
-# usage: bash data/run-device.sh [stage ...]     stages: test chapter sanitize dump bench peers sass
-#        (none given: test chapter sanitize dump)
+# usage: CHS="1 2" bash data/run-device.sh [stage ...]
+#        stages: test chapter sanitize dump bench peers sass ncu variants initcheck
+#        (none given: test chapter sanitize dump); CHS: the chapters of chapter, dump, peers
+#        (default 1)
 set -uo pipefail
 OUT=${OUT:-build/out}
 mkdir -p "$OUT"
@@ -21,11 +23,11 @@ make -s all ARCH=sm_90 >"$OUT/build.log" 2>&1 || { cat "$OUT/build.log"; exit 1;
 for s in $stages; do
     case $s in
     test) step test make -s test ARCH=sm_90 ;;
-    chapter) step chapter make -s chapter-1 ARCH=sm_90; cp data/*/ch01.csv "$OUT/" 2>/dev/null ;;
+    chapter) for c in ${CHS:-1}; do step chapter$c make -s chapter-$c ARCH=sm_90; done ;;
     sanitize) step sanitize make -s sanitize ARCH=sm_90 ;;
-    dump) step check make -s check-pytorch CH=1 ARCH=sm_90 ;;
-    bench) step bench make -s bench ARCH=sm_90; cp data/*/ch01-sweep.csv "$OUT/" 2>/dev/null ;;
-    peers) step peers python3 data/pytorch_peer.py bench --chapter 1; cp data/*/pytorch-ch01.csv "$OUT/" 2>/dev/null ;;
+    dump) for c in ${CHS:-1}; do step check$c make -s check-pytorch CH=$c ARCH=sm_90; done ;;
+    bench) step bench make -s bench ARCH=sm_90 ;;
+    peers) for c in ${CHS:-1}; do step peers$c python3 data/pytorch_peer.py bench --chapter $c; done ;;
     sass) step sass sh -c 'cuobjdump -sass build/ch01 | awk "/Function : .*k_model_fused_v6/{f=1} /Function : /&&!/k_model_fused_v6/{f=0} f" | grep -oE "FFMA|LDC|MUFU|LDS|STG|HFMA2|FMUL|FADD|FMNMX|LDG[.A-Z0-9]*" | sort | uniq -c' ;;
     ncu) step ncu ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-k_model_fused}" --launch-skip "${NCU_SKIP:-3}" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
