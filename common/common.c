@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <getopt.h>
@@ -274,6 +275,51 @@ fail:
     free(x);
     fclose(f);
     return NULL;
+}
+
+float *npy_load(const char *dir, const char *name, size_t want)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    int nd = 0;
+    int64_t sh[8];
+    float *a = npy_read_f32(path, &nd, sh);
+    size_t count = 1;
+    for (int i = 0; a && i < nd; i++)
+        count *= (size_t)sh[i];
+    if (a && count != want) {
+        fprintf(stderr, "error: %s has %zu elements, expected %zu\n", path, count, want);
+        free(a);
+        a = NULL;
+    }
+    return a;
+}
+
+int npy_save(const char *dir, const char *name, const float *x, int ndim, const int64_t *shape)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    return npy_write_f32(path, x, ndim, shape);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int list_dir_sorted(const char *dir, char **names, int max_names)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max_names)
+        if (e->d_name[0] != '.')
+            names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_name);
+    return n;
 }
 
 /* --------------------------------------------------------------------- CLI */

@@ -123,6 +123,16 @@ static void test_npy(void)
     check(w == 0 && y && ndim == 1 && got[0] == 4, "npy: 1-d shape (4,) round trip");
     free(y);
 
+    float *z = npy_load(dir, "a", 4), *wrong;
+    fprintf(stderr, "(the next error line is expected)\n");
+    wrong = npy_load(dir, "a", 5);
+    char *names[4];
+    int nn = list_dir_sorted(dir, names, 4);
+    check(z && z[3] == x[3] && !wrong && nn == 1 && strcmp(names[0], "a.npy") == 0,
+          "npy_load: DIR/NAME.npy read back, a wrong element count refused; list_dir_sorted");
+    free(z);
+    for (int i = 0; i < nn; i++)
+        free(names[i]);
     int cut = truncate(path, 128 + 4 * 4 - 2); /* header + 4 floats, less 2 bytes */
     fprintf(stderr, "(the next error line is expected)\n");
     y = npy_read_f32(path, &ndim, got);

@@ -37,7 +37,6 @@
  * Sections: 1 the model and its byte/FLOP counts; 2 the CPU reference; 3 the GPU versions;
  * 4 the version table and launchers; 5 verification and tests; 6 main.
  */
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2299,28 +2298,6 @@ static void cpu_checks(uint64_t seed)
 
 #define GOLDEN_DIR "data/golden/ch01"
 
-static float *golden_load(const char *dir, const char *name, size_t want)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    int nd = 0;
-    int64_t sh[8];
-    float *a = npy_read_f32(path, &nd, sh);
-    size_t count = 1;
-    for (int i = 0; a && i < nd; i++)
-        count *= (size_t)sh[i];
-    if (a && count != want) {
-        fprintf(stderr, "error: %s has %zu elements, expected %zu\n", path, count, want);
-        free(a);
-        a = NULL;
-    }
-    return a;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 static void golden_case(const char *dir, const char *shape_name)
 {
@@ -2339,7 +2316,7 @@ static void golden_case(const char *dir, const char *shape_name)
     float *t[11];
     int ok = 1;
     for (int i = 0; i < 11; i++)
-        ok &= (t[i] = golden_load(dir, names[i], sizes[i])) != NULL;
+        ok &= (t[i] = npy_load(dir, names[i], sizes[i])) != NULL;
     if (!ok) {
         check(0, "golden %s: missing or malformed tensors", shape_name);
         for (int i = 0; i < 11; i++)
@@ -2394,20 +2371,13 @@ static void golden_case(const char *dir, const char *shape_name)
 
 static void golden_checks(void)
 {
-    DIR *d = opendir(GOLDEN_DIR);
-    if (!d) {
+    char *names[64];
+    int n = list_dir_sorted(GOLDEN_DIR, names, 64);
+    if (n < 0) {
         skip("golden: %s not found (run from the repository root; `make golden` writes it)",
              GOLDEN_DIR);
         return;
     }
-    char *names[64];
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 64)
-        if (e->d_name[0] != '.')
-            names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
     if (n == 0)
         check(0, "golden: %s is empty", GOLDEN_DIR);
     for (int i = 0; i < n; i++) {
@@ -2545,12 +2515,10 @@ static const char *help_text =
     " Check them: python3 data/pytorch_peer.py check DIR\n";
 
 static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
-                        const int64_t *shape)
+                        const int64_t *shape_)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    if (npy_write_f32(path, x, ndim, shape))
-        die(1, "cannot write %s", path);
+    if (npy_save(dir, name, x, ndim, shape_))
+        die(1, "cannot write %s/%s.npy", dir, name);
 }
 
 static void dump_all(problem *pb, const char *dir, int only)

@@ -42,7 +42,6 @@
  *   build/ch02 --test              CPU checks + every version on awkward shapes and extreme values
  *   build/ch02 --shape 1x32x5x6x7 --dump out/   tensors for data/pytorch_peer.py check --chapter 2
  */
-#include <dirent.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -1449,28 +1448,6 @@ static void gradient_checks(uint64_t seed)
 
 #define GOLDEN_DIR "data/golden/ch02"
 
-static float *golden_load(const char *dir, const char *name, size_t want)
-{
-    char path[2048];
-    snprintf(path, sizeof path, "%.1000s/%s.npy", dir, name);
-    int nd = 0;
-    int64_t sh[8];
-    float *a = npy_read_f32(path, &nd, sh);
-    size_t count = 1;
-    for (int i = 0; a && i < nd; i++)
-        count *= (size_t)sh[i];
-    if (a && count != want) {
-        fprintf(stderr, "error: %s has %zu elements, expected %zu\n", path, count, want);
-        free(a);
-        a = NULL;
-    }
-    return a;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 /* PyTorch's model in float64 on small shapes (`make golden`) against this reference: catches a
  * reference that agrees with itself but means something else, e.g. a max pool that routes the
@@ -1491,7 +1468,7 @@ static void golden_case(const char *dir, const char *name)
     float *t[9];
     int ok = 1;
     for (int i = 0; i < 9; i++)
-        ok &= (t[i] = golden_load(dir, names[i], sizes[i])) != NULL;
+        ok &= (t[i] = npy_load(dir, names[i], sizes[i])) != NULL;
     if (ok) {
         double *xd = (double *)host_alloc(8 * nx), *wd = (double *)host_alloc(8 * N_WEIGHT);
         double bd[C_OUT], dbias[C_OUT], abs_dbias[C_OUT];
@@ -1528,20 +1505,13 @@ static void golden_case(const char *dir, const char *name)
 
 static void golden_checks(void)
 {
-    DIR *d = opendir(GOLDEN_DIR);
-    if (!d) {
+    char *names[64];
+    int n = list_dir_sorted(GOLDEN_DIR, names, 64);
+    if (n < 0) {
         skip("golden: %s not found (run from the repository root; `make golden` writes it)",
              GOLDEN_DIR);
         return;
     }
-    char *names[64];
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 64)
-        if (e->d_name[0] != '.')
-            names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
     if (n == 0)
         check(0, "golden: %s is empty", GOLDEN_DIR);
     for (int i = 0; i < n; i++) {
@@ -1666,10 +1636,8 @@ static const char *help_text =
 static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
                         const int64_t *shape_)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%.3000s/%s.npy", dir, name);
-    if (npy_write_f32(path, x, ndim, shape_))
-        die(1, "cannot write %s", path);
+    if (npy_save(dir, name, x, ndim, shape_))
+        die(1, "cannot write %s/%s.npy", dir, name);
 }
 
 static void dump_all(problem *pb, const char *dir, int only)
