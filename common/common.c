@@ -322,6 +322,24 @@ int list_dir_sorted(const char *dir, char **names, int max_names)
     return n;
 }
 
+void for_each_golden_case(const char *dir, void (*fn)(const char *path, const char *name))
+{
+    char *names[64];
+    int n = list_dir_sorted(dir, names, 64);
+    if (n < 0) {
+        skip("golden: %s not found (run from the repository root; `make golden` writes it)", dir);
+        return;
+    }
+    if (n == 0)
+        check(0, "golden: %s is empty", dir);
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%.100s/%.900s", dir, names[i]);
+        fn(path, names[i]);
+        free(names[i]);
+    }
+}
+
 /* --------------------------------------------------------------------- CLI */
 
 int parse_shape(const char *s, int want, int64_t *dims, char *err, size_t errlen)
@@ -444,6 +462,21 @@ int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, siz
         return -1;
     }
     return 0;
+}
+
+void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const char *extra)
+{
+    char err[256];
+    int rc = cli_parse(argc, argv, shape_dims, a, err, sizeof err);
+    if (rc == 1) {
+        cli_usage(stdout, argv[0], extra);
+        exit(0);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        cli_usage(stderr, argv[0], extra);
+        exit(EXIT_USAGE);
+    }
 }
 
 void cli_usage(FILE *f, const char *prog, const char *extra)

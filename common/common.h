@@ -136,6 +136,13 @@ int npy_save(const char *dir, const char *name, const float *x, int ndim, const 
  * (free them). Returns the count, or -1 if DIR cannot be opened. */
 int list_dir_sorted(const char *dir, char **names, int max_names);
 
+/*
+ * The golden-tensor walk every chapter's CPU checks make: for each case directory under dir
+ * (sorted; at most 64), calls fn(path of the case, its name). A missing dir is a SKIP (the program
+ * run from elsewhere than the repository root); an empty one a FAIL.
+ */
+void for_each_golden_case(const char *dir, void (*fn)(const char *path, const char *name));
+
 /* --------------------------------------------------------------------- CLI */
 
 #define CLI_MAX_DIMS 5
@@ -164,6 +171,10 @@ int parse_shape(const char *s, int want, int64_t *dims, char *err, size_t errlen
  * (the reason is in err; the caller prints it with the usage and exits EXIT_USAGE).
  */
 int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, size_t errlen);
+
+/* cli_parse, then: --help prints the usage with `extra` and exits 0; a bad flag or value prints
+ * "error: <reason>" and the usage on stderr and exits EXIT_USAGE. Returns only on success. */
+void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const char *extra);
 
 /* Prints the shared usage; `extra` is the chapter's own text (shape meaning, dump file names). */
 void cli_usage(FILE *f, const char *prog, const char *extra);

@@ -2369,24 +2369,7 @@ static void golden_case(const char *dir, const char *shape_name)
         free(t[i]);
 }
 
-static void golden_checks(void)
-{
-    char *names[64];
-    int n = list_dir_sorted(GOLDEN_DIR, names, 64);
-    if (n < 0) {
-        skip("golden: %s not found (run from the repository root; `make golden` writes it)",
-             GOLDEN_DIR);
-        return;
-    }
-    if (n == 0)
-        check(0, "golden: %s is empty", GOLDEN_DIR);
-    for (int i = 0; i < n; i++) {
-        char dir[1024];
-        snprintf(dir, sizeof dir, "%s/%.900s", GOLDEN_DIR, names[i]);
-        golden_case(dir, names[i]);
-        free(names[i]);
-    }
-}
+static void golden_checks(void) { for_each_golden_case(GOLDEN_DIR, golden_case); }
 
 /* --- the GPU checks --- */
 
@@ -2574,17 +2557,7 @@ static void dump_all(problem *pb, const char *dir, int only)
 int main(int argc, char **argv)
 {
     cli_args a;
-    char err[256];
-    int rc = cli_parse(argc, argv, 5, &a, err, sizeof err);
-    if (rc == 1) {
-        cli_usage(stdout, argv[0], help_text);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "error: %s\n", err);
-        cli_usage(stderr, argv[0], help_text);
-        return EXIT_USAGE;
-    }
+    cli_parse_or_exit(argc, argv, 5, &a, help_text);
     if (a.list) {
         for (int i = 0; i < N_VERSIONS; i++)
             printf("v%d  %s\n", versions[i].id, versions[i].name);
