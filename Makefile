@@ -25,7 +25,7 @@ CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
 LDLIBS := -lcudnn -lgomp -lm
 
-CHAPTERS := 01 02
+CHAPTERS := 01 02 03
 ch_dir = $(wildcard chapters/$(1)-*)
 ch_src = $(wildcard chapters/$(1)-*/$(1)-*.cu)
 
@@ -40,6 +40,9 @@ ARGS_01 := --seed 5
 SHAPE_02 := 4x32x32x128x128
 SMALL_02 := 1x32x3x5x7
 SWEEP_02 := $(foreach b,1 2 4,$(b)x32x32x128x128)
+SHAPE_03 := 128x3x16x32x32
+SMALL_03 := 2x3x4x5x6
+SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 .SECONDEXPANSION:
@@ -111,6 +114,7 @@ PYTHON ?= python3
 CH ?= 1
 CHECK_SHAPE_01 := 3x3x5x6x7
 CHECK_SHAPE_02 := 2x32x5x6x7
+CHECK_SHAPE_03 := 3x3x5x6x7
 golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden
 peers:
