@@ -34,14 +34,17 @@
  *   v8   v7 with CUB's BlockReduce for the block-level merge (the library baseline)
  *   v9   fused apply: v7's statistics, then one kernel normalises, clamps, multiplies and takes
  *        the channel max (c read twice: once for the statistics, once for the output)
- *   v10  one pass: a cluster of 8 blocks per sample holds its 16 x S values in shared memory;
- *        the blocks exchange partial sums through distributed shared memory; c read once
- *   v11  whole model, two passes: a kernel computes the conv and reduces it without writing it,
+ *   v10  one pass: a cluster of 8 blocks per sample holds its 16 x S values in shared memory
+ *        (loaded by cp.async); the blocks exchange partial statistics through distributed
+ *        shared memory, once, merged by Chan's formula; c read once
+ *   v11  v10 persistent and double-buffered: resident clusters walk the samples, the next
+ *        sample's slice arriving by TMA bulk copies while this one's is reduced (measured slower)
+ *   v12  whole model, two passes: a kernel computes the conv and reduces it without writing it,
  *        a second recomputes it and writes only y (the 103 MB never touch DRAM; the conv twice)
- *   v12  whole model, one pass: v10's cluster with the conv computed into shared memory (once)
- * v1..v10 run as the epilogue (reading cuDNN's c) and as the whole model (cuDNN's conv first);
- * v11 and v12 are whole-model only. v10 and v12 need 16 x S / 8 floats of shared memory a block;
- * above about S = 28800 they run v9 and v11 instead (the table says which ran).
+ *   v13  whole model, one pass: v10's cluster with the conv computed into shared memory (once)
+ * v1..v11 run as the epilogue (reading cuDNN's c) and as the whole model (cuDNN's conv first);
+ * v12 and v13 are whole-model only. v10 and v13 need 16 x S / 8 floats of shared memory a block
+ * (v11 twice that); above about S = 28000 they run v9 and v12 instead (main says which ran).
  * Backward (section 2b derives it):
  *   b1   autograd-like: v1 saving a, xh, t and the argmax; max, mul, clamp, instance-norm (two
  *        kernels) and mul backward one kernel each; the m gradient by deterministic reductions
@@ -50,7 +53,8 @@
  *   b3   cluster: v10 forward; one cluster kernel per sample reads c and g once, reduces through
  *        distributed shared memory and writes dc
  * Each runs as epilogue forward + backward and as a training step: cuDNN's conv, the pair, then
- * cuDNN's dx (backward data) and dw (backward filter) and our own deterministic dbias.
+ * cuDNN's dx (backward data), the weight gradient (b1: cuDNN's backward filter; b2, b3: our own
+ * deterministic kernel, 44x faster here) and our own deterministic dbias.
  *
  *   build/ch03                     verify and time every version at the KernelBench shape
  *   build/ch03 --test              CPU checks + every version on awkward shapes and extreme values
@@ -492,7 +496,10 @@ __device__ __forceinline__ float warp_sum(float v)
  * max: about 0.93 GB against the epilogue's 0.11 GB floor. Prediction: 8.5x the floor, 0.31 ms,
  * plus the statistics kernel, which is the point of v1: one thread per (n, c) walking its 12600
  * values one after another. 2048 threads on 132 SMs (16 a SM, half a warp's worth of work each)
- * cannot hide DRAM latency; each thread's next load waits for the last. */
+ * cannot hide DRAM latency; each thread's next load waits for the last.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch03.csv; every number below is from
+ * the same file unless it says otherwise): v1 1.670 ms, of which the serial statistics alone
+ * take 1.270 ms (81 GB/s); the five other kernels about 0.40 ms. PyTorch eager: 0.474 ms. */
 
 __global__ void k_scale(const float *__restrict__ in, const float *__restrict__ m,
                         float *__restrict__ out, int total, int S)
@@ -575,7 +582,11 @@ __global__ void k_channel_max(const float *__restrict__ u, float *__restrict__ y
  *      Harris unrolled it with `volatile` shared memory and implicit warp synchrony; since Volta
  *      (independent thread scheduling) that needs __syncwarp, and __shfl_down_sync does it in
  *      registers.
- * The m multiplier is applied on load (m = NULL: the input is already a = c m). */
+ * The m multiplier is applied on load (m = NULL: the input is already a = c m).
+ * Measured, the statistics alone (103 MB in): v2 0.205 ms, v3 0.196 (5% faster: on the H100 the
+ * divergent modulo costs little next to 50 blocks a slice and their partials), v4 0.106 (1.85x:
+ * half the blocks, half the partials), v5 0.069 (1.54x: five fewer barriers a block). Each
+ * epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms of them. */
 #define RED_BLOCK 256
 
 __device__ __forceinline__ float load_scaled(const float *__restrict__ p, int i, int S, float mult)
@@ -675,7 +686,10 @@ __global__ void k_stats_finish(const float2 *__restrict__ part, int bps, int seg
 /* ---------------------------------------------------------------- v6..v8: one block a slice
  * Harris's kernel 7: each thread first reduces many elements in registers (here S / 256, about
  * 12 float4 loads at S = 12600), so the shared-memory tree runs once per 12600 values instead of
- * once per 512, and one block per (n, c) needs no partials and no second kernel. */
+ * once per 512, and one block per (n, c) needs no partials and no second kernel.
+ * Measured: 0.0475 ms, 2173 GB/s, 73% of the copy ceiling: 27x v1's statistics. ncu: 79.6% of
+ * DRAM peak, the warps waiting on their loads (91 cycles of long-scoreboard stall per issued
+ * instruction): one 16-byte load in flight per thread, 12 a thread in all. */
 #define MANY_BLOCK 256
 
 /* sum and sum of squares of the block: warp shuffles, then one warp over the warps' results;
@@ -731,7 +745,15 @@ k_stats_many(const float *__restrict__ a, const float *__restrict__ m, float *__
  * Golub and LeVeque ("Updating formulae and a pairwise algorithm for computing sample
  * variances", 1979) merge two such partial results:
  *   n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb / n, M2 = M2a + M2b + d^2 na nb / n.
- * n is an int: a float count stops being exact at 2^24. */
+ * n is an int: a float count stops being exact at 2^24.
+ * Measured: v7's statistics 0.0514 ms, 8% slower than v6's (a division per element), CUB's
+ * (v8) 0.0524 ms, the same within 2%. What they buy, section 6's demonstration on the
+ * KernelBench conv output, a = c m + offset, worst relative error of rstd over 2048 slices:
+ *   offset 0:     sum/sum of squares (v6) 1.7e-6, Welford (v7) 1.6e-7, CUB (v8) 1.7e-7
+ *   offset 1000:  sum/sum of squares 1.0e+2 (the variance is gone), Welford 1.7e-4, CUB 2.0e-4
+ * With the offset, a^2 ~ 1e6 m^2 and its float sum carries errors larger than the variance
+ * (~0.03 m^2); Welford's deviations are of the variance's size. 1.7e-4 is the input's own
+ * rounding: 1000 m is stored to 2^-24 relative, 6e-5 m absolute, against a spread of 0.17 m. */
 struct welford {
     int n;
     float mean, m2;
@@ -827,7 +849,9 @@ k_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__r
 /* ---------------------------------------------------------------- v9: fused apply
  * After the statistics, one kernel does the rest: a thread per output position reads its 16
  * channel values (16 loads in flight), normalises, clamps, multiplies, keeps the first maximum
- * and writes y. c is read twice in all (statistics, apply): 0.21 GB, the two-pass floor. */
+ * and writes y. c is read twice in all (statistics, apply): 0.21 GB, the two-pass floor.
+ * Measured: 0.0913 ms (40% of the copy ceiling; the two-pass floor is 0.071 ms), 18x v1,
+ * 1.09x torch.compile (0.0992 ms). */
 __global__ void k_apply_fused(const float *__restrict__ c, const float *__restrict__ m,
                               const float *__restrict__ mean, const float *__restrict__ rstd,
                               float *__restrict__ y, int n_pos, int S)
@@ -860,7 +884,15 @@ __global__ void k_apply_fused(const float *__restrict__ c, const float *__restri
  *      mean; then the centred squares the same way (an exact two-pass variance: the values are
  *      on chip, so the second pass costs no DRAM);
  *   3. each block writes y for its positions from shared memory.
- * Slices are cut at multiples of 4 positions so 16-byte loads stay aligned. */
+ * Slices are cut at multiples of 4 positions so 16-byte loads stay aligned.
+ * Measured: 0.0779 ms, 47% of the copy ceiling: 1.17x v9, 1.27x torch.compile, but twice the
+ * 0.037 ms floor it was built to approach. With register loads instead of cp.async
+ * (LOAD_ASYNC 0, another run) 0.0867 ms; with two cluster barriers instead of Chan's merge
+ * (CLUSTER_CHAN 0, another run) 0.0801 ms, within the spread. ncu (the two-barrier form):
+ * 45% of DRAM peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on
+ * memory fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at once
+ * (two 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's
+ * share of DRAM bandwidth goes unused. The README discusses the miss. */
 #define CL 8           /* blocks a cluster, one cluster a sample (8: the portable maximum) */
 #define CL_THREADS 512 /* 16 warps: warp w reduces channel w */
 
@@ -883,6 +915,7 @@ static size_t cluster_smem(int S, int backward)
 /* the cluster's per-block partials and the statistics every block ends with */
 struct cluster_shared {
     float part[2][C_OUT]; /* sums of this block's slice: [0] of a, [1] of the centred squares */
+    welford wf[2][C_OUT]; /* CLUSTER_CHAN: the slice's (count, mean, M2), by sample parity */
     float mean[C_OUT], rstd[C_OUT], m[C_OUT];
     float part_bwd[3][C_OUT]; /* b3: sums of dxh, dxh xh over the slice; dm of the block */
 };
@@ -897,9 +930,18 @@ __device__ __forceinline__ float cluster_total(cg::cluster_group &cluster, float
     return __shfl_sync(FULL, v, 0);
 }
 
-/* step 2: mean and rstd of channel `warp` over the whole sample, into cs->mean / cs->rstd */
+/* step 2: mean and rstd of channel `warp` over the whole sample, into cs->mean / cs->rstd.
+ * CLUSTER_CHAN 1: each block reduces its slice exactly on its own (its mean, then its centred
+ * squares, both from shared memory) and the cluster exchanges (count, mean, M2) once, merged by
+ * Chan's formula (section v7) in rank order: one cluster barrier per sample. CLUSTER_CHAN 0: the
+ * sample's sum first, then the centred squares about the sample's mean: two barriers. `parity`
+ * alternates the exchanged partials between samples (v11), so a block may write the next
+ * sample's while a slow peer still reads this one's. */
+#ifndef CLUSTER_CHAN
+#define CLUSTER_CHAN 1
+#endif
 __device__ void cluster_stats(cg::cluster_group &cluster, cluster_shared *cs, const float *vals,
-                              int cap, int len, int S)
+                              int cap, int len, int S, int parity)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float *row = vals + warp * cap;
@@ -907,6 +949,27 @@ __device__ void cluster_stats(cg::cluster_group &cluster, cluster_shared *cs, co
     for (int j = lane; j < len; j += 32)
         acc += row[j] * mult;
     acc = warp_sum(acc);
+    if (CLUSTER_CHAN) {
+        float lm = len > 0 ? __shfl_sync(FULL, acc, 0) / len : 0.0f, q = 0.0f;
+        for (int j = lane; j < len; j += 32) {
+            float d = row[j] * mult - lm;
+            q += d * d;
+        }
+        q = warp_sum(q);
+        if (lane == 0) {
+            welford w = {len, lm, q};
+            cs->wf[parity][warp] = w;
+        }
+        cluster.sync();
+        welford z = {0, 0.0f, 0.0f};
+        welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
+        for (int off = CL / 2; off > 0; off >>= 1)
+            w = chan_merge(w, shfl_welford(w, off));
+        if (lane == 0)
+            cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
+        __syncthreads();
+        return;
+    }
     if (lane == 0)
         cs->part[0][warp] = acc;
     cluster.sync();
@@ -1037,7 +1100,7 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     fill_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
     __syncthreads();
-    cluster_stats(cluster, &cs, vals, cap, len, S);
+    cluster_stats(cluster, &cs, vals, cap, len, S, 0);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
     cluster.sync(); /* no block may exit while another still reads its partials */
 }
@@ -1049,7 +1112,11 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
  * memory each (one block an SM) resident for the whole grid, each walking samples g, g + G, ...;
  * while it reduces and writes sample n from one buffer, cp.async (LDGSTS: global to shared
  * memory without passing through registers, CUDA C++ Programming Guide, "Asynchronous Data
- * Copies") fills the other with sample n + G. DRAM stays busy; the reductions hide under it. */
+ * Copies") fills the other with sample n + G. DRAM stays busy; the reductions hide under it.
+ * Predicted: near the floor. Measured: 0.0835 ms, slower than v10 (0.0779). Only 15 clusters fit
+ * (one 202 KB block an SM: 120 SMs, 16 warps each), and with two barriers a sample (CLUSTER_CHAN
+ * 0) 0.0902 ms; ncu on that form: 40% of DRAM peak, memory-fence stalls first (3.2 cycles per
+ * issued instruction). The overlap the double buffer allows is spent waiting at barriers. */
 /* The copy engine's way (Hopper's TMA, here its 1-D bulk form, PTX ISA "cp.async.bulk"): one
  * thread asks for each 16-channel row of the next sample as one bulk copy that completes on an
  * mbarrier in shared memory (arrive.expect_tx sets how many bytes the phase waits for); the
@@ -1130,7 +1197,7 @@ k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
             mbar_wait(&bar[it & 1], (it >> 1) & 1);
         }
         __syncthreads(); /* every thread's copies */
-        cluster_stats(cluster, &cs, vals, cap, len, S);
+        cluster_stats(cluster, &cs, vals, cap, len, S, it & 1);
         cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
         __syncthreads(); /* vals is refilled next iteration */
     }
@@ -1143,7 +1210,10 @@ k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
  * reads the same weight at the same time (each computes all 16 channels), the one pattern the
  * constant cache serves at full speed, and an FFMA can take it straight from the constant bank,
  * so the inner loop is 1296 FFMA and 81 loads, nothing else. The x loads go through L1 (x is
- * 25 MB, each value is read by 27 neighbouring positions). */
+ * 25 MB, each value is read by 27 neighbouring positions).
+ * Measured (CONV_SMEM 0, another run): v12 0.807 ms, v13 0.443 ms, both slower than the shared-
+ * memory form below (0.402 and 0.242 ms): the straight-line body does not fit the instruction
+ * cache. */
 __constant__ float c_weight[N_WEIGHT];
 __constant__ float c_bias[C_OUT];
 
@@ -1169,7 +1239,12 @@ __device__ __forceinline__ void conv_at(const float *__restrict__ xs, int hw, in
  * are four 16-byte broadcasts (every thread reads the same address), and the loop over (ci, kd)
  * stays rolled, so the body is 9 taps: 9 loads, 36 LDS.128, 144 FFMA. The fully unrolled
  * constant-memory form above is 1296 FFMA of straight-line code, about 22 KB of instructions.
- * CONV_SMEM selects (1: this one). */
+ * CONV_SMEM selects (1: this one).
+ * Measured: v12 (the conv twice) 0.402 ms, 21 TFLOP/s; v13 (once) 0.242 ms, 17 TFLOP/s, 2.0x
+ * torch.compile's whole model (0.491 ms) and 2.3x cuDNN's conv alone (0.49 to 0.55 ms, 8 TFLOP/s).
+ * ncu on v13: the SMs 49% busy; per issued instruction 3.3 cycles waiting on shared memory (four
+ * LDS.128 per 16 FFMA), 2.7 at barriers. The 0.10 ms target needs about 45 TFLOP/s from the conv:
+ * each weight broadcast feeding several positions (register blocking), not done here. */
 #ifndef CONV_SMEM
 #define CONV_SMEM 1
 #endif
@@ -1260,7 +1335,7 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
             vals[co * cap + j] = acc[co];
     }
     __syncthreads();
-    cluster_stats(cluster, &cs, vals, cap, len, S);
+    cluster_stats(cluster, &cs, vals, cap, len, S, 0);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
     cluster.sync();
 }
@@ -1449,7 +1524,9 @@ __global__ void k_segment_sums(const float *__restrict__ p1, const float *__rest
  *       and g t_k to dm; a block's 256 positions are reduced per channel in shared memory (warp
  *       w adds channels w and w + 8), one partial per (n, c, tile);
  *   B2: a thread per position recomputes again and writes all 16 dc, reducing da c for dm.
- * Bytes: c and g read twice, dc written: 4 x 103 MB + 13 MB, against the backward's floor of 2. */
+ * Bytes: c and g read twice, dc written: 4 x 103 MB + 13 MB, against the backward's floor of 2.
+ * Measured, forward + backward: 0.257 ms (v9's forward 0.091 of it), 3.4x torch.compile
+ * (0.875 ms). b1, the autograd-like chain: 2.445 ms. */
 #define B2_BLOCK 256
 
 __device__ __forceinline__ void position_forward(const float *__restrict__ cp, int S,
@@ -1576,7 +1653,10 @@ k_bwd_dc(const float *__restrict__ c, const float *__restrict__ g, const float *
  * memory once, finds each position's argmax, and warp w sums channel w's dxh and dxh xh over the
  * slice; the cluster adds the 8 partials through distributed shared memory; then every dc of
  * the slice is written from shared memory. c and g read once, dc written once: the backward's
- * floor. dm: one partial per (n, block, channel), added in order by k_segment_sums. */
+ * floor. dm: one partial per (n, block, channel), added in order by k_segment_sums.
+ * Measured, forward (v10) + backward: 0.229 ms, 3.8x torch.compile (0.875 ms), against a
+ * 0.108 ms floor. ncu on this kernel: 146 us, 40% of DRAM peak, the same pattern as v10 (3.7
+ * cycles per issued instruction at barriers, 3.2 on loads). */
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(CL_THREADS, 2)
 k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
                    const float *__restrict__ m, const float *__restrict__ mean,
@@ -1668,7 +1748,9 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
  *        x load feeds 16 FFMA; the three groups are added in shared memory and the block writes
  *        its 1296 partials, transposed so that
  *   DW2: a block per weight adds that weight's partials, contiguous, in a fixed order.
- * No atomics: the same bits every run. */
+ * No atomics: the same bits every run.
+ * Measured: 0.577 ms against cuDNN's 25.6 ms (its fastest fp32 algorithm by cudnnFind); the
+ * training step went from 27.7 to 2.7 ms with it. ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s. */
 #define DW_CHUNK 512
 #define DW_GROUPS 3
 #define DW_THREADS (DW_GROUPS * C_IN * KVOL) /* 243 */
