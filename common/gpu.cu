@@ -164,3 +164,128 @@ timing gpu_time(launch_fn fn, const void *ctx, int reps)
     CUDA_CHECK(cudaEventDestroy(e1));
     return t;
 }
+
+/* ------------------------------------------------------------ cuDNN convolution */
+
+static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
+{
+    if (st == CUDNN_STATUS_SUCCESS && bytes > *need && bytes <= ((size_t)1 << 31))
+        *need = bytes;
+}
+
+/* the first successful strict-fp32 entry of a FindEx result (they come fastest first) */
+#define FP32_OK(p) ((p).status == CUDNN_STATUS_SUCCESS && (p).mathType == CUDNN_FMA_MATH)
+#define PICK_FP32(perf, found, out_algo, out_det, what)                                            \
+    do {                                                                                           \
+        int pick_ = -1;                                                                            \
+        for (int i_ = 0; i_ < (found) && pick_ < 0; i_++)                                          \
+            if (FP32_OK((perf)[i_]))                                                               \
+                pick_ = i_;                                                                        \
+        if (pick_ < 0)                                                                             \
+            die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for %s", what);                \
+        out_algo = (perf)[pick_].algo;                                                             \
+        out_det = (perf)[pick_].determinism == CUDNN_DETERMINISTIC;                                \
+    } while (0)
+
+void cudnn_conv3d_setup(cudnn_conv3d *cc, const int x_dims[5], int c_out, int k, int pad,
+                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw)
+{
+    int n = x_dims[0], ci = x_dims[1], d = x_dims[2], h = x_dims[3], wd_ = x_dims[4];
+    int od = d + 2 * pad - k + 1, oh = h + 2 * pad - k + 1, ow = wd_ + 2 * pad - k + 1;
+    int xs[5] = {ci * d * h * wd_, d * h * wd_, h * wd_, wd_, 1};
+    int yd[5] = {n, c_out, od, oh, ow};
+    int ys[5] = {c_out * od * oh * ow, od * oh * ow, oh * ow, ow, 1};
+    int bd[5] = {1, c_out, 1, 1, 1}, bs[5] = {c_out, 1, 1, 1, 1};
+    int wdims[5] = {c_out, ci, k, k, k};
+    int pads[3] = {pad, pad, pad}, one3[3] = {1, 1, 1};
+    memset(cc, 0, sizeof *cc);
+    CUDNN_CHECK(cudnnCreate(&cc->handle));
+    CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->y_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->x_desc, CUDNN_DATA_FLOAT, 5, x_dims, xs));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->y_desc, CUDNN_DATA_FLOAT, 5, yd, ys));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
+    CUDNN_CHECK(
+        cudnnSetFilterNdDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wdims));
+    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pads, one3, one3,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
+    size_t need = 0, bytes = 0;
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++)
+        workspace_need(&need, bytes, cudnnGetConvolutionForwardWorkspaceSize(
+                                         cc->handle, cc->x_desc, cc->w_desc, cc->conv_desc,
+                                         cc->y_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes));
+    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; a++)
+        workspace_need(&need, bytes, cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                         cc->handle, cc->w_desc, cc->y_desc, cc->conv_desc,
+                                         cc->x_desc, (cudnnConvolutionBwdDataAlgo_t)a, &bytes));
+    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; a++)
+        workspace_need(&need, bytes, cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                         cc->handle, cc->x_desc, cc->y_desc, cc->conv_desc,
+                                         cc->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a, &bytes));
+    cc->workspace_bytes = need;
+    cc->workspace = need ? gpu_alloc(need, "cuDNN workspace") : NULL;
+    if (need) /* zeroed: initcheck flags cuDNN reading workspace it did not write */
+        CUDA_CHECK(cudaMemset(cc->workspace, 0, need));
+    CUDA_CHECK(cudaMemset(dy, 0, sizeof(float) * (size_t)n * c_out * od * oh * ow));
+
+    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionBwdDataAlgoPerf_t pdx[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t pdw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int found = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+        cc->handle, cc->x_desc, x, cc->w_desc, w, cc->conv_desc, cc->y_desc, y,
+        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
+    PICK_FP32(pf, found, cc->fwd_algo, cc->fwd_det, "the conv");
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        cc->handle, cc->w_desc, w, cc->y_desc, dy, cc->conv_desc, cc->x_desc, dx,
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, pdx, cc->workspace, cc->workspace_bytes));
+    PICK_FP32(pdx, found, cc->dx_algo, cc->dx_det, "the conv's data gradient");
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        cc->handle, cc->x_desc, x, cc->y_desc, dy, cc->conv_desc, cc->w_desc, dw,
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, pdw, cc->workspace, cc->workspace_bytes));
+    PICK_FP32(pdw, found, cc->dw_algo, cc->dw_det, "the conv's weight gradient");
+}
+
+void cudnn_conv3d_forward(const cudnn_conv3d *cc, const float *x, const float *w, const float *bias,
+                        float *y)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionForward(cc->handle, &one, cc->x_desc, x, cc->w_desc, w,
+                                        cc->conv_desc, cc->fwd_algo, cc->workspace,
+                                        cc->workspace_bytes, &zero, cc->y_desc, y));
+    CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one, cc->y_desc, y));
+}
+
+void cudnn_conv3d_backward_data(const cudnn_conv3d *cc, const float *w, const float *dy, float *dx)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cc->handle, &one, cc->w_desc, w, cc->y_desc, dy,
+                                             cc->conv_desc, cc->dx_algo, cc->workspace,
+                                             cc->workspace_bytes, &zero, cc->x_desc, dx));
+}
+
+void cudnn_conv3d_backward_filter(const cudnn_conv3d *cc, const float *x, const float *dy,
+                                  float *dw)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cc->handle, &one, cc->x_desc, x, cc->y_desc, dy,
+                                               cc->conv_desc, cc->dw_algo, cc->workspace,
+                                               cc->workspace_bytes, &zero, cc->w_desc, dw));
+}
+
+void cudnn_conv3d_destroy(cudnn_conv3d *cc)
+{
+    if (cc->workspace)
+        CUDA_CHECK(cudaFree(cc->workspace));
+    cudnnDestroyTensorDescriptor(cc->x_desc);
+    cudnnDestroyTensorDescriptor(cc->y_desc);
+    cudnnDestroyTensorDescriptor(cc->b_desc);
+    cudnnDestroyFilterDescriptor(cc->w_desc);
+    cudnnDestroyConvolutionDescriptor(cc->conv_desc);
+    cudnnDestroy(cc->handle);
+}

@@ -9,6 +9,7 @@
  *   gpu_alloc()        cudaMalloc that names the bytes and the tensor when memory runs out
  *   gpu_poison()       fill with NaN so an element a kernel forgot to write fails verification
  *   gpu_time()         CUDA events, warm-up, L2 flushed before every repetition, min/median/max
+ *   cudnn_conv3d_*()   cuDNN's Conv3d and its gradients, the chapters' library baseline
  */
 #ifndef GPU_H
 #define GPU_H
@@ -71,6 +72,45 @@ typedef void (*launch_fn)(const void *ctx);
  * and summarised by stats_from_samples. Checks launch errors after every call.
  */
 timing gpu_time(launch_fn fn, const void *ctx, int reps);
+
+/* ------------------------------------------------------------ cuDNN convolution */
+/*
+ * The library baseline every chapter with a Conv3d measures against: PyTorch's Conv3d (cross-
+ * correlation, stride 1, dilation 1, zero padding `pad` on every side), float32 NCDHW tensors,
+ * weights C_out x C_in x k x k x k, through cuDNN's legacy API. CUDNN_FMA_MATH keeps it off
+ * TF32 (strict fp32, as PyTorch with allow_tf32 = False). Each direction uses the fastest
+ * fp32 algorithm cudnnFind...Ex measures on the given buffers (what torch.backends.cudnn.
+ * benchmark = True does), with a zeroed workspace large enough for every algorithm (at most
+ * 2 GiB) and a zeroed dy (FindEx reads it). *_det: whether that algorithm is deterministic.
+ * cuDNN documentation: "cudnnFindConvolutionForwardAlgorithmEx" and the backward ones.
+ */
+typedef struct {
+    cudnnHandle_t handle;
+    cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* input, output, bias 1 x C_out x 1 x 1 x 1 */
+    cudnnFilterDescriptor_t w_desc;
+    cudnnConvolutionDescriptor_t conv_desc;
+    cudnnConvolutionFwdAlgo_t fwd_algo;
+    cudnnConvolutionBwdDataAlgo_t dx_algo;
+    cudnnConvolutionBwdFilterAlgo_t dw_algo;
+    int fwd_det, dx_det, dw_det;
+    void *workspace;
+    size_t workspace_bytes;
+} cudnn_conv3d;
+
+/* x_dims: N, C_in, D, H, W. y, dy: N x c_out x (D + 2 pad - k + 1) x ...; dx like x; dw like the
+ * weights. The buffers are only used to time the algorithms (dy is zeroed); exits 1 with a
+ * message when cuDNN has no fp32 algorithm for a direction. */
+void cudnn_conv3d_setup(cudnn_conv3d *cc, const int x_dims[5], int c_out, int k, int pad,
+                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
+/* y = conv(x, w) + bias (bias: c_out floats), on the default stream */
+void cudnn_conv3d_forward(const cudnn_conv3d *cc, const float *x, const float *w, const float *bias,
+                        float *y);
+/* dx = the gradient of the conv with respect to x, given dy (backward data) */
+void cudnn_conv3d_backward_data(const cudnn_conv3d *cc, const float *w, const float *dy, float *dx);
+/* dw = the gradient with respect to the weights, given x and dy (backward filter) */
+void cudnn_conv3d_backward_filter(const cudnn_conv3d *cc, const float *x, const float *dy,
+                                  float *dw);
+void cudnn_conv3d_destroy(cudnn_conv3d *cc);
 
 #ifdef __cplusplus
 }

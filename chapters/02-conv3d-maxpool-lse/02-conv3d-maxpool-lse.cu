@@ -771,124 +771,32 @@ __global__ void k_segment_sums(const float *__restrict__ partials, int count,
  * ========================================================================================== */
 
 typedef struct {
-    cudnnHandle_t handle;
-    cudnnTensorDescriptor_t x_desc, c_desc, b_desc, p_desc;
-    cudnnFilterDescriptor_t w_desc;
-    cudnnConvolutionDescriptor_t conv_desc;
+    cudnn_conv3d conv;                    /* the conv and its gradients (common/gpu.h) */
+    cudnnTensorDescriptor_t p_desc;     /* the pooled tensor, for the v2 baseline */
     cudnnPoolingDescriptor_t pool_desc;
-    cudnnConvolutionFwdAlgo_t fwd_algo;
-    cudnnConvolutionBwdDataAlgo_t dx_algo;
-    cudnnConvolutionBwdFilterAlgo_t dw_algo;
-    int fwd_det, dx_det, dw_det; /* deterministic? */
-    void *workspace;
-    size_t workspace_bytes;
 } cudnn_ctx;
-
-static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
-{
-    if (st == CUDNN_STATUS_SUCCESS && bytes > *need && bytes <= ((size_t)1 << 31))
-        *need = bytes;
-}
 
 static void cudnn_setup(cudnn_ctx *cc, const shape *s, const float *x, const float *w, float *c,
                         float *dc, float *dx, float *dw)
 {
     int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
-    int xs[5] = {C_IN * s->sc, s->sc, s->h * s->w, s->w, 1};
-    int cd[5] = {s->n, C_OUT, s->d, s->h, s->w};
-    int cs[5] = {C_OUT * s->sc, s->sc, s->h * s->w, s->w, 1};
     int pdim[5] = {s->n, C_OUT, s->pd, s->ph, s->pw};
     int pstr[5] = {C_OUT * s->s, s->s, s->ph * s->pw, s->pw, 1};
-    int bd[5] = {1, C_OUT, 1, 1, 1}, bs[5] = {C_OUT, 1, 1, 1, 1};
-    int wd[5] = {C_OUT, C_IN, KS, KS, KS};
-    int pad[3] = {1, 1, 1}, one3[3] = {1, 1, 1}, win[3] = {2, 2, 2}, zero3[3] = {0, 0, 0};
-    memset(cc, 0, sizeof *cc);
-    CUDNN_CHECK(cudnnCreate(&cc->handle));
-    CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->c_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
+    int win[3] = {2, 2, 2}, zero3[3] = {0, 0, 0};
+    cudnn_conv3d_setup(&cc->conv, xd, C_OUT, KS, 1, x, w, c, dc, dx, dw);
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->p_desc));
-    CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
     CUDNN_CHECK(cudnnCreatePoolingDescriptor(&cc->pool_desc));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->x_desc, CUDNN_DATA_FLOAT, 5, xd, xs));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->c_desc, CUDNN_DATA_FLOAT, 5, cd, cs));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->p_desc, CUDNN_DATA_FLOAT, 5, pdim, pstr));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
-    CUDNN_CHECK(cudnnSetFilterNdDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wd));
-    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pad, one3, one3,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
     /* floor mode like PyTorch: cuDNN's output extent is 1 + (L - 2) / 2 = floor(L / 2) */
     CUDNN_CHECK(cudnnSetPoolingNdDescriptor(cc->pool_desc, CUDNN_POOLING_MAX,
                                             CUDNN_NOT_PROPAGATE_NAN, 3, win, zero3, win));
-    size_t need = 0, bytes = 0;
-    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionForwardWorkspaceSize(
-                                         cc->handle, cc->x_desc, cc->w_desc, cc->conv_desc,
-                                         cc->c_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes));
-    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                         cc->handle, cc->w_desc, cc->c_desc, cc->conv_desc,
-                                         cc->x_desc, (cudnnConvolutionBwdDataAlgo_t)a, &bytes));
-    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                                         cc->handle, cc->x_desc, cc->c_desc, cc->conv_desc,
-                                         cc->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a, &bytes));
-    cc->workspace_bytes = need;
-    cc->workspace = need ? gpu_alloc(need, "cuDNN workspace") : NULL;
-    if (need)
-        CUDA_CHECK(cudaMemset(cc->workspace, 0, need));
-    CUDA_CHECK(cudaMemset(dc, 0, sizeof(float) * conv_elems(s))); /* finite, for FindEx */
-
-    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnConvolutionBwdDataAlgoPerf_t pdx[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cudnnConvolutionBwdFilterAlgoPerf_t pdw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-        cc->handle, cc->x_desc, x, cc->w_desc, w, cc->conv_desc, cc->c_desc, c,
-        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
-    for (int i = 0; i < found && pick < 0; i++)
-        if (pf[i].status == CUDNN_STATUS_SUCCESS && pf[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    if (pick < 0)
-        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv");
-    cc->fwd_algo = pf[pick].algo, cc->fwd_det = pf[pick].determinism == CUDNN_DETERMINISTIC;
-    found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        cc->handle, cc->w_desc, w, cc->c_desc, dc, cc->conv_desc, cc->x_desc, dx,
-        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, pdx, cc->workspace, cc->workspace_bytes));
-    for (int i = 0; i < found && pick < 0; i++)
-        if (pdx[i].status == CUDNN_STATUS_SUCCESS && pdx[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    if (pick < 0)
-        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv's data gradient");
-    cc->dx_algo = pdx[pick].algo, cc->dx_det = pdx[pick].determinism == CUDNN_DETERMINISTIC;
-    found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        cc->handle, cc->x_desc, x, cc->c_desc, dc, cc->conv_desc, cc->w_desc, dw,
-        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, pdw, cc->workspace, cc->workspace_bytes));
-    for (int i = 0; i < found && pick < 0; i++)
-        if (pdw[i].status == CUDNN_STATUS_SUCCESS && pdw[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    if (pick < 0)
-        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv's weight gradient");
-    cc->dw_algo = pdw[pick].algo, cc->dw_det = pdw[pick].determinism == CUDNN_DETERMINISTIC;
 }
 
 static void cudnn_destroy(cudnn_ctx *cc)
 {
-    if (cc->workspace)
-        CUDA_CHECK(cudaFree(cc->workspace));
-    cudnnDestroyTensorDescriptor(cc->x_desc);
-    cudnnDestroyTensorDescriptor(cc->c_desc);
-    cudnnDestroyTensorDescriptor(cc->b_desc);
     cudnnDestroyTensorDescriptor(cc->p_desc);
-    cudnnDestroyFilterDescriptor(cc->w_desc);
-    cudnnDestroyConvolutionDescriptor(cc->conv_desc);
     cudnnDestroyPoolingDescriptor(cc->pool_desc);
-    cudnnDestroy(cc->handle);
+    cudnn_conv3d_destroy(&cc->conv);
 }
 
 /* Everything a launch needs, on the device */
@@ -915,12 +823,7 @@ static int grid_for(long long n, int block, int sm_count)
 
 static void launch_conv(const run_ctx *r)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionForward(cc->handle, &one, cc->x_desc, r->x, cc->w_desc, r->weight,
-                                        cc->conv_desc, cc->fwd_algo, cc->workspace,
-                                        cc->workspace_bytes, &zero, cc->c_desc, r->c));
-    CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, r->bias, &one, cc->c_desc, r->c));
+    cudnn_conv3d_forward(&r->cudnn->conv, r->x, r->weight, r->bias, r->c);
 }
 
 static void time_conv(const void *r) { launch_conv((const run_ctx *)r); }
@@ -946,8 +849,8 @@ static void launch_v2(const run_ctx *r)
 {
     const float one = 1.0f, zero = 0.0f;
     const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnPoolingForward(cc->handle, cc->pool_desc, &one, cc->c_desc, r->c, &zero,
-                                    cc->p_desc, r->p));
+    CUDNN_CHECK(cudnnPoolingForward(cc->conv.handle, cc->pool_desc, &one, cc->conv.y_desc, r->c,
+                                    &zero, cc->p_desc, r->p));
     lse_relu_naive(r);
 }
 
@@ -1005,28 +908,20 @@ static void launch_b2(const run_ctx *r)
 
 static void cudnn_dx(const run_ctx *r)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cc->handle, &one, cc->w_desc, r->weight, cc->c_desc,
-                                             r->dc, cc->conv_desc, cc->dx_algo, cc->workspace,
-                                             cc->workspace_bytes, &zero, cc->x_desc, r->dx));
+    cudnn_conv3d_backward_data(&r->cudnn->conv, r->weight, r->dc, r->dx);
 }
 
 static void cudnn_dw(const run_ctx *r)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cc->handle, &one, cc->x_desc, r->x, cc->c_desc,
-                                               r->dc, cc->conv_desc, cc->dw_algo, cc->workspace,
-                                               cc->workspace_bytes, &zero, cc->w_desc, r->dw));
+    cudnn_conv3d_backward_filter(&r->cudnn->conv, r->x, r->dc, r->dw);
 }
 
 static void cudnn_dbias(const run_ctx *r)
 {
     const float one = 1.0f, zero = 0.0f;
     const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->handle, &one, cc->c_desc, r->dc, &zero,
-                                             cc->b_desc, r->dbias));
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->conv.handle, &one, cc->conv.y_desc, r->dc, &zero,
+                                             cc->conv.b_desc, r->dbias));
 }
 
 #define DBIAS_BLOCKS 64
@@ -1331,7 +1226,7 @@ static void check_all(problem *pb, const char *label, int only, int epilogue_onl
                 continue;
             verify_result a = verify_fwd(pb, v, whole), b = verify_fwd(pb, v, whole);
             /* the cuDNN conv may be nondeterministic: whole-model runs are not compared */
-            int same = (whole && !pb->cudnn.fwd_det) || (a.rel_l2 == b.rel_l2 && a.max_abs == b.max_abs);
+            int same = (whole && !pb->cudnn.conv.fwd_det) || (a.rel_l2 == b.rel_l2 && a.max_abs == b.max_abs);
             check(a.pass && b.pass && same, "v%d %-8s %-16s %-12s rel_l2 %.1e max_abs %.1e%s",
                   v->id, whole ? "model" : "epilogue", shape_s, label, a.rel_l2, a.max_abs,
                   same ? "" : " (differs between runs)");
@@ -1780,15 +1675,15 @@ int main(int argc, char **argv)
     }
     timing tc = gpu_time(time_conv, &pb.r, a.reps);
     printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f TFLOP/s\n",
-           (int)pb.cudnn.fwd_algo, pb.cudnn.fwd_det ? "deterministic" : "nondeterministic",
+           (int)pb.cudnn.conv.fwd_algo, pb.cudnn.conv.fwd_det ? "deterministic" : "nondeterministic",
            tc.median_ms, tc.min_ms, tc.max_ms, conv_flops(&s) / (tc.median_ms * 1e9));
     if (a.version == 0) {
         timing tx = gpu_time(time_dx, &pb.r, a.reps), tw = gpu_time(time_dw, &pb.r, a.reps);
         timing tb = gpu_time(time_dbias_cudnn, &pb.r, a.reps), to = gpu_time(time_dbias_own, &pb.r, a.reps);
         printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
                "(backward filter, algo %d, %s) %.4f; dbias: cuDNN %.4f, ours %.4f\n",
-               (int)pb.cudnn.dx_algo, tx.median_ms, (int)pb.cudnn.dw_algo,
-               pb.cudnn.dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
+               (int)pb.cudnn.conv.dx_algo, tx.median_ms, (int)pb.cudnn.conv.dw_algo,
+               pb.cudnn.conv.dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
                to.median_ms);
     }
     printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; epilogue fwd+bwd %.1f MB -> %.4f ms; "

@@ -1818,121 +1818,10 @@ __global__ void k_dw_sum(const float *__restrict__ part, int blocks, float *__re
 /* ============================================================================================
  * 4. cuDNN (the conv and its gradients), the versions, the launchers
  *
- * CUDNN_FMA_MATH keeps cuDNN off TF32: strict fp32, as PyTorch with allow_tf32 = False.
- * Algorithms: the fastest fp32 one cudnnFind...Ex measures on the problem's own buffers (as
- * torch.backends.cudnn.benchmark = True would pick), with a zeroed workspace.
+ * cuDNN's conv, backward data and backward filter come from common/gpu.h (cudnn_conv3d_*):
+ * fp32, each the fastest algorithm cudnnFind...Ex measures on the problem's own buffers, as
+ * torch.backends.cudnn.benchmark = True would pick.
  * ========================================================================================== */
-
-typedef struct {
-    cudnnHandle_t handle;
-    cudnnTensorDescriptor_t x_desc, c_desc, b_desc;
-    cudnnFilterDescriptor_t w_desc;
-    cudnnConvolutionDescriptor_t conv_desc;
-    cudnnConvolutionFwdAlgo_t fwd_algo;
-    cudnnConvolutionBwdDataAlgo_t dx_algo;
-    cudnnConvolutionBwdFilterAlgo_t dw_algo;
-    int fwd_det, dx_det, dw_det; /* deterministic? */
-    void *workspace;
-    size_t workspace_bytes;
-} cudnn_ctx;
-
-static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
-{
-    if (st == CUDNN_STATUS_SUCCESS && bytes > *need && bytes <= ((size_t)1 << 31))
-        *need = bytes;
-}
-
-static void cudnn_setup(cudnn_ctx *cc, const shape *s, const float *x, const float *w, float *c,
-                        float *dc, float *dx, float *dw)
-{
-    int dhw = s->d * s->h * s->w;
-    int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
-    int xs[5] = {C_IN * dhw, dhw, s->h * s->w, s->w, 1};
-    int cd[5] = {s->n, C_OUT, s->od, s->oh, s->ow};
-    int cs[5] = {C_OUT * s->s, s->s, s->oh * s->ow, s->ow, 1};
-    int bd[5] = {1, C_OUT, 1, 1, 1}, bs[5] = {C_OUT, 1, 1, 1, 1};
-    int wd[5] = {C_OUT, C_IN, KS, KS, KS};
-    int pad[3] = {0, 0, 0}, one3[3] = {1, 1, 1};
-    memset(cc, 0, sizeof *cc);
-    CUDNN_CHECK(cudnnCreate(&cc->handle));
-    CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->c_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
-    CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->x_desc, CUDNN_DATA_FLOAT, 5, xd, xs));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->c_desc, CUDNN_DATA_FLOAT, 5, cd, cs));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
-    CUDNN_CHECK(cudnnSetFilterNdDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wd));
-    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pad, one3, one3,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
-    size_t need = 0, bytes = 0;
-    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionForwardWorkspaceSize(
-                                         cc->handle, cc->x_desc, cc->w_desc, cc->conv_desc,
-                                         cc->c_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes));
-    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                         cc->handle, cc->w_desc, cc->c_desc, cc->conv_desc,
-                                         cc->x_desc, (cudnnConvolutionBwdDataAlgo_t)a, &bytes));
-    for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                                         cc->handle, cc->x_desc, cc->c_desc, cc->conv_desc,
-                                         cc->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a, &bytes));
-    cc->workspace_bytes = need;
-    cc->workspace = need ? gpu_alloc(need, "cuDNN workspace") : NULL;
-    if (need)
-        CUDA_CHECK(cudaMemset(cc->workspace, 0, need));
-    CUDA_CHECK(cudaMemset(dc, 0, sizeof(float) * conv_elems(s))); /* finite, for FindEx */
-
-    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnConvolutionBwdDataAlgoPerf_t pdx[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cudnnConvolutionBwdFilterAlgoPerf_t pdw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-        cc->handle, cc->x_desc, x, cc->w_desc, w, cc->conv_desc, cc->c_desc, c,
-        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
-    for (int i = 0; i < found && pick < 0; i++)
-        if (pf[i].status == CUDNN_STATUS_SUCCESS && pf[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    if (pick < 0)
-        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv");
-    cc->fwd_algo = pf[pick].algo, cc->fwd_det = pf[pick].determinism == CUDNN_DETERMINISTIC;
-    found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        cc->handle, cc->w_desc, w, cc->c_desc, dc, cc->conv_desc, cc->x_desc, dx,
-        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, pdx, cc->workspace, cc->workspace_bytes));
-    for (int i = 0; i < found && pick < 0; i++)
-        if (pdx[i].status == CUDNN_STATUS_SUCCESS && pdx[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    if (pick < 0)
-        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv's data gradient");
-    cc->dx_algo = pdx[pick].algo, cc->dx_det = pdx[pick].determinism == CUDNN_DETERMINISTIC;
-    found = 0, pick = -1;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        cc->handle, cc->x_desc, x, cc->c_desc, dc, cc->conv_desc, cc->w_desc, dw,
-        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, pdw, cc->workspace, cc->workspace_bytes));
-    for (int i = 0; i < found && pick < 0; i++)
-        if (pdw[i].status == CUDNN_STATUS_SUCCESS && pdw[i].mathType == CUDNN_FMA_MATH)
-            pick = i;
-    if (pick < 0)
-        die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for the conv's weight gradient");
-    cc->dw_algo = pdw[pick].algo, cc->dw_det = pdw[pick].determinism == CUDNN_DETERMINISTIC;
-}
-
-static void cudnn_destroy(cudnn_ctx *cc)
-{
-    if (cc->workspace)
-        CUDA_CHECK(cudaFree(cc->workspace));
-    cudnnDestroyTensorDescriptor(cc->x_desc);
-    cudnnDestroyTensorDescriptor(cc->c_desc);
-    cudnnDestroyTensorDescriptor(cc->b_desc);
-    cudnnDestroyFilterDescriptor(cc->w_desc);
-    cudnnDestroyConvolutionDescriptor(cc->conv_desc);
-    cudnnDestroy(cc->handle);
-}
 
 /* Everything a launch needs, on the device */
 typedef struct {
@@ -1951,7 +1840,7 @@ typedef struct {
     float *bpart, *dm_part1, *dm_part2, *db_part, *dw_part;
     const float *g;                 /* dL/dy */
     float *dc, *dx, *dw, *dbias, *dm;
-    cudnn_ctx *cudnn;
+    const cudnn_conv3d *cudnn;
 } run_ctx;
 
 static int grid_for(long long n, int block, int sm_count)
@@ -1964,12 +1853,7 @@ static int tiles_of(int S, int tile) { return (S + tile - 1) / tile; }
 
 static void launch_conv(const run_ctx *r)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionForward(cc->handle, &one, cc->x_desc, r->x, cc->w_desc, r->weight,
-                                        cc->conv_desc, cc->fwd_algo, cc->workspace,
-                                        cc->workspace_bytes, &zero, cc->c_desc, r->c));
-    CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, r->bias, &one, cc->c_desc, r->c));
+    cudnn_conv3d_forward(r->cudnn, r->x, r->weight, r->bias, r->c);
 }
 
 static void time_conv(const void *r) { launch_conv((const run_ctx *)r); }
@@ -2173,20 +2057,12 @@ static void launch_b3(const run_ctx *r)
 
 static void cudnn_dx(const run_ctx *r)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cc->handle, &one, cc->w_desc, r->weight, cc->c_desc,
-                                             r->dc, cc->conv_desc, cc->dx_algo, cc->workspace,
-                                             cc->workspace_bytes, &zero, cc->x_desc, r->dx));
+    cudnn_conv3d_backward_data(r->cudnn, r->weight, r->dc, r->dx);
 }
 
 static void cudnn_dw(const run_ctx *r)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cc->handle, &one, cc->x_desc, r->x, cc->c_desc,
-                                               r->dc, cc->conv_desc, cc->dw_algo, cc->workspace,
-                                               cc->workspace_bytes, &zero, cc->w_desc, r->dw));
+    cudnn_conv3d_backward_filter(r->cudnn, r->x, r->dc, r->dw);
 }
 
 /* dbias = sum of dc over n and the positions: zero up to rounding, since instance norm removes
@@ -2319,7 +2195,7 @@ typedef struct {
     float *x, *weight, *bias, m[C_OUT], *g; /* host */
     double *xd, *wd, *bd, md[C_OUT];
     run_ctx r;
-    cudnn_ctx cudnn;
+    cudnn_conv3d cudnn;
     float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
     float host_dm[C_OUT], *host_mean, *host_rstd;
     double *ref_c, *ref_model, *ref_epilogue;
@@ -2395,7 +2271,8 @@ static void problem_init(problem *pb, const shape *s, int sm_count, size_t smem_
     CUDA_CHECK(cudaMemcpy(m, pb->m, 4 * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(g, pb->g, 4 * ny, cudaMemcpyHostToDevice));
     gpu_poison(r->c, nc);
-    cudnn_setup(&pb->cudnn, s, x, w, r->c, r->dc, r->dx, r->dw);
+    int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
+    cudnn_conv3d_setup(&pb->cudnn, xd, C_OUT, KS, 0, x, w, r->c, r->dc, r->dx, r->dw);
     r->cudnn = &pb->cudnn;
 }
 
@@ -2446,7 +2323,7 @@ static void problem_bwd_refs(problem *pb)
 static void problem_free(problem *pb)
 {
     run_ctx *r = &pb->r;
-    cudnn_destroy(&pb->cudnn);
+    cudnn_conv3d_destroy(&pb->cudnn);
     const void *dev[] = {r->x, r->weight, r->bias, r->m, r->g, r->c, r->y, r->t[0], r->t[1],
                          r->t[2], r->t[3], r->t[4], r->idx, r->mean, r->rstd, r->part2, r->means,
                          r->wpart, r->bpart, r->dm_part1, r->dm_part2, r->db_part, r->dw_part,
