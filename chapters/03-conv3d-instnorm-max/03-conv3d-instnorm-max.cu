@@ -498,8 +498,8 @@ __device__ __forceinline__ float warp_sum(float v)
  * values one after another. 2048 threads on 132 SMs (16 a SM, half a warp's worth of work each)
  * cannot hide DRAM latency; each thread's next load waits for the last.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch03.csv; every number below is from
- * the same file unless it says otherwise): v1 1.670 ms, of which the serial statistics alone
- * take 1.270 ms (81 GB/s); the five other kernels about 0.40 ms. PyTorch eager: 0.474 ms. */
+ * the same file unless it says otherwise): v1 1.678 ms, of which the serial statistics alone
+ * take 1.279 ms (81 GB/s); the five other kernels about 0.40 ms. PyTorch eager: 0.474 ms. */
 
 __global__ void k_scale(const float *__restrict__ in, const float *__restrict__ m,
                         float *__restrict__ out, int total, int S)
@@ -583,9 +583,9 @@ __global__ void k_channel_max(const float *__restrict__ u, float *__restrict__ y
  *      (independent thread scheduling) that needs __syncwarp, and __shfl_down_sync does it in
  *      registers.
  * The m multiplier is applied on load (m = NULL: the input is already a = c m).
- * Measured, the statistics alone (103 MB in): v2 0.205 ms, v3 0.196 (5% faster: on the H100 the
- * divergent modulo costs little next to 50 blocks a slice and their partials), v4 0.106 (1.85x:
- * half the blocks, half the partials), v5 0.069 (1.54x: five fewer barriers a block). Each
+ * Measured, the statistics alone (103 MB in): v2 0.206 ms, v3 0.198 (4% faster: on the H100 the
+ * divergent modulo costs little next to 50 blocks a slice and their partials), v4 0.106 (1.86x:
+ * half the blocks, half the partials), v5 0.069 (1.53x: five fewer barriers a block). Each
  * epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms of them. */
 #define RED_BLOCK 256
 
@@ -687,7 +687,7 @@ __global__ void k_stats_finish(const float2 *__restrict__ part, int bps, int seg
  * Harris's kernel 7: each thread first reduces many elements in registers (here S / 256, about
  * 12 float4 loads at S = 12600), so the shared-memory tree runs once per 12600 values instead of
  * once per 512, and one block per (n, c) needs no partials and no second kernel.
- * Measured: 0.0475 ms, 2173 GB/s, 73% of the copy ceiling: 27x v1's statistics. ncu: 79.6% of
+ * Measured: 0.0478 ms, 2158 GB/s, 72% of the copy ceiling: 27x v1's statistics. ncu: 79.6% of
  * DRAM peak, the warps waiting on their loads (91 cycles of long-scoreboard stall per issued
  * instruction): one 16-byte load in flight per thread, 12 a thread in all. */
 #define MANY_BLOCK 256
@@ -746,8 +746,8 @@ k_stats_many(const float *__restrict__ a, const float *__restrict__ m, float *__
  * variances", 1979) merge two such partial results:
  *   n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb / n, M2 = M2a + M2b + d^2 na nb / n.
  * n is an int: a float count stops being exact at 2^24.
- * Measured: v7's statistics 0.0514 ms, 8% slower than v6's (a division per element), CUB's
- * (v8) 0.0524 ms, the same within 2%. What they buy, section 6's demonstration on the
+ * Measured: v7's statistics 0.0515 ms, 8% slower than v6's (a division per element), CUB's
+ * (v8) 0.0521 ms, the same within 2%. What they buy, section 6's demonstration on the
  * KernelBench conv output, a = c m + offset, worst relative error of rstd over 2048 slices:
  *   offset 0:     sum/sum of squares (v6) 1.7e-6, Welford (v7) 1.6e-7, CUB (v8) 1.7e-7
  *   offset 1000:  sum/sum of squares 1.0e+2 (the variance is gone), Welford 1.7e-4, CUB 2.0e-4
@@ -850,8 +850,8 @@ k_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__r
  * After the statistics, one kernel does the rest: a thread per output position reads its 16
  * channel values (16 loads in flight), normalises, clamps, multiplies, keeps the first maximum
  * and writes y. c is read twice in all (statistics, apply): 0.21 GB, the two-pass floor.
- * Measured: 0.0913 ms (40% of the copy ceiling; the two-pass floor is 0.071 ms), 18x v1,
- * 1.09x torch.compile (0.0992 ms). */
+ * Measured: 0.0918 ms (40% of the copy ceiling; the two-pass floor is 0.071 ms), 18x v1,
+ * 1.08x torch.compile (0.0992 ms). */
 __global__ void k_apply_fused(const float *__restrict__ c, const float *__restrict__ m,
                               const float *__restrict__ mean, const float *__restrict__ rstd,
                               float *__restrict__ y, int n_pos, int S)
@@ -885,10 +885,10 @@ __global__ void k_apply_fused(const float *__restrict__ c, const float *__restri
  *      on chip, so the second pass costs no DRAM);
  *   3. each block writes y for its positions from shared memory.
  * Slices are cut at multiples of 4 positions so 16-byte loads stay aligned.
- * Measured: 0.0779 ms, 47% of the copy ceiling: 1.17x v9, 1.27x torch.compile, but twice the
- * 0.037 ms floor it was built to approach. With register loads instead of cp.async
- * (LOAD_ASYNC 0, another run) 0.0867 ms; with two cluster barriers instead of Chan's merge
- * (CLUSTER_CHAN 0, another run) 0.0801 ms, within the spread. ncu (the two-barrier form):
+ * Measured: 0.0763 ms, 48% of the copy ceiling: 1.20x v9, 1.30x torch.compile, but twice the
+ * 0.037 ms floor it was built to approach. In other runs: with register loads instead of
+ * cp.async (LOAD_ASYNC 0) 0.0867 ms against 0.0779; with two cluster barriers instead of Chan's
+ * merge (CLUSTER_CHAN 0) 0.0801 ms against 0.0783, within the spread. ncu (the two-barrier form):
  * 45% of DRAM peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on
  * memory fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at once
  * (two 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's
@@ -1113,7 +1113,7 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
  * while it reduces and writes sample n from one buffer, cp.async (LDGSTS: global to shared
  * memory without passing through registers, CUDA C++ Programming Guide, "Asynchronous Data
  * Copies") fills the other with sample n + G. DRAM stays busy; the reductions hide under it.
- * Predicted: near the floor. Measured: 0.0835 ms, slower than v10 (0.0779). Only 15 clusters fit
+ * Predicted: near the floor. Measured: 0.0841 ms, slower than v10 (0.0763). Only 15 clusters fit
  * (one 202 KB block an SM: 120 SMs, 16 warps each), and with two barriers a sample (CLUSTER_CHAN
  * 0) 0.0902 ms; ncu on that form: 40% of DRAM peak, memory-fence stalls first (3.2 cycles per
  * issued instruction). The overlap the double buffer allows is spent waiting at barriers. */
@@ -1212,8 +1212,8 @@ k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
  * so the inner loop is 1296 FFMA and 81 loads, nothing else. The x loads go through L1 (x is
  * 25 MB, each value is read by 27 neighbouring positions).
  * Measured (CONV_SMEM 0, another run): v12 0.807 ms, v13 0.443 ms, both slower than the shared-
- * memory form below (0.402 and 0.242 ms): the straight-line body does not fit the instruction
- * cache. */
+ * memory form below (0.402 and 0.242 ms in that run): the straight-line body does not fit the
+ * instruction cache. */
 __constant__ float c_weight[N_WEIGHT];
 __constant__ float c_bias[C_OUT];
 
@@ -1240,11 +1240,9 @@ __device__ __forceinline__ void conv_at(const float *__restrict__ xs, int hw, in
  * stays rolled, so the body is 9 taps: 9 loads, 36 LDS.128, 144 FFMA. The fully unrolled
  * constant-memory form above is 1296 FFMA of straight-line code, about 22 KB of instructions.
  * CONV_SMEM selects (1: this one).
- * Measured: v12 (the conv twice) 0.402 ms, 21 TFLOP/s; v13 (once) 0.242 ms, 17 TFLOP/s, 2.0x
- * torch.compile's whole model (0.491 ms) and 2.3x cuDNN's conv alone (0.49 to 0.55 ms, 8 TFLOP/s).
- * ncu on v13: the SMs 49% busy; per issued instruction 3.3 cycles waiting on shared memory (four
- * LDS.128 per 16 FFMA), 2.7 at barriers. The 0.10 ms target needs about 45 TFLOP/s from the conv:
- * each weight broadcast feeding several positions (register blocking), not done here. */
+ * Measured: v12 (the conv twice) 0.404 ms, 21 TFLOP/s. v13 (once) with one position a thread
+ * 0.242 ms, 17 TFLOP/s; ncu on it: the SMs 49% busy, per issued instruction 3.3 cycles waiting
+ * on shared memory (four LDS.128 per 16 FFMA) and 2.7 at barriers. Hence conv_at_s2 below. */
 #ifndef CONV_SMEM
 #define CONV_SMEM 1
 #endif
@@ -1271,6 +1269,42 @@ __device__ __forceinline__ void conv_at_s(const float *__restrict__ xs, int hw, 
             FMA4(acc, 4, xv, w1);
             FMA4(acc, 8, xv, w2);
             FMA4(acc, 12, xv, w3);
+        }
+    }
+}
+
+/* Register blocking: two positions a thread, each weight broadcast feeding both, so a tap is
+ * 2 loads, 4 LDS.128 and 32 FFMA instead of 1, 4 and 16. CONV_PAIR selects it for v13.
+ * Measured: v13 0.228 ms (18 TFLOP/s), 2.2x torch.compile's whole model (0.491 ms) and 2.2x
+ * cuDNN's conv alone (0.50 ms, 8.4 TFLOP/s); 6% better than one position a thread (0.242 ms,
+ * CONV_PAIR 0, another run), less than the halved shared-memory traffic promised: at 64
+ * registers (two blocks an SM) ptxas spills 112 bytes, and with 128 (MODEL_MIN_BLOCKS 1, one
+ * block an SM) it measured 0.234 ms. The 0.10 ms target needs about 45 TFLOP/s from the conv
+ * phase and its waves (30 clusters at once, 128 samples) overlapped with the reductions. */
+#ifndef CONV_PAIR
+#define CONV_PAIR 1
+#endif
+__device__ __forceinline__ void conv_at_s2(const float *__restrict__ xa, const float *__restrict__ xb,
+                                           int hw, int w, int dhw, const float *ws,
+                                           const float *bs, float acc[C_OUT], float acc2[C_OUT])
+{
+#pragma unroll
+    for (int co = 0; co < C_OUT; co++)
+        acc[co] = acc2[co] = bs[co];
+#pragma unroll 1
+    for (int ck = 0; ck < C_IN * KS; ck++) {
+        int ci = ck / KS, kd = ck - KS * ci, off = ci * dhw + kd * hw;
+        const float4 *wp = (const float4 *)(ws + ck * 9 * C_OUT);
+#pragma unroll
+        for (int q = 0; q < 9; q++) {
+            int o = off + (q / 3) * w + q % 3;
+            float va = __ldg(xa + o), vb = __ldg(xb + o);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 wv = wp[4 * q + i];
+                FMA4(acc, 4 * i, va, wv);
+                FMA4(acc2, 4 * i, vb, wv);
+            }
         }
     }
 }
@@ -1311,7 +1345,10 @@ __device__ __forceinline__ const float *conv_corner(const float *x, const shape 
 }
 
 /* v12: v10 with step 1 computing the conv into shared memory instead of loading it */
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(CL_THREADS, 2)
+#ifndef MODEL_MIN_BLOCKS
+#define MODEL_MIN_BLOCKS 2 /* blocks an SM v13 is compiled for: 2 caps registers at 64 */
+#endif
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(CL_THREADS, MODEL_MIN_BLOCKS)
 k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
                 const float *__restrict__ bias, const float *__restrict__ m,
                 float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
@@ -1327,6 +1364,18 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     CONV_PROLOGUE;
+#if CONV_SMEM && CONV_PAIR
+    int half = (len + 1) / 2; /* positions j and j + half */
+    for (int j = threadIdx.x; j < half; j += CL_THREADS) {
+        float acc[C_OUT], acc2[C_OUT];
+        int j2 = j + half < len ? j + half : j;
+        conv_at_s2(conv_corner(x, sh, n, lo + j), conv_corner(x, sh, n, lo + j2), hw, sh.w, dhw,
+                   sw.w, sw.b, acc, acc2);
+#pragma unroll
+        for (int co = 0; co < C_OUT; co++)
+            vals[co * cap + j] = acc[co], vals[co * cap + j2] = acc2[co];
+    }
+#else
     for (int j = threadIdx.x; j < len; j += CL_THREADS) {
         float acc[C_OUT];
         CONV_AT(conv_corner(x, sh, n, lo + j), acc);
@@ -1334,6 +1383,7 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
         for (int co = 0; co < C_OUT; co++)
             vals[co * cap + j] = acc[co];
     }
+#endif
     __syncthreads();
     cluster_stats(cluster, &cs, vals, cap, len, S, 0);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
@@ -1525,8 +1575,8 @@ __global__ void k_segment_sums(const float *__restrict__ p1, const float *__rest
  *       w adds channels w and w + 8), one partial per (n, c, tile);
  *   B2: a thread per position recomputes again and writes all 16 dc, reducing da c for dm.
  * Bytes: c and g read twice, dc written: 4 x 103 MB + 13 MB, against the backward's floor of 2.
- * Measured, forward + backward: 0.257 ms (v9's forward 0.091 of it), 3.4x torch.compile
- * (0.875 ms). b1, the autograd-like chain: 2.445 ms. */
+ * Measured, forward + backward: 0.257 ms (v9's forward 0.092 of it), 3.4x torch.compile
+ * (0.875 ms). b1, the autograd-like chain: 2.457 ms. */
 #define B2_BLOCK 256
 
 __device__ __forceinline__ void position_forward(const float *__restrict__ cp, int S,
@@ -1749,8 +1799,8 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
  *        its 1296 partials, transposed so that
  *   DW2: a block per weight adds that weight's partials, contiguous, in a fixed order.
  * No atomics: the same bits every run.
- * Measured: 0.577 ms against cuDNN's 25.6 ms (its fastest fp32 algorithm by cudnnFind); the
- * training step went from 27.7 to 2.7 ms with it. ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s. */
+ * Measured: 0.580 ms against cuDNN's 25.5 ms (its fastest fp32 algorithm by cudnnFind); the
+ * training step went from 27.7 to 2.8 ms with it. ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s. */
 #define DW_CHUNK 512
 #define DW_GROUPS 3
 #define DW_THREADS (DW_GROUPS * C_IN * KVOL) /* 243 */
