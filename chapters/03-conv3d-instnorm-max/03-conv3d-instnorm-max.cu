@@ -896,19 +896,22 @@ __global__ void k_apply_fused(const float *__restrict__ c, const float *__restri
 #define CL 8           /* blocks a cluster, one cluster a sample (8: the portable maximum) */
 #define CL_THREADS 512 /* 16 warps: warp w reduces channel w */
 
-__host__ __device__ static inline int slice_lo(int S, int r)
+__host__ __device__ static inline int slice_lo(int S, int r, int cl = CL)
 {
-    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / CL);
+    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / cl);
     return v < S ? v : S;
 }
 
 /* floats per channel row in shared memory: the longest slice */
-__host__ __device__ static inline int slice_cap(int S) { return 4 * (((S + 3) / 4 + CL - 1) / CL); }
+__host__ __device__ static inline int slice_cap(int S, int cl = CL)
+{
+    return 4 * (((S + 3) / 4 + cl - 1) / cl);
+}
 
 /* shared memory of the cluster kernels, bytes: the 16 rows (+ g and the argmax for b3) */
-static size_t cluster_smem(int S, int backward)
+static size_t cluster_smem(int S, int backward, int cl = CL)
 {
-    size_t cap = slice_cap(S);
+    size_t cap = slice_cap(S, cl);
     return 4 * C_OUT * cap + (backward ? 4 * cap + cap : 0);
 }
 
@@ -925,7 +928,7 @@ struct cluster_shared {
 __device__ __forceinline__ float cluster_total(cg::cluster_group &cluster, float *part, int ch)
 {
     int lane = threadIdx.x & 31;
-    float v = lane < CL ? cluster.map_shared_rank(part, lane)[ch] : 0.0f;
+    float v = lane < (int)cluster.num_blocks() ? cluster.map_shared_rank(part, lane)[ch] : 0.0f;
     v = warp_sum(v);
     return __shfl_sync(FULL, v, 0);
 }
@@ -962,8 +965,9 @@ __device__ void cluster_stats(cg::cluster_group &cluster, cluster_shared *cs, co
         }
         cluster.sync();
         welford z = {0, 0.0f, 0.0f};
-        welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
-        for (int off = CL / 2; off > 0; off >>= 1)
+        int cl = (int)cluster.num_blocks(); /* 8, or v11's 16 */
+        welford w = lane < cl ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
+        for (int off = cl / 2; off > 0; off >>= 1)
             w = chan_merge(w, shfl_welford(w, off));
         if (lane == 0)
             cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
@@ -1156,7 +1160,13 @@ __device__ void bulk_slice(float *vals, int cap, const float *__restrict__ src, 
                      : "memory");
 }
 
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(CL_THREADS, 1)
+/* CLP: v11's blocks a cluster. 16 (a non-portable size Hopper allows) halves each block's
+ * slice, so two double-buffered blocks fit an SM; measured (another run): 0.115 ms against 0.084
+ * with 8, only 14 such clusters being resident at once (224 blocks on 132 SMs). */
+#ifndef CLP
+#define CLP 8
+#endif
+__global__ void __cluster_dims__(CLP, 1, 1) __launch_bounds__(CL_THREADS, CLP == 16 ? 2 : 1)
 k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
                     float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
                     int S, int N)
@@ -1165,8 +1175,8 @@ k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
     __shared__ cluster_shared cs;
     __shared__ unsigned long long bar[2];
     cg::cluster_group cluster = cg::this_cluster();
-    int rank = (int)cluster.block_rank(), cap = slice_cap(S), G = gridDim.y;
-    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo, bulk = (S & 3) == 0;
+    int rank = (int)cluster.block_rank(), cap = slice_cap(S, CLP), G = gridDim.y;
+    int lo = slice_lo(S, rank, CLP), len = slice_lo(S, rank + 1, CLP) - lo, bulk = (S & 3) == 0;
     float *buf[2] = {(float *)smem4, (float *)smem4 + C_OUT * cap};
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
@@ -1999,11 +2009,11 @@ static void launch_v10(const run_ctx *r)
 /* how many of v11's clusters (two slices a block) fit at once; 0 if its shared memory does not */
 static int pipelined_clusters(const shape *s, size_t smem_optin)
 {
-    size_t bytes = 2 * cluster_smem(s->s, 0);
+    size_t bytes = 2 * cluster_smem(s->s, 0, CLP);
     if (bytes > smem_optin)
         return 0;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(CL, s->n);
+    cfg.gridDim = dim3(CLP, s->n);
     cfg.blockDim = dim3(CL_THREADS);
     cfg.dynamicSmemBytes = bytes;
     int n = 0;
@@ -2021,7 +2031,7 @@ static void launch_v11(const run_ctx *r)
         return;
     }
     int g = r->pipe_clusters < r->sh.n ? r->pipe_clusters : r->sh.n;
-    k_cluster_pipelined<<<dim3(CL, g), CL_THREADS, 2 * cluster_smem(r->sh.s, 0)>>>(
+    k_cluster_pipelined<<<dim3(CLP, g), CL_THREADS, 2 * cluster_smem(r->sh.s, 0, CLP)>>>(
         r->c, r->m, r->y, r->mean, r->rstd, r->sh.s, r->sh.n);
 }
 
@@ -2992,6 +3002,9 @@ static size_t cluster_setup(void)
     size_t avail = (size_t)optin - 8192;
     CUDA_CHECK(cudaFuncSetAttribute(k_cluster_epilogue, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)avail));
     CUDA_CHECK(cudaFuncSetAttribute(k_cluster_pipelined, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)avail));
+    if (CLP > 8) /* clusters of more than 8 blocks are an opt-in (Hopper allows 16) */
+        CUDA_CHECK(cudaFuncSetAttribute(k_cluster_pipelined,
+                                        cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     CUDA_CHECK(cudaFuncSetAttribute(k_cluster_model, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)avail));
     CUDA_CHECK(cudaFuncSetAttribute(k_cluster_backward, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)avail));
     return avail;
@@ -3161,7 +3174,7 @@ int main(int argc, char **argv)
            "blocks resident at once, %d clusters in the grid; v11: %d resident clusters (%zu bytes "
            "a block), each walking about %d samples\n",
            cluster_fits(&pb.r, 0) ? "run" : "fall back to v9 / v12 / b2", cluster_smem(s.s, 0),
-           optin, active_clusters(&s), CL, s.n, pb.r.pipe_clusters, 2 * cluster_smem(s.s, 0),
+           optin, active_clusters(&s), CL, s.n, pb.r.pipe_clusters, 2 * cluster_smem(s.s, 0, CLP),
            pb.r.pipe_clusters > 0 ? (s.n + pb.r.pipe_clusters - 1) / pb.r.pipe_clusters : 0);
     printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; epilogue fwd+bwd %.1f MB -> %.4f ms; "
            "the conv: %.2f GFLOP\n",
