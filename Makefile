@@ -86,7 +86,7 @@ bench: $(BINS)
 	        printf 'ch$(c) %-16s' $$s; \
 	        build/ch$(c) --shape $$s $(ARGS_$(c)) --csv data/$(GPU)/ch$(c)-sweep.csv > build/ch$(c)-$$s.log 2>&1 \
 	            || { echo FAILED; cat build/ch$(c)-$$s.log; exit 1; }; \
-	        awk '/^v[0-9]/ {printf " %s:%s %s", $$1, ($$0 ~ /model_fwd/ ? "model" : "epi"), $$(NF-6)} END {print " ms"}' build/ch$(c)-$$s.log; \
+	        awk '/^v[0-9]/ {printf " %s:%s %s", $$1, ($$0 ~ /model_fwd/ ? "model" : $$0 ~ / stats / ? "stats" : "epi"), $$(NF-6)} END {print " ms"}' build/ch$(c)-$$s.log; \
 	    done;)
 
 # plots/speedup.gp and plots/floor.gp, once per chapter and GPU with a sweep in data/
