@@ -464,6 +464,23 @@ int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, siz
     return 0;
 }
 
+void cli_version_shape_or_exit(const cli_args *a, int n_versions, int ndims, int64_t *dims,
+                               const char *(*problem)(const int64_t *dims))
+{
+    if (a->version > n_versions) {
+        fprintf(stderr, "error: there is no version %d (this chapter has v1..v%d)\n", a->version,
+                n_versions);
+        exit(EXIT_USAGE);
+    }
+    if (a->ndim)
+        memcpy(dims, a->dims, sizeof(int64_t) * ndims);
+    const char *why = problem(dims);
+    if (why) {
+        fprintf(stderr, "error: impossible --shape: %s\n", why);
+        exit(EXIT_USAGE);
+    }
+}
+
 void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const char *extra)
 {
     char err[256];

@@ -176,6 +176,12 @@ int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, siz
  * "error: <reason>" and the usage on stderr and exits EXIT_USAGE. Returns only on success. */
 void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const char *extra);
 
+/* After cli_parse_or_exit, the checks every chapter's main makes: --version within
+ * 1..n_versions, and the shape (--shape, or the chapter's default already in dims[0..ndims))
+ * accepted by `problem`, which returns NULL or the reason it is impossible. Exits EXIT_USAGE with
+ * one line on stderr otherwise; on success dims holds the shape to run. */
+void cli_version_shape_or_exit(const cli_args *a, int n_versions, int ndims, int64_t *dims,
+                               const char *(*problem)(const int64_t *dims));
 /* Prints the shared usage; `extra` is the chapter's own text (shape meaning, dump file names). */
 void cli_usage(FILE *f, const char *prog, const char *extra);
 

@@ -32,6 +32,13 @@ int gpu_count(void)
     return n;
 }
 
+void gpu_require_or_exit(void)
+{
+    if (gpu_count() == 0)
+        die(EXIT_USAGE, "no CUDA device (cudaGetDeviceCount found none or no driver); "
+                        "`--test` runs the CPU checks without one");
+}
+
 static void name_to_tag(const char *name, char *tag, size_t len)
 {
     const char *p = strncmp(name, "NVIDIA ", 7) == 0 ? name + 7 : name;

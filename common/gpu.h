@@ -32,6 +32,10 @@ void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line)
 /* Number of usable CUDA devices: 0 when cudaGetDeviceCount fails (no driver, no device). */
 int gpu_count(void);
 
+/* Exits EXIT_USAGE with "error: no CUDA device ..." when gpu_count() is 0 (a timed run needs one;
+ * `--test` runs the CPU checks without). */
+void gpu_require_or_exit(void);
+
 typedef struct {
     char name[256];      /* "NVIDIA H100 80GB HBM3" */
     char tag[32];        /* "h100": the name's model token, lower case, for data/<tag>/ */

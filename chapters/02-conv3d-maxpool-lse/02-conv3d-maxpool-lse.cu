@@ -1569,19 +1569,8 @@ int main(int argc, char **argv)
             printf("%s  %s\n", bwd_versions[i].id, bwd_versions[i].name);
         return 0;
     }
-    if (a.version > N_VERSIONS) {
-        fprintf(stderr, "error: there is no version %d (this chapter has v1..v%d)\n", a.version,
-                N_VERSIONS);
-        return EXIT_USAGE;
-    }
     int64_t dims[5] = {4, 32, 32, 128, 128};
-    if (a.ndim)
-        memcpy(dims, a.dims, sizeof dims);
-    const char *why = shape_problem(dims);
-    if (why) {
-        fprintf(stderr, "error: impossible --shape: %s\n", why);
-        return EXIT_USAGE;
-    }
+    cli_version_shape_or_exit(&a, N_VERSIONS, 5, dims, shape_problem);
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
 
     if (a.test) {
@@ -1595,9 +1584,7 @@ int main(int argc, char **argv)
         }
         return checks_failed() ? 1 : 0;
     }
-    if (gpu_count() == 0)
-        die(EXIT_USAGE, "no CUDA device (cudaGetDeviceCount found none or no driver); "
-                        "`--test` runs the CPU checks without one");
+    gpu_require_or_exit();
     device_info dev;
     device_info_get(&dev);
     shape s = make_shape((int)dims[0], (int)dims[2], (int)dims[3], (int)dims[4]);

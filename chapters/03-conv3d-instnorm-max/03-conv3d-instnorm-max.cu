@@ -3036,19 +3036,8 @@ int main(int argc, char **argv)
             printf("%s  %s\n", bwd_versions[i].id, bwd_versions[i].name);
         return 0;
     }
-    if (a.version > N_VERSIONS) {
-        fprintf(stderr, "error: there is no version %d (this chapter has v1..v%d)\n", a.version,
-                N_VERSIONS);
-        return EXIT_USAGE;
-    }
     int64_t dims[5] = {128, 3, 16, 32, 32};
-    if (a.ndim)
-        memcpy(dims, a.dims, sizeof dims);
-    const char *why = shape_problem(dims);
-    if (why) {
-        fprintf(stderr, "error: impossible --shape: %s\n", why);
-        return EXIT_USAGE;
-    }
+    cli_version_shape_or_exit(&a, N_VERSIONS, 5, dims, shape_problem);
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
 
     if (a.test) {
@@ -3063,9 +3052,7 @@ int main(int argc, char **argv)
         }
         return checks_failed() ? 1 : 0;
     }
-    if (gpu_count() == 0)
-        die(EXIT_USAGE, "no CUDA device (cudaGetDeviceCount found none or no driver); "
-                        "`--test` runs the CPU checks without one");
+    gpu_require_or_exit();
     device_info dev;
     device_info_get(&dev);
     size_t optin = cluster_setup();
