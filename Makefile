@@ -62,7 +62,7 @@ build/gpu.o: common/gpu.cu common/gpu.h common/common.h | build
 build/test_common: common/test_common.c build/common.o | build
 	$(CC) $(CFLAGS) -o $@ $^ -lm
 
-build/ch%: build/common.o build/gpu.o common/gpu.h common/common.h $$(call ch_src,%) | build
+build/ch%: build/common.o build/gpu.o common/gpu.h common/common.h common/reduce.cuh $$(call ch_src,%) | build
 	$(NVCC) $(NVFLAGS) -o $@ $(call ch_src,$*) build/common.o build/gpu.o $(LDLIBS)
 
 # chapter-1 .. chapter-N (explicit rules: make skips pattern rules for phony targets)

@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 
 #include "../../common/gpu.h"
+#include "../../common/reduce.cuh"
 
 /* ============================================================================================
  * 1. The model, and what it must cost
@@ -1019,29 +1020,6 @@ __global__ void k_logsumexp_backward(const float *__restrict__ c, const float *_
     }
 }
 
-/* The block's sum of v, every thread's v counted once: warp shuffles, then one value per warp
- * in shared memory, then the first warp. Returned to thread 0. blockDim.x * blockDim.y must be
- * a multiple of 32, at most 1024. */
-__device__ static float block_sum(float v)
-{
-    __shared__ float warp_sums[32];
-    int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    __syncthreads(); /* a previous call's readers are done with warp_sums */
-    int n_warps = (blockDim.x * blockDim.y) >> 5;
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0)
-        warp_sums[warp] = v;
-    __syncthreads();
-    v = 0.0f;
-    if (warp == 0) {
-        v = lane < n_warps ? warp_sums[lane] : 0.0f;
-        for (int off = 16; off > 0; off >>= 1)
-            v += __shfl_down_sync(0xffffffffu, v, off);
-    }
-    return v;
-}
-
 /* Stage 1 of a deterministic sum: each block adds a fixed, grid-strided set of elements and
  * writes one partial. With the grid fixed the order of every addition is fixed. */
 __global__ void k_partial_sums(const float *__restrict__ a, float *__restrict__ partials, int n)
@@ -1214,34 +1192,6 @@ __global__ void __launch_bounds__(V6_TW *V6_TH)
                 cn[(zd * oh + zh) * ow + zw] = acc[o];
         }
     }
-}
-
-/* dbias stage 1: block (bx, co) sums slice bx of every sample's plane of channel co */
-__global__ void k_channel_partials(const float *__restrict__ dc, float *__restrict__ partials,
-                                   int n, int s)
-{
-    int co = blockIdx.y;
-    float v = 0.0f;
-    for (int nn = 0; nn < n; nn++) {
-        const float *row = dc + (nn * C_OUT + co) * s;
-        for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < s; p += gridDim.x * blockDim.x)
-            v += row[p];
-    }
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        partials[co * gridDim.x + blockIdx.x] = v;
-}
-
-/* dbias stage 2 (and dw's): block i adds the `count` partials at partials[i * count ...] */
-__global__ void k_segment_sums(const float *__restrict__ partials, int count,
-                               float *__restrict__ out)
-{
-    float v = 0.0f;
-    for (int j = threadIdx.x; j < count; j += blockDim.x)
-        v += partials[blockIdx.x * count + j];
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        out[blockIdx.x] = v;
 }
 
 #define DW_TAPS (C_IN * KS * KS * KS) /* 81 sums per output channel */
@@ -1654,10 +1604,10 @@ static void conv_grads_own(const run_ctx *r)
     k_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h, s->w);
     /* the partials of weight (ci, co, k) are contiguous: reorder to PyTorch's [ci][co][k] on the
      * way out by summing each run into its slot */
-    k_segment_sums<<<C_OUT * DW_TAPS, 64>>>(r->partials, DW_BLOCKS, r->dw_by_co);
+    k_segment_sums<<<C_OUT * DW_TAPS, 64>>>(r->partials, NULL, DW_BLOCKS, r->dw_by_co);
     k_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
-    k_channel_partials<<<dim3(DBIAS_BLOCKS, C_OUT), 256>>>(r->dc, r->partials2, s->n, s->s);
-    k_segment_sums<<<C_OUT, 64>>>(r->partials2, DBIAS_BLOCKS, r->dbias);
+    k_channel_sums<<<dim3(DBIAS_BLOCKS, C_OUT), 256>>>(r->dc, NULL, r->partials2, s->n, s->s);
+    k_segment_sums<<<C_OUT, 64>>>(r->partials2, NULL, DBIAS_BLOCKS, r->dbias);
 }
 
 static void launch_conv(const run_ctx *r)

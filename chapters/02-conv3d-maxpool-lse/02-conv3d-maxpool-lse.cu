@@ -49,6 +49,7 @@
 #include <sys/stat.h>
 
 #include "../../common/gpu.h"
+#include "../../common/reduce.cuh"
 
 /* ============================================================================================
  * 1. The model, and what it must cost
@@ -714,53 +715,9 @@ __global__ void __launch_bounds__(B2_BLOCK)
     }
 }
 
-/* The bias gradient as a deterministic reduction: per channel, blocks sum slices of every
- * sample's plane (no division in the loop) into one partial each; one block per channel then
- * adds its partials in a fixed order. No atomics: the same bits every run. */
-__device__ static float block_sum(float v)
-{
-    __shared__ float warp_sums[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    __syncthreads(); /* a previous call's readers are done with warp_sums */
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0)
-        warp_sums[warp] = v;
-    __syncthreads();
-    v = 0.0f;
-    if (warp == 0) {
-        v = lane < n_warps ? warp_sums[lane] : 0.0f;
-        for (int off = 16; off > 0; off >>= 1)
-            v += __shfl_down_sync(0xffffffffu, v, off);
-    }
-    return v;
-}
-
-__global__ void k_channel_partials(const float *__restrict__ dc, float *__restrict__ partials,
-                                   int n, int sc)
-{
-    int co = blockIdx.y;
-    float v = 0.0f;
-    for (int nn = 0; nn < n; nn++) {
-        const float *row = dc + ((size_t)nn * C_OUT + co) * sc;
-        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < sc; q += gridDim.x * blockDim.x)
-            v += row[q];
-    }
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        partials[co * gridDim.x + blockIdx.x] = v;
-}
-
-__global__ void k_segment_sums(const float *__restrict__ partials, int count,
-                               float *__restrict__ out)
-{
-    float v = 0.0f;
-    for (int j = threadIdx.x; j < count; j += blockDim.x)
-        v += partials[blockIdx.x * count + j];
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        out[blockIdx.x] = v;
-}
+/* The bias gradient is a deterministic two-stage reduction, k_channel_sums and k_segment_sums
+ * (common/reduce.cuh): per channel, blocks sum slices of every sample's plane into one partial
+ * each; one block per channel then adds its partials in a fixed order. No atomics. */
 
 /* ============================================================================================
  * 4. cuDNN (the conv, its gradients, the pooling baseline), the versions, the launchers
@@ -928,8 +885,8 @@ static void cudnn_dbias(const run_ctx *r)
 
 static void own_dbias(const run_ctx *r)
 {
-    k_channel_partials<<<dim3(DBIAS_BLOCKS, C_OUT), 256>>>(r->dc, r->partials, r->sh.n, r->sh.sc);
-    k_segment_sums<<<C_OUT, 64>>>(r->partials, DBIAS_BLOCKS, r->dbias);
+    k_channel_sums<<<dim3(DBIAS_BLOCKS, C_OUT), 256>>>(r->dc, NULL, r->partials, r->sh.n, r->sh.sc);
+    k_segment_sums<<<C_OUT, 64>>>(r->partials, NULL, DBIAS_BLOCKS, r->dbias);
 }
 
 static void grads_b1(const run_ctx *r) { cudnn_dx(r), cudnn_dw(r), cudnn_dbias(r); }

@@ -71,6 +71,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "../../common/gpu.h"
+#include "../../common/reduce.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -1533,48 +1534,11 @@ __global__ void k_instnorm_bwd_apply(const float *__restrict__ dxh, const float 
     }
 }
 
-/* Per-channel sums over (n, s) of a b (b = NULL: of a alone), deterministic: block (j, co) sums
- * a fixed set of elements of channel co into partials[co][j]; k_segment_sums then adds each
- * channel's partials in order. No atomics: the same bits every run. Used for dm (both uses of
- * m) and for the conv's bias gradient. */
+/* Per-channel sums over (n, s) of a b (b = NULL: of a alone), deterministic: k_channel_sums and
+ * k_segment_sums (common/reduce.cuh), block (j, co) summing a fixed set of channel co's elements
+ * into partials[co][j], then each channel's partials added in order. No atomics: the same bits
+ * every run. Used for dm (both uses of m) and for the conv's bias gradient. */
 #define DOT_BLOCKS 64
-
-__device__ static float block_sum(float v)
-{
-    float2 r = block_sum2(make_float2(v, 0.0f));
-    return r.x;
-}
-
-__global__ void k_channel_dot_partials(const float *__restrict__ a, const float *__restrict__ b,
-                                       float *__restrict__ partials, int n, int S)
-{
-    int co = blockIdx.y;
-    float v = 0.0f;
-    for (int nn = 0; nn < n; nn++) {
-        size_t row = ((size_t)nn * C_OUT + co) * S;
-        for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < S; q += gridDim.x * blockDim.x)
-            v += b ? a[row + q] * b[row + q] : a[row + q];
-    }
-    v = block_sum(v);
-    if (threadIdx.x == 0)
-        partials[co * gridDim.x + blockIdx.x] = v;
-}
-
-/* out[co] = sum of p1[co][0..count) + sum of p2[co][0..count) (p2 may be NULL), in order */
-__global__ void k_segment_sums(const float *__restrict__ p1, const float *__restrict__ p2,
-                               int count, float *__restrict__ out)
-{
-    float v = 0.0f, w = 0.0f;
-    for (int j = threadIdx.x; j < count; j += blockDim.x) {
-        v += p1[blockIdx.x * count + j];
-        if (p2)
-            w += p2[blockIdx.x * count + j];
-    }
-    v = block_sum(v);
-    w = block_sum(w);
-    if (threadIdx.x == 0)
-        out[blockIdx.x] = v + w;
-}
 
 /* ---------------------------------------------------------------- b2: fused, two passes
  * The forward's statistics (mean, rstd) are saved, as PyTorch's instance norm saves them. The
@@ -2080,14 +2044,14 @@ static void launch_b1(const run_ctx *r)
     dim3 dot(DOT_BLOCKS, C_OUT);
     k_max_backward<<<g, 256>>>(r->g, r->idx, du, total, S);
     k_scale<<<g, 256>>>(du, r->m, dt, total, S);                           /* dt = du m */
-    k_channel_dot_partials<<<dot, 256>>>(du, t, r->dm_part1, s->n, S);    /* dm += du t */
+    k_channel_sums<<<dot, 256>>>(du, t, r->dm_part1, s->n, S);    /* dm += du t */
     float *dxh = du;                                                      /* du is spent */
     k_clamp_backward<<<g, 256>>>(dt, xh, dxh, total);
     k_instnorm_bwd_reduce<<<(int)seg_count(s), MANY_BLOCK>>>(dxh, xh, r->means, S);
     float *da = dt;
     k_instnorm_bwd_apply<<<g, 256>>>(dxh, xh, r->rstd, r->means, da, total, S);
     k_scale<<<g, 256>>>(da, r->m, r->dc, total, S);                        /* dc = da m */
-    k_channel_dot_partials<<<dot, 256>>>(da, r->c, r->dm_part2, s->n, S); /* dm += da c */
+    k_channel_sums<<<dot, 256>>>(da, r->c, r->dm_part2, s->n, S); /* dm += da c */
     k_segment_sums<<<C_OUT, 64>>>(r->dm_part1, r->dm_part2, DOT_BLOCKS, r->dm);
 }
 
@@ -2130,7 +2094,7 @@ static void cudnn_dw(const run_ctx *r)
  * anyway, as autograd does */
 static void own_dbias(const run_ctx *r)
 {
-    k_channel_dot_partials<<<dim3(DOT_BLOCKS, C_OUT), 256>>>(r->dc, NULL, r->db_part, r->sh.n, r->sh.s);
+    k_channel_sums<<<dim3(DOT_BLOCKS, C_OUT), 256>>>(r->dc, NULL, r->db_part, r->sh.n, r->sh.s);
     k_segment_sums<<<C_OUT, 64>>>(r->db_part, NULL, DOT_BLOCKS, r->dbias);
 }
 
