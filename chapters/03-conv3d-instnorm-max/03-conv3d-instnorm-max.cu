@@ -35,8 +35,9 @@
  *   v9   fused apply: v7's statistics, then one kernel normalises, clamps, multiplies and takes
  *        the channel max (c read twice: once for the statistics, once for the output)
  *   v10  one pass: a cluster of 8 blocks per sample holds its 16 x S values in shared memory
- *        (loaded by cp.async); the blocks exchange partial statistics through distributed
- *        shared memory, once, merged by Chan's formula; c read once
+ *        (a TMA bulk copy per channel row, each warp reducing its row as it lands); the blocks
+ *        exchange partial statistics through distributed shared memory, once, merged by Chan's
+ *        formula; c read once
  *   v11  v10 persistent and double-buffered: resident clusters walk the samples, the next
  *        sample's slice arriving by TMA bulk copies while this one's is reduced (measured slower)
  *   v12  whole model, two passes: a kernel computes the conv and reduces it without writing it,
@@ -499,8 +500,8 @@ __device__ __forceinline__ float warp_sum(float v)
  * values one after another. 2048 threads on 132 SMs (16 a SM, half a warp's worth of work each)
  * cannot hide DRAM latency; each thread's next load waits for the last.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch03.csv; every number below is from
- * the same file unless it says otherwise): v1 1.678 ms, of which the serial statistics alone
- * take 1.279 ms (81 GB/s); the five other kernels about 0.40 ms. PyTorch eager: 0.474 ms. */
+ * the same file unless it says otherwise): v1 1.673 ms, of which the serial statistics alone
+ * take 1.274 ms (81 GB/s); the five other kernels about 0.40 ms. PyTorch eager: 0.474 ms. */
 
 __global__ void k_scale(const float *__restrict__ in, const float *__restrict__ m,
                         float *__restrict__ out, int total, int S)
@@ -584,9 +585,9 @@ __global__ void k_channel_max(const float *__restrict__ u, float *__restrict__ y
  *      (independent thread scheduling) that needs __syncwarp, and __shfl_down_sync does it in
  *      registers.
  * The m multiplier is applied on load (m = NULL: the input is already a = c m).
- * Measured, the statistics alone (103 MB in): v2 0.206 ms, v3 0.198 (4% faster: on the H100 the
- * divergent modulo costs little next to 50 blocks a slice and their partials), v4 0.106 (1.86x:
- * half the blocks, half the partials), v5 0.069 (1.53x: five fewer barriers a block). Each
+ * Measured, the statistics alone (103 MB in): v2 0.205 ms, v3 0.196 (5% faster: on the H100 the
+ * divergent modulo costs little next to 50 blocks a slice and their partials), v4 0.106 (1.85x:
+ * half the blocks, half the partials), v5 0.069 (1.54x: five fewer barriers a block). Each
  * epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms of them. */
 #define RED_BLOCK 256
 
@@ -688,7 +689,7 @@ __global__ void k_stats_finish(const float2 *__restrict__ part, int bps, int seg
  * Harris's kernel 7: each thread first reduces many elements in registers (here S / 256, about
  * 12 float4 loads at S = 12600), so the shared-memory tree runs once per 12600 values instead of
  * once per 512, and one block per (n, c) needs no partials and no second kernel.
- * Measured: 0.0478 ms, 2158 GB/s, 72% of the copy ceiling: 27x v1's statistics. ncu: 79.6% of
+ * Measured: 0.0476 ms, 2170 GB/s, 73% of the copy ceiling: 27x v1's statistics. ncu: 79.6% of
  * DRAM peak, the warps waiting on their loads (91 cycles of long-scoreboard stall per issued
  * instruction): one 16-byte load in flight per thread, 12 a thread in all. */
 #define MANY_BLOCK 256
@@ -747,8 +748,8 @@ k_stats_many(const float *__restrict__ a, const float *__restrict__ m, float *__
  * variances", 1979) merge two such partial results:
  *   n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb / n, M2 = M2a + M2b + d^2 na nb / n.
  * n is an int: a float count stops being exact at 2^24.
- * Measured: v7's statistics 0.0515 ms, 8% slower than v6's (a division per element), CUB's
- * (v8) 0.0521 ms, the same within 2%. What they buy, section 6's demonstration on the
+ * Measured: v7's statistics 0.0514 ms, 8% slower than v6's (a division per element), CUB's
+ * (v8) 0.0522 ms, the same within 2%. What they buy, section 6's demonstration on the
  * KernelBench conv output, a = c m + offset, worst relative error of rstd over 2048 slices:
  *   offset 0:     sum/sum of squares (v6) 1.7e-6, Welford (v7) 1.6e-7, CUB (v8) 1.7e-7
  *   offset 1000:  sum/sum of squares 1.0e+2 (the variance is gone), Welford 1.7e-4, CUB 2.0e-4
@@ -851,7 +852,7 @@ k_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__r
  * After the statistics, one kernel does the rest: a thread per output position reads its 16
  * channel values (16 loads in flight), normalises, clamps, multiplies, keeps the first maximum
  * and writes y. c is read twice in all (statistics, apply): 0.21 GB, the two-pass floor.
- * Measured: 0.0918 ms (40% of the copy ceiling; the two-pass floor is 0.071 ms), 18x v1,
+ * Measured: 0.0919 ms (40% of the copy ceiling; the two-pass floor is 0.071 ms), 18x v1,
  * 1.08x torch.compile (0.0992 ms). */
 __global__ void k_apply_fused(const float *__restrict__ c, const float *__restrict__ m,
                               const float *__restrict__ mean, const float *__restrict__ rstd,
@@ -886,10 +887,12 @@ __global__ void k_apply_fused(const float *__restrict__ c, const float *__restri
  *      on chip, so the second pass costs no DRAM);
  *   3. each block writes y for its positions from shared memory.
  * Slices are cut at multiples of 4 positions so 16-byte loads stay aligned.
- * Measured: 0.0763 ms, 48% of the copy ceiling: 1.20x v9, 1.30x torch.compile, but twice the
- * 0.037 ms floor it was built to approach. In other runs: with register loads instead of
- * cp.async (LOAD_ASYNC 0) 0.0867 ms against 0.0779; with two cluster barriers instead of Chan's
- * merge (CLUSTER_CHAN 0) 0.0801 ms against 0.0783, within the spread. ncu (the two-barrier form):
+ * Measured: 0.0738 ms, 50% of the copy ceiling: 1.25x v9, 1.34x torch.compile, but twice the
+ * 0.037 ms floor it was built to approach. Each step, in other runs: register loads (four in
+ * flight a thread) 0.0867 ms; cp.async, every copy in flight (LOAD_ASYNC 1) 0.0779; one cluster
+ * barrier (Chan's merge) instead of two (CLUSTER_CHAN 0) 0.0783 against 0.0801, within the
+ * spread; each row its own bulk copy and mbarrier, warp w reducing row w as soon as it lands
+ * (STREAM_ROWS 1) 0.0743 and 0.0747 against 0.0779 and 0.0785 in two runs. ncu (the two-barrier form):
  * 45% of DRAM peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on
  * memory fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at once
  * (two 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's
@@ -934,6 +937,64 @@ __device__ __forceinline__ float cluster_total(cg::cluster_group &cluster, float
     return __shfl_sync(FULL, v, 0);
 }
 
+/* The copy engine's way (Hopper's TMA, here its 1-D bulk form, PTX ISA "cp.async.bulk"): one
+ * thread asks for each 16-channel row of the next sample as one bulk copy that completes on an
+ * mbarrier in shared memory (arrive.expect_tx sets how many bytes the phase waits for); the
+ * block waits on the barrier's phase parity. A bulk copy's source, destination and size must be
+ * multiples of 16 bytes: S % 4 == 0. Otherwise v11 copies with cp.async per thread, which the
+ * cluster barrier's release fence then waits for (ncu: "membar" stalls). */
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long *bar)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* thread 0: the 16 rows of one sample's slice into vals, completing on bar */
+__device__ void bulk_slice(float *vals, int cap, const float *__restrict__ src, int len, int S,
+                           unsigned long long *bar)
+{
+    unsigned bytes = 4u * len;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* after the last generic reads */
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(C_OUT * bytes)
+                 : "memory");
+    for (int co = 0; co < C_OUT && bytes; co++)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                     "%2, [%3];" ::"r"(smem_u32(vals + co * cap)),
+                     "l"(src + (size_t)co * S), "r"(bytes), "r"(smem_u32(bar))
+                     : "memory");
+}
+
+/* thread 0: the 16 rows, row co completing on bars[co], so that warp co can start on its row
+ * while the later ones are still arriving (v10 with STREAM_ROWS) */
+__device__ void bulk_rows(float *vals, int cap, const float *__restrict__ src, int len, int S,
+                          unsigned long long *bars)
+{
+    unsigned bytes = 4u * len;
+    for (int co = 0; co < C_OUT; co++) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                         smem_u32(&bars[co])),
+                     "r"(bytes)
+                     : "memory");
+        if (bytes)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                         "[%1], %2, [%3];" ::"r"(smem_u32(vals + co * cap)),
+                         "l"(src + (size_t)co * S), "r"(bytes), "r"(smem_u32(&bars[co]))
+                         : "memory");
+    }
+}
+
 /* step 2: mean and rstd of channel `warp` over the whole sample, into cs->mean / cs->rstd.
  * CLUSTER_CHAN 1: each block reduces its slice exactly on its own (its mean, then its centred
  * squares, both from shared memory) and the cluster exchanges (count, mean, M2) once, merged by
@@ -945,9 +1006,12 @@ __device__ __forceinline__ float cluster_total(cg::cluster_group &cluster, float
 #define CLUSTER_CHAN 1
 #endif
 __device__ void cluster_stats(cg::cluster_group &cluster, cluster_shared *cs, const float *vals,
-                              int cap, int len, int S, int parity)
+                              int cap, int len, int S, int parity,
+                              unsigned long long *row_bars = NULL)
 {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (row_bars) /* this warp's row may still be arriving (v10, STREAM_ROWS) */
+        mbar_wait(&row_bars[warp], 0);
     const float *row = vals + warp * cap;
     float mult = cs->m[warp], acc = 0.0f;
     for (int j = lane; j < len; j += 32)
@@ -1063,6 +1127,11 @@ __device__ void load_slice(float *vals, int cap, const float *__restrict__ src, 
 #ifndef LOAD_ASYNC
 #define LOAD_ASYNC 1
 #endif
+/* STREAM_ROWS (v10): each channel row its own bulk copy and mbarrier, so warp w starts reducing
+ * row w while later rows are still arriving */
+#ifndef STREAM_ROWS
+#define STREAM_ROWS 1
+#endif
 __device__ void issue_slice(float *vals, int cap, const float *__restrict__ src, int len, int S)
 {
     if ((S & 3) == 0) {
@@ -1101,11 +1170,27 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     cg::cluster_group cluster = cg::this_cluster();
     int rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
     int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
+    __shared__ unsigned long long row_bars[C_OUT];
+    const float *src = c + (size_t)n * C_OUT * S + lo;
+    int stream = STREAM_ROWS && (S & 3) == 0; /* bulk copies need 16-byte rows */
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-    fill_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
-    __syncthreads();
-    cluster_stats(cluster, &cs, vals, cap, len, S, 0);
+    if (stream) {
+        if (threadIdx.x == 0) {
+            for (int co = 0; co < C_OUT; co++)
+                mbar_init(&row_bars[co]);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            bulk_rows(vals, cap, src, len, S, row_bars);
+    } else {
+        fill_slice(vals, cap, src, len, S);
+        __syncthreads();
+    }
+    /* with stream, warp w waits for row w only; every row has landed once the cluster barrier
+     * inside cluster_stats is passed (each was waited for by its warp before arriving) */
+    cluster_stats(cluster, &cs, vals, cap, len, S, 0, stream ? row_bars : NULL);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
     cluster.sync(); /* no block may exit while another still reads its partials */
 }
@@ -1118,49 +1203,10 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
  * while it reduces and writes sample n from one buffer, cp.async (LDGSTS: global to shared
  * memory without passing through registers, CUDA C++ Programming Guide, "Asynchronous Data
  * Copies") fills the other with sample n + G. DRAM stays busy; the reductions hide under it.
- * Predicted: near the floor. Measured: 0.0841 ms, slower than v10 (0.0763). Only 15 clusters fit
+ * Predicted: near the floor. Measured: 0.0839 ms, slower than v10 (0.0738). Only 15 clusters fit
  * (one 202 KB block an SM: 120 SMs, 16 warps each), and with two barriers a sample (CLUSTER_CHAN
  * 0) 0.0902 ms; ncu on that form: 40% of DRAM peak, memory-fence stalls first (3.2 cycles per
  * issued instruction). The overlap the double buffer allows is spent waiting at barriers. */
-/* The copy engine's way (Hopper's TMA, here its 1-D bulk form, PTX ISA "cp.async.bulk"): one
- * thread asks for each 16-channel row of the next sample as one bulk copy that completes on an
- * mbarrier in shared memory (arrive.expect_tx sets how many bytes the phase waits for); the
- * block waits on the barrier's phase parity. A bulk copy's source, destination and size must be
- * multiples of 16 bytes: S % 4 == 0. Otherwise v11 copies with cp.async per thread, which the
- * cluster barrier's release fence then waits for (ncu: "membar" stalls). */
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(unsigned long long *bar)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity)
-{
-    asm volatile("{\n\t.reg .pred p;\n"
-                 "WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* thread 0: the 16 rows of one sample's slice into vals, completing on bar */
-__device__ void bulk_slice(float *vals, int cap, const float *__restrict__ src, int len, int S,
-                           unsigned long long *bar)
-{
-    unsigned bytes = 4u * len;
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* after the last generic reads */
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(C_OUT * bytes)
-                 : "memory");
-    for (int co = 0; co < C_OUT && bytes; co++)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(smem_u32(vals + co * cap)),
-                     "l"(src + (size_t)co * S), "r"(bytes), "r"(smem_u32(bar))
-                     : "memory");
-}
-
 /* CLP: v11's blocks a cluster. 16 (a non-portable size Hopper allows) halves each block's
  * slice, so two double-buffered blocks fit an SM; measured (another run): 0.115 ms against 0.084
  * with 8, only 14 such clusters being resident at once (224 blocks on 132 SMs). */
@@ -1286,8 +1332,8 @@ __device__ __forceinline__ void conv_at_s(const float *__restrict__ xs, int hw, 
 
 /* Register blocking: two positions a thread, each weight broadcast feeding both, so a tap is
  * 2 loads, 4 LDS.128 and 32 FFMA instead of 1, 4 and 16. CONV_PAIR selects it for v13.
- * Measured: v13 0.228 ms (18 TFLOP/s), 2.2x torch.compile's whole model (0.491 ms) and 2.2x
- * cuDNN's conv alone (0.50 ms, 8.4 TFLOP/s); 6% better than one position a thread (0.242 ms,
+ * Measured: v13 0.229 ms (18 TFLOP/s), 2.1x torch.compile's whole model (0.491 ms) and 2.5x
+ * cuDNN's conv alone (0.56 ms in this run, 0.49 to 0.56 across runs); 6% better than one position a thread (0.242 ms,
  * CONV_PAIR 0, another run), less than the halved shared-memory traffic promised: at 64
  * registers (two blocks an SM) ptxas spills 112 bytes, and with 128 (MODEL_MIN_BLOCKS 1, one
  * block an SM) it measured 0.234 ms. The 0.10 ms target needs about 45 TFLOP/s from the conv
@@ -1550,7 +1596,7 @@ __global__ void k_instnorm_bwd_apply(const float *__restrict__ dxh, const float 
  *   B2: a thread per position recomputes again and writes all 16 dc, reducing da c for dm.
  * Bytes: c and g read twice, dc written: 4 x 103 MB + 13 MB, against the backward's floor of 2.
  * Measured, forward + backward: 0.257 ms (v9's forward 0.092 of it), 3.4x torch.compile
- * (0.875 ms). b1, the autograd-like chain: 2.457 ms. */
+ * (0.875 ms). b1, the autograd-like chain: 2.451 ms. */
 #define B2_BLOCK 256
 
 __device__ __forceinline__ void position_forward(const float *__restrict__ cp, int S,
@@ -1678,7 +1724,7 @@ k_bwd_dc(const float *__restrict__ c, const float *__restrict__ g, const float *
  * slice; the cluster adds the 8 partials through distributed shared memory; then every dc of
  * the slice is written from shared memory. c and g read once, dc written once: the backward's
  * floor. dm: one partial per (n, block, channel), added in order by k_segment_sums.
- * Measured, forward (v10) + backward: 0.229 ms, 3.8x torch.compile (0.875 ms), against a
+ * Measured, forward (v10) + backward: 0.226 ms, 3.9x torch.compile (0.875 ms), against a
  * 0.108 ms floor. ncu on this kernel: 146 us, 40% of DRAM peak, the same pattern as v10 (3.7
  * cycles per issued instruction at barriers, 3.2 on loads). */
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(CL_THREADS, 2)
@@ -1773,8 +1819,8 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
  *        its 1296 partials, transposed so that
  *   DW2: a block per weight adds that weight's partials, contiguous, in a fixed order.
  * No atomics: the same bits every run.
- * Measured: 0.580 ms against cuDNN's 25.5 ms (its fastest fp32 algorithm by cudnnFind); the
- * training step went from 27.7 to 2.8 ms with it. ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s. */
+ * Measured: 0.578 ms against cuDNN's 25.4 ms (its fastest fp32 algorithm by cudnnFind); the
+ * training step went from 27.7 to 2.7 ms with it. ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s. */
 #define DW_CHUNK 512
 #define DW_GROUPS 3
 #define DW_THREADS (DW_GROUPS * C_IN * KVOL) /* 243 */
