@@ -295,11 +295,13 @@ float *npy_load(const char *dir, const char *name, size_t want)
     return a;
 }
 
-int npy_save(const char *dir, const char *name, const float *x, int ndim, const int64_t *shape)
+void npy_save_or_exit(const char *dir, const char *name, const float *x, int ndim,
+                      const int64_t *shape)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    return npy_write_f32(path, x, ndim, shape);
+    if (npy_write_f32(path, x, ndim, shape))
+        die(1, "cannot write %s", path);
 }
 
 static int cmp_name(const void *a, const void *b)

@@ -130,8 +130,9 @@ float *npy_read_f32(const char *path, int *ndim, int64_t shape[8]);
 /* Reads DIR/NAME.npy (float32) and checks it has `want` elements. Returns a malloc'd array, or
  * NULL with a message on stderr (missing, unreadable, or another size). */
 float *npy_load(const char *dir, const char *name, size_t want);
-/* Writes x as DIR/NAME.npy (see npy_write_f32). Returns 0 or -1. */
-int npy_save(const char *dir, const char *name, const float *x, int ndim, const int64_t *shape);
+/* Writes x as DIR/NAME.npy (see npy_write_f32); on failure exits 1 with "cannot write ...". */
+void npy_save_or_exit(const char *dir, const char *name, const float *x, int ndim,
+                      const int64_t *shape);
 /* The entries of DIR that do not start with '.', sorted, at most max_names; each name malloc'd
  * (free them). Returns the count, or -1 if DIR cannot be opened. */
 int list_dir_sorted(const char *dir, char **names, int max_names);

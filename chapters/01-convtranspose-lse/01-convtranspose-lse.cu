@@ -2447,13 +2447,6 @@ static const char *help_text =
     "  --version K selects forward version K; the backward versions b1, b2 run when it is absent.\n"
     " Check them: python3 data/pytorch_peer.py check DIR\n";
 
-static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
-                        const int64_t *shape_)
-{
-    if (npy_save(dir, name, x, ndim, shape_))
-        die(1, "cannot write %s/%s.npy", dir, name);
-}
-
 static void dump_all(problem *pb, const char *dir, int only)
 {
     const shape *s = &pb->sh;
@@ -2461,11 +2454,11 @@ static void dump_all(problem *pb, const char *dir, int only)
     int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_IN, C_OUT, KS, KS, KS};
     int64_t cbs[1] = {C_OUT}, bs[4] = {1, 1, 1, 1};
     int64_t cs[5] = {s->n, C_OUT, s->od, s->oh, s->ow}, ys[5] = {s->n, 1, s->od, s->oh, s->ow};
-    dump_tensor(dir, "x", pb->x, 5, xs);
-    dump_tensor(dir, "conv_weight", pb->weight, 5, ws);
-    dump_tensor(dir, "conv_bias", pb->conv_bias, 1, cbs);
-    dump_tensor(dir, "bias", &pb->b, 4, bs);
-    dump_tensor(dir, "conv_out", pb->host_conv, 5, cs);
+    npy_save_or_exit(dir, "x", pb->x, 5, xs);
+    npy_save_or_exit(dir, "conv_weight", pb->weight, 5, ws);
+    npy_save_or_exit(dir, "conv_bias", pb->conv_bias, 1, cbs);
+    npy_save_or_exit(dir, "bias", &pb->b, 4, bs);
+    npy_save_or_exit(dir, "conv_out", pb->host_conv, 5, cs);
     for (int i = 0; i < N_VERSIONS; i++) {
         const version *v = &versions[i];
         if (!version_selected(v->id, only))
@@ -2478,10 +2471,10 @@ static void dump_all(problem *pb, const char *dir, int only)
                               cudaMemcpyDeviceToHost));
         char name[32];
         snprintf(name, sizeof name, v->epilogue ? "out_v%d" : "out_v%d_model", v->id);
-        dump_tensor(dir, name, pb->host_out, 5, ys);
+        npy_save_or_exit(dir, name, pb->host_out, 5, ys);
     }
     if (only == 0) { /* the training step of each backward version: every gradient */
-        dump_tensor(dir, "grad_output", pb->g, 5, ys);
+        npy_save_or_exit(dir, "grad_output", pb->g, 5, ys);
         for (int i = 0; i < N_BWD; i++) {
             const bwd_version *v = &bwd_versions[i];
             verify_result res[N_GRADS];
@@ -2490,15 +2483,15 @@ static void dump_all(problem *pb, const char *dir, int only)
             verify_bwd(pb, v, 1, res, names, &n); /* runs it, copies every gradient back */
             char name[64];
             snprintf(name, sizeof name, "grad_conv_out_%s", v->id);
-            dump_tensor(dir, name, pb->host_dc, 5, cs);
+            npy_save_or_exit(dir, name, pb->host_dc, 5, cs);
             snprintf(name, sizeof name, "grad_bias_%s", v->id);
-            dump_tensor(dir, name, &pb->host_db, 4, bs);
+            npy_save_or_exit(dir, name, &pb->host_db, 4, bs);
             snprintf(name, sizeof name, "grad_conv_weight_%s", v->id);
-            dump_tensor(dir, name, pb->host_dw, 5, ws);
+            npy_save_or_exit(dir, name, pb->host_dw, 5, ws);
             snprintf(name, sizeof name, "grad_conv_bias_%s", v->id);
-            dump_tensor(dir, name, pb->host_dbias, 1, cbs);
+            npy_save_or_exit(dir, name, pb->host_dbias, 1, cbs);
             snprintf(name, sizeof name, "grad_x_%s", v->id);
-            dump_tensor(dir, name, pb->host_dx, 5, xs);
+            npy_save_or_exit(dir, name, pb->host_dx, 5, xs);
         }
     }
     printf("wrote the inputs, parameters and outputs as .npy to %s/\n", dir);

@@ -1468,13 +1468,6 @@ static const char *help_text =
     "  --version K selects forward version K; the backward versions run when it is absent.\n"
     "  Check a dump: python3 data/pytorch_peer.py check DIR --chapter 2\n";
 
-static void dump_tensor(const char *dir, const char *name, const float *x, int ndim,
-                        const int64_t *shape_)
-{
-    if (npy_save(dir, name, x, ndim, shape_))
-        die(1, "cannot write %s/%s.npy", dir, name);
-}
-
 static void dump_all(problem *pb, const char *dir, int only)
 {
     const shape *s = &pb->sh;
@@ -1482,20 +1475,20 @@ static void dump_all(problem *pb, const char *dir, int only)
     int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_OUT, C_IN, KS, KS, KS};
     int64_t bs[1] = {C_OUT}, cs[5] = {s->n, C_OUT, s->d, s->h, s->w};
     int64_t ys[5] = {s->n, 1, s->pd, s->ph, s->pw};
-    dump_tensor(dir, "x", pb->x, 5, xs);
-    dump_tensor(dir, "conv_weight", pb->weight, 5, ws);
-    dump_tensor(dir, "conv_bias", pb->bias, 1, bs);
-    dump_tensor(dir, "conv_out", pb->host_c, 5, cs);
+    npy_save_or_exit(dir, "x", pb->x, 5, xs);
+    npy_save_or_exit(dir, "conv_weight", pb->weight, 5, ws);
+    npy_save_or_exit(dir, "conv_bias", pb->bias, 1, bs);
+    npy_save_or_exit(dir, "conv_out", pb->host_c, 5, cs);
     for (int i = 0; i < N_VERSIONS; i++) {
         if (only && only != versions[i].id)
             continue;
         verify_fwd(pb, &versions[i], 0);
         char name[32];
         snprintf(name, sizeof name, "out_v%d", versions[i].id);
-        dump_tensor(dir, name, pb->host_out, 5, ys);
+        npy_save_or_exit(dir, name, pb->host_out, 5, ys);
     }
     if (!only) {
-        dump_tensor(dir, "grad_output", pb->g, 5, ys);
+        npy_save_or_exit(dir, "grad_output", pb->g, 5, ys);
         for (int i = 0; i < N_BWD; i++) {
             verify_result res[N_GRADS];
             const char *names[N_GRADS];
@@ -1503,13 +1496,13 @@ static void dump_all(problem *pb, const char *dir, int only)
             verify_bwd(pb, &bwd_versions[i], 1, res, names, &n);
             char name[64];
             snprintf(name, sizeof name, "grad_conv_out_%s", bwd_versions[i].id);
-            dump_tensor(dir, name, pb->host_dc, 5, cs);
+            npy_save_or_exit(dir, name, pb->host_dc, 5, cs);
             snprintf(name, sizeof name, "grad_conv_weight_%s", bwd_versions[i].id);
-            dump_tensor(dir, name, pb->host_dw, 5, ws);
+            npy_save_or_exit(dir, name, pb->host_dw, 5, ws);
             snprintf(name, sizeof name, "grad_conv_bias_%s", bwd_versions[i].id);
-            dump_tensor(dir, name, pb->host_dbias, 1, bs);
+            npy_save_or_exit(dir, name, pb->host_dbias, 1, bs);
             snprintf(name, sizeof name, "grad_x_%s", bwd_versions[i].id);
-            dump_tensor(dir, name, pb->host_dx, 5, xs);
+            npy_save_or_exit(dir, name, pb->host_dx, 5, xs);
         }
     }
     printf("wrote the inputs, parameters, outputs and gradients as .npy to %s/\n", dir);
