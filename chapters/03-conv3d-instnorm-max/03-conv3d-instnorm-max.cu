@@ -589,6 +589,8 @@ __global__ void k_channel_max(const float *__restrict__ u, float *__restrict__ y
  *      (independent thread scheduling) that needs __syncwarp, and __shfl_down_sync does it in
  *      registers.
  * The m multiplier is applied on load (m = NULL: the input is already a = c m).
+ * Prediction: the statistics are one read of 103 MB (0.035 ms at the ceiling); v2 far above it,
+ * each step closer, v4 about halving v3 (half the blocks do the same bytes).
  * Measured, the statistics alone (103 MB in): v2 0.205 ms, v3 0.196 (5% faster: on the H100 the
  * divergent modulo costs little next to 50 blocks a slice and their partials), v4 0.106 (1.85x:
  * half the blocks, half the partials), v5 0.069 (1.54x: five fewer barriers a block). Each
@@ -693,6 +695,7 @@ __global__ void k_stats_finish(const float2 *__restrict__ part, int bps, int seg
  * Harris's kernel 7: each thread first reduces many elements in registers (here S / 256, about
  * 12 float4 loads at S = 12600), so the shared-memory tree runs once per 12600 values instead of
  * once per 512, and one block per (n, c) needs no partials and no second kernel.
+ * Prediction: near the read's 0.035 ms: nothing left but the load and one tree per slice.
  * Measured: 0.0476 ms, 2170 GB/s, 73% of the copy ceiling: 27x v1's statistics. ncu: 79.6% of
  * DRAM peak, the warps waiting on their loads (91 cycles of long-scoreboard stall per issued
  * instruction): one 16-byte load in flight per thread, 12 a thread in all. */
@@ -752,6 +755,7 @@ k_stats_many(const float *__restrict__ a, const float *__restrict__ m, float *__
  * variances", 1979) merge two such partial results:
  *   n = na + nb, d = mean_b - mean_a, mean = mean_a + d nb / n, M2 = M2a + M2b + d^2 na nb / n.
  * n is an int: a float count stops being exact at 2^24.
+ * Prediction: as fast as v6 (memory-bound), exact where v6 cancels.
  * Measured: v7's statistics 0.0514 ms, 8% slower than v6's (a division per element), CUB's
  * (v8) 0.0522 ms, the same within 2%. What they buy, section 6's demonstration on the
  * KernelBench conv output, a = c m + offset, worst relative error of rstd over 2048 slices:
@@ -856,6 +860,7 @@ k_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__r
  * After the statistics, one kernel does the rest: a thread per output position reads its 16
  * channel values (16 loads in flight), normalises, clamps, multiplies, keeps the first maximum
  * and writes y. c is read twice in all (statistics, apply): 0.21 GB, the two-pass floor.
+ * Prediction: near the two-pass floor, 0.071 ms, a 5x drop from v7's 0.45 ms.
  * Measured: 0.0919 ms (40% of the copy ceiling; the two-pass floor is 0.071 ms), 18x v1,
  * 1.08x torch.compile (0.0992 ms). */
 __global__ void k_apply_fused(const float *__restrict__ c, const float *__restrict__ m,
@@ -891,7 +896,8 @@ __global__ void k_apply_fused(const float *__restrict__ c, const float *__restri
  *      on chip, so the second pass costs no DRAM);
  *   3. each block writes y for its positions from shared memory.
  * Slices are cut at multiples of 4 positions so 16-byte loads stay aligned.
- * Measured: 0.0738 ms, 50% of the copy ceiling: 1.25x v9, 1.34x torch.compile, but twice the
+ * Prediction: toward the one-read floor, 0.037 ms, if the reductions hide behind other blocks'
+ * loads. Measured: 0.0738 ms, 50% of the copy ceiling: 1.25x v9, 1.34x torch.compile, but twice the
  * 0.037 ms floor it was built to approach. Each step, in other runs: register loads (four in
  * flight a thread) 0.0867 ms; cp.async, every copy in flight (LOAD_ASYNC 1) 0.0779; one cluster
  * barrier (Chan's merge) instead of two (CLUSTER_CHAN 0) 0.0783 against 0.0801, within the
@@ -1300,7 +1306,8 @@ __device__ __forceinline__ void conv_at(const float *__restrict__ xs, int hw, in
  * are four 16-byte broadcasts (every thread reads the same address), and the loop over (ci, kd)
  * stays rolled, so the body is 9 taps: 9 loads, 36 LDS.128, 144 FFMA. The fully unrolled
  * constant-memory form above is 1296 FFMA of straight-line code, about 22 KB of instructions.
- * CONV_SMEM selects (1: this one).
+ * CONV_SMEM selects (1: this one). Prediction for v13: compute-bound, the conv's 0.062 ms at
+ * the FMA peak plus the epilogue's on-chip work; v12 at least twice the conv.
  * Measured: v12 (the conv twice) 0.404 ms, 21 TFLOP/s. v13 (once) with one position a thread
  * 0.242 ms, 17 TFLOP/s; ncu on it: the SMs 49% busy, per issued instruction 3.3 cycles waiting
  * on shared memory (four LDS.128 per 16 FFMA) and 2.7 at barriers. Hence conv_at_s2 below. */
@@ -1599,6 +1606,7 @@ __global__ void k_instnorm_bwd_apply(const float *__restrict__ dxh, const float 
  *       w adds channels w and w + 8), one partial per (n, c, tile);
  *   B2: a thread per position recomputes again and writes all 16 dc, reducing da c for dm.
  * Bytes: c and g read twice, dc written: 4 x 103 MB + 13 MB, against the backward's floor of 2.
+ * Prediction: v9's forward plus four 103 MB passes, about 0.09 + 0.14 ms.
  * Measured, forward + backward: 0.257 ms (v9's forward 0.092 of it), 3.4x torch.compile
  * (0.875 ms). b1, the autograd-like chain: 2.451 ms. */
 #define B2_BLOCK 256
@@ -1728,6 +1736,7 @@ k_bwd_dc(const float *__restrict__ c, const float *__restrict__ g, const float *
  * slice; the cluster adds the 8 partials through distributed shared memory; then every dc of
  * the slice is written from shared memory. c and g read once, dc written once: the backward's
  * floor. dm: one partial per (n, block, channel), added in order by k_segment_sums.
+ * Prediction: the backward at its floor of two passes, 0.07 ms, if the cluster phases hide.
  * Measured, forward (v10) + backward: 0.226 ms, 3.9x torch.compile (0.875 ms), against a
  * 0.108 ms floor. ncu on this kernel: 146 us, 40% of DRAM peak, the same pattern as v10 (3.7
  * cycles per issued instruction at barriers, 3.2 on loads). */
@@ -1823,6 +1832,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
  *        its 1296 partials, transposed so that
  *   DW2: a block per weight adds that weight's partials, contiguous, in a fixed order.
  * No atomics: the same bits every run.
+ * Prediction: bounded by its 4.2 GFLOP, 0.06 ms at the FMA peak; a few times that in practice.
  * Measured: 0.578 ms against cuDNN's 25.4 ms (its fastest fp32 algorithm by cudnnFind); the
  * training step went from 27.7 to 2.7 ms with it. ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s. */
 #define DW_CHUNK 512
