@@ -1,33 +1,37 @@
 # Fusing real PyTorch models by hand: build, run, test, benchmark, plot.
 #
 #   make chapter-1   build chapter 1, verify and time every version at the KernelBench shape,
-#                    print the table, append data/<gpu>/ch01.csv
-#   make test        unit tests + every chapter's CPU checks; GPU checks when a GPU is visible
+#                    print the table, write data/<gpu>/ch01.csv (rows of that shape replaced)
+#   make test        unit tests, every chapter's CPU checks, README tables against their CSVs;
+#                    GPU checks when a GPU is visible
 #   make bench       every chapter over batch 1..default, data/<gpu>/chNN-sweep.csv
-#   make plots       gnuplot: plots/*.png and *.svg from data/<gpu>/
+#   make plots       gnuplot: plots/<gpu>/ from data/<gpu>/, for every GPU with data
 #   make sanitize    compute-sanitizer memcheck, racecheck, synccheck, initcheck, small shape
+#   make profile CH=3 V=v10   Nsight Compute's key sections for one version, default shape
+#   make record      the tutorial's own data: chapter-N and bench into data/<gpu>/ itself
 #   make golden      PyTorch's float64 results on small shapes, data/golden/ (make test reads them)
 #   make peers       PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv
 #   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
-# ARCH: the visible GPU's own (native), sm_90 when none is visible; override: make ARCH=sm_80
+# <gpu> is the GPU's short name (h100, a100, l4, rtx-4090). Where data/<gpu>/ holds the recorded
+# runs the READMEs quote (it has a README.md), chapter-N and bench write data/<gpu>-mine/.
+# ARCH: the visible GPU's own (native), sm_90 when none is visible; e.g. make ARCH=sm_80.
+# Versions that need Hopper (thread-block clusters) are compiled only for sm_90 and are skipped,
+# with the reason, on other GPUs and builds.
 
 NVCC ?= nvcc
 CC ?= gcc
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 ARCH ?= $(if $(HAVE_GPU),native,sm_90)
-# data/<gpu>/: the device name's model token, lower case ("NVIDIA H100 80GB HBM3" -> h100);
-# the programs derive the same tag for their CSV rows
-GPU ?= $(if $(HAVE_GPU),$(shell nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | sed 's/^NVIDIA //' | awk '{print tolower($$1)}'),none)
 
 CFLAGS ?= -O2 -std=c11 -Wall -Wextra
-NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
+NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Icommon -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
 LDLIBS := -lcudnn -lgomp -lm
 
 CHAPTERS := 01 02 03
-ch_dir = $(wildcard chapters/$(1)-*)
-ch_src = $(wildcard chapters/$(1)-*/$(1)-*.cu)
+ch_srcs = $(wildcard chapters/$(1)-*/*.cu)
+ch_objs = $(patsubst chapters/%.cu,build/obj/%.o,$(call ch_srcs,$(1)))
 
 # the default (KernelBench) shape of each chapter, a small shape for the sanitizers, the sweep
 SHAPE_01 := 128x3x16x32x32
@@ -45,58 +49,75 @@ SMALL_03 := 2x3x4x5x6
 SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
+COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/harness.o
+COMMON_HDRS := common/common.h common/conv_ref.h common/gpu.h common/harness.h $(wildcard common/*.cuh)
 .SECONDEXPANSION:
 
-.PHONY: all test bench plots sanitize clean golden peers check-pytorch
-all: $(BINS) build/test_common
+.PHONY: all test bench plots sanitize clean golden peers check-pytorch record profile
+all: $(BINS) build/test_common build/gpu-tag
 
-build:
+# objects remember the ARCH they were compiled for: a stamp per ARCH, the others removed
+ARCH_STAMP := build/arch-$(ARCH)
+$(ARCH_STAMP):
+	@mkdir -p build && rm -f build/arch-* && touch $@
+
+build/common.o: common/common.c common/common.h
 	@mkdir -p build
-
-build/common.o: common/common.c common/common.h | build
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-build/gpu.o: common/gpu.cu common/gpu.h common/common.h | build
+build/conv_ref.o: common/conv_ref.c common/conv_ref.h
+	@mkdir -p build
+	$(CC) $(CFLAGS) -fopenmp -c -o $@ $<
+
+build/gpu.o build/harness.o: build/%.o: common/%.cu $(COMMON_HDRS) $(ARCH_STAMP)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
-build/test_common: common/test_common.c build/common.o | build
+build/test_common: common/test_common.c build/common.o build/conv_ref.o
+	$(CC) $(CFLAGS) -fopenmp -o $@ $^ -lm
+
+build/gpu-tag: common/gpu-tag.c build/common.o
 	$(CC) $(CFLAGS) -o $@ $^ -lm
 
-build/ch%: build/common.o build/gpu.o common/gpu.h common/common.h common/reduce.cuh $$(call ch_src,%) | build
-	$(NVCC) $(NVFLAGS) -o $@ $(call ch_src,$*) build/common.o build/gpu.o $(LDLIBS)
+# a chapter: every .cu in its folder, compiled apart, linked with the harness
+build/obj/%.o: chapters/%.cu $(COMMON_HDRS) $$(wildcard $$(dir chapters/%)*.h) $(ARCH_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+build/ch%: $$(call ch_objs,%) $(COMMON_OBJS)
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(LDLIBS)
 
 # chapter-1 .. chapter-N (explicit rules: make skips pattern rules for phony targets)
 define chapter_rule
 .PHONY: chapter-$(patsubst 0%,%,$(1))
-chapter-$(patsubst 0%,%,$(1)): build/ch$(1)
-	@mkdir -p data/$(GPU)
-	build/ch$(1) $$(ARGS_$(1)) --csv data/$(GPU)/ch$(1).csv
+chapter-$(patsubst 0%,%,$(1)): build/ch$(1) build/gpu-tag
+	@d=$$$$(sh common/datadir.sh) && build/ch$(1) $$(ARGS_$(1)) --csv $$$$d/ch$(1).csv
 endef
 $(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
 
 test: $(BINS) build/test_common
 	@sh common/run-tests.sh build/test_common \
-	    $(foreach c,$(CHAPTERS),'build/ch$(c) --test' 'sh common/test-cli.sh build/ch$(c) $(SMALL_$(c))')
+	    $(foreach c,$(CHAPTERS),'build/ch$(c) --test' 'sh common/test-cli.sh build/ch$(c) $(SMALL_$(c))') \
+	    'sh data/readme-table.sh --check'
 
-# one line per size: each version's median (epilogue and whole-model rows) from the table
-bench: $(BINS)
-	@mkdir -p data/$(GPU)
-	@set -e; $(foreach c,$(CHAPTERS),rm -f data/$(GPU)/ch$(c)-sweep.csv; \
+# one line per size: each version's median per scope, from the table
+bench: $(BINS) build/gpu-tag
+	@set -e; d=$$(sh common/datadir.sh); $(foreach c,$(CHAPTERS),rm -f $$d/ch$(c)-sweep.csv; \
 	    for s in $(SWEEP_$(c)); do \
 	        printf 'ch$(c) %-16s' $$s; \
-	        build/ch$(c) --shape $$s $(ARGS_$(c)) --csv data/$(GPU)/ch$(c)-sweep.csv > build/ch$(c)-$$s.log 2>&1 \
+	        build/ch$(c) --shape $$s $(ARGS_$(c)) --csv $$d/ch$(c)-sweep.csv > build/ch$(c)-$$s.log 2>&1 \
 	            || { echo FAILED; cat build/ch$(c)-$$s.log; exit 1; }; \
-	        awk '/^v[0-9]/ {printf " %s:%s %s", $$1, ($$0 ~ /model_fwd/ ? "model" : $$0 ~ / stats / ? "stats" : "epi"), $$(NF-6)} END {print " ms"}' build/ch$(c)-$$s.log; \
-	    done;)
+	        awk '/^[vb][0-9]+ / && $$0 !~ /skipped/ {printf " %s:%s %s", $$1, $$(NF-8), $$(NF-7)} END {print " ms"}' build/ch$(c)-$$s.log; \
+	    done;) echo "sweeps in $$d/"
 
-# plots/speedup.gp and plots/floor.gp, once per chapter and GPU with a sweep in data/
+# the recorded data the READMEs quote: the default shape and the sweep, into data/<gpu>/
+record: $(BINS) build/gpu-tag
+	@set -e; d=$$(RECORD=1 sh common/datadir.sh); \
+	    $(foreach c,$(CHAPTERS),build/ch$(c) $(ARGS_$(c)) --csv $$d/ch$(c).csv > build/record-ch$(c).log 2>&1 \
+	        || { cat build/record-ch$(c).log; exit 1; }; echo "ch$(c): $$d/ch$(c).csv";) \
+	    RECORD=1 $(MAKE) -s bench
+
 plots:
-	@command -v gnuplot >/dev/null || { echo "error: gnuplot is not installed (apt-get install gnuplot-nox)"; exit 2; }
-	@set -e; for g in data/*/; do g=$$(basename $$g); for c in $(CHAPTERS); do \
-	    csv=data/$$g/ch$$c-sweep.csv; [ -f $$csv ] || continue; \
-	    for p in speedup floor; do gnuplot -e "gpu='$$g'; ch='$$c'" plots/$$p.gp; done; \
-	    echo "plots/ch$$c-speedup and plots/ch$$c-floor (.png, .svg) from $$csv"; \
-	done; done
+	@sh plots/render.sh
 
 SANITIZERS := memcheck racecheck synccheck initcheck
 sanitize: $(BINS)
@@ -109,9 +130,19 @@ sanitize: $(BINS)
 	    tail -n 1 $$log; \
 	done;) echo "sanitize: clean"
 
+# Nsight Compute on one version at the default shape: the sections the READMEs quote (speed of
+# light, occupancy, warp stalls, memory). ncu profiles every kernel of that version's runs;
+# NCU_ARGS adds options (e.g. --launch-skip 3 --launch-count 1).
+CH ?= 1
+V ?= v1
+profile: build/ch0$(CH)
+	@command -v ncu >/dev/null || { echo "error: ncu (Nsight Compute) is not on PATH"; exit 2; }
+	ncu --section SpeedOfLight --section Occupancy --section WarpStateStats \
+	    --section MemoryWorkloadAnalysis --section LaunchStats $(NCU_ARGS) \
+	    build/ch0$(CH) --version $(V) --reps 1 $(ARGS_0$(CH)) | tee build/profile-ch0$(CH)-$(V).txt
+
 # PyTorch side by side (data/pytorch_peer.py; numpy and PyTorch needed, exit 2 without them)
 PYTHON ?= python3
-CH ?= 1
 CHECK_SHAPE_01 := 3x3x5x6x7
 CHECK_SHAPE_02 := 2x32x5x6x7
 CHECK_SHAPE_03 := 3x3x5x6x7

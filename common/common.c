@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <float.h>
@@ -21,6 +22,50 @@ void die(int code, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     exit(code);
+}
+
+void *host_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        die(1, "out of host memory: %zu bytes", bytes);
+    return p;
+}
+
+/* words of a device name that say nothing about the chip: vendor, brand, memory, form factor */
+static int tag_noise(const char *w)
+{
+    static const char *const drop[] = {"nvidia", "geforce", "tesla", "quadro", "gpu", "pcie",
+                                       "sxm", "sxm2", "sxm4", "sxm5", "nvl", "hbm2", "hbm2e",
+                                       "hbm3", "hbm3e", "mig", "generation"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+        if (!strcmp(w, drop[i]))
+            return 1;
+    size_t n = strlen(w); /* "80gb", "16gb" */
+    return n > 2 && !strcmp(w + n - 2, "gb") && w[0] >= '0' && w[0] <= '9';
+}
+
+void gpu_tag_from_name(const char *name, char *tag, size_t len)
+{
+    char word[64];
+    size_t t = 0, k = 0;
+    tag[0] = '\0';
+    for (const char *p = name;; p++) {
+        int sep = !*p || *p == ' ' || *p == '-' || *p == '_';
+        if (!sep && k + 1 < sizeof word) {
+            word[k++] = (char)tolower((unsigned char)*p);
+            continue;
+        }
+        word[k] = '\0';
+        /* "A100-SXM4-80GB": the first word of a hyphenated name is the chip */
+        if (k && !tag_noise(word) && t + k + 2 < len && !(t && p[-k - 1] == '-'))
+            t += (size_t)snprintf(tag + t, len - t, "%s%s", t ? "-" : "", word);
+        k = 0;
+        if (!*p)
+            break;
+    }
+    if (!t)
+        snprintf(tag, len, "gpu");
 }
 
 /* ------------------------------------------------------------------ checks */
@@ -124,6 +169,25 @@ verify_result verify_sum_f32(const float *out, const double *ref, const double *
             v.max_idx = i;
         }
     return v;
+}
+
+verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,
+                                double tol_abs)
+{
+    double big = 1.0;
+    for (size_t i = 0; i < n; i++)
+        big = fmax(big, fabs(ref[i]));
+    return verify_f32(out, ref, n, tol_rel_l2, tol_abs * big);
+}
+
+double logsumexp_ref(const double *v, int n, size_t stride)
+{
+    double m = v[0], sum = 0.0;
+    for (int i = 1; i < n; i++)
+        m = fmax(m, v[i * stride]);
+    for (int i = 0; i < n; i++)
+        sum += exp(v[i * stride] - m);
+    return m + log(sum);
 }
 
 void verify_print(FILE *f, const verify_result *v)
@@ -439,12 +503,12 @@ int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, siz
             a->reps = (int)v;
             break;
         case 'v':
-            if (parse_int(optarg, 1, 99, &v)) {
-                snprintf(err, errlen, "bad --version '%s': expected a version number (--list)",
-                         optarg);
+            if (!optarg[0] || strlen(optarg) > 8) {
+                snprintf(err, errlen, "bad --version '%s': expected a version id such as v5 or "
+                         "b2 (--list)", optarg);
                 return -1;
             }
-            a->version = (int)v;
+            a->version = optarg;
             break;
         case 'l': a->list = 1; break;
         case 't': a->test = 1; break;
@@ -466,14 +530,9 @@ int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, siz
     return 0;
 }
 
-void cli_version_shape_or_exit(const cli_args *a, int n_versions, int ndims, int64_t *dims,
-                               const char *(*problem)(const int64_t *dims))
+void cli_shape_or_exit(const cli_args *a, int ndims, int64_t *dims,
+                       const char *(*problem)(const int64_t *dims))
 {
-    if (a->version > n_versions) {
-        fprintf(stderr, "error: there is no version %d (this chapter has v1..v%d)\n", a->version,
-                n_versions);
-        exit(EXIT_USAGE);
-    }
     if (a->ndim)
         memcpy(dims, a->dims, sizeof(int64_t) * ndims);
     const char *why = problem(dims);
@@ -505,13 +564,14 @@ void cli_usage(FILE *f, const char *prog, const char *extra)
             "  --shape NxCxDxHxW  the model input's dims (default: the KernelBench shape)\n"
             "  --seed S           seed of the random inputs and parameters (default 1)\n"
             "  --reps R           timed repetitions per version, min/median/max (default 20)\n"
-            "  --version K        run only version K (see --list)\n"
+            "  --version ID       run only that version: v5, b2 (see --list)\n"
             "  --list             list the versions and exit\n"
             "  --test             CPU checks, then every version on awkward shapes and extreme\n"
             "                     values (GPU checks are skipped without a CUDA device);\n"
             "                     with --shape, only that shape\n"
             "  --dump DIR         write inputs, parameters and every version's output as .npy\n"
-            "  --csv FILE         append the timing rows to FILE (header written if new)\n"
+            "  --csv FILE         write the timing rows to FILE, replacing rows of the same GPU,\n"
+            "                     chapter, shape, version and scope\n"
             "  --help             this text\n"
             "exit status: 0 ok, 1 verification or runtime failure, 2 bad input or no CUDA device\n",
             prog);
@@ -521,57 +581,108 @@ void cli_usage(FILE *f, const char *prog, const char *extra)
 
 /* ------------------------------------------------------------------ report */
 
+double report_floor_ms(const report_ctx *c, const report_row *r)
+{
+    double mem = r->bytes / (c->ceiling_gbps * 1e6), math = 0.0;
+    if (r->flops > 0 && c->peak_tflops > 0)
+        math = r->flops / (c->peak_tflops * 1e9);
+    return mem > math ? mem : math;
+}
+
 void report_header(FILE *f, const report_ctx *c)
 {
     fprintf(f, "GPU: %s, %d SMs, %.0f MB L2, measured device-to-device copy ceiling %.0f GB/s "
-               "(read + write)\n",
-            c->gpu_name, c->sm_count, c->l2_mb, c->ceiling_gbps);
-    fprintf(f, "chapter %s, input shape %s\n", c->chapter, c->shape);
-    fprintf(f, "%-8s %-52s %-16s %10s %20s %8s %6s %8s\n", "version", "what", "scope",
-            "median ms", "[min - max]", "GB/s", "% ceil", "vs v1");
+               "(read + write), fp32 FMA peak %.1f TFLOP/s\n",
+            c->gpu_name, c->sm_count, c->l2_mb, c->ceiling_gbps, c->peak_tflops);
+    fprintf(f, "input shape %s; floor = max(bytes / ceiling, FLOPs / peak)\n", c->shape);
+    fprintf(f, "%-8s %-52s %-16s %10s %20s %8s %6s %7s %7s\n", "version", "what", "scope",
+            "median ms", "[min - max]", "GB/s", "% ceil", "TFLOP/s", "% floor");
 }
 
 void report_print(FILE *f, const report_ctx *c, const report_row *r)
 {
     double gbps = r->bytes / (r->t.median_ms * 1e6);
-    char range[32], speed[16] = "-";
+    char range[32], tf[16] = "-";
     snprintf(range, sizeof range, "[%.4f - %.4f]", r->t.min_ms, r->t.max_ms);
-    if (r->speedup_v1 > 0)
-        snprintf(speed, sizeof speed, "%.2fx", r->speedup_v1);
-    fprintf(f, "%-8s %-52.52s %-16s %10.4f %20s %8.0f %6.1f %8s\n", r->version, r->name, r->scope,
-            r->t.median_ms, range, gbps, 100.0 * gbps / c->ceiling_gbps, speed);
+    if (r->flops > 0)
+        snprintf(tf, sizeof tf, "%.1f", r->flops / (r->t.median_ms * 1e9));
+    fprintf(f, "%-8s %-52.52s %-16s %10.4f %20s %8.0f %6.1f %7s %7.1f\n", r->version, r->name,
+            r->scope, r->t.median_ms, range, gbps, 100.0 * gbps / c->ceiling_gbps, tf,
+            100.0 * report_floor_ms(c, r) / r->t.median_ms);
+}
+
+const char *const report_csv_header =
+    "gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,ceiling_gbps,"
+    "pct_ceiling,flops,tflops,peak_tflops,floor_ms,pct_floor,reps,date";
+
+/* the n-th comma-separated field of a line (0-based), copied into out */
+static void csv_field(const char *line, int n, char *out, size_t len)
+{
+    for (int i = 0; i < n && line; i++)
+        if ((line = strchr(line, ',')))
+            line++;
+    size_t k = 0;
+    for (; line && *line && *line != ',' && *line != '\n' && k + 1 < len; line++)
+        out[k++] = *line;
+    out[k] = '\0';
+}
+
+/* the row's (gpu, chapter, version, scope, shape) is one of the new rows' */
+static int csv_replaced(const char *line, const report_ctx *c, const report_row *rows, int n)
+{
+    char f[5][64];
+    int col[5] = {0, 1, 2, 4, 5};
+    for (int i = 0; i < 5; i++)
+        csv_field(line, col[i], f[i], sizeof f[i]);
+    if (strcmp(f[0], c->gpu) || strcmp(f[1], c->chapter) || strcmp(f[4], c->shape))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(f[2], rows[i].version) && !strcmp(f[3], rows[i].scope))
+            return 1;
+    return 0;
 }
 
 int report_csv(const char *path, const report_ctx *c, const report_row *rows, int n)
 {
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        fprintf(stderr, "error: cannot append to %s: %s\n", path, strerror(errno));
+    char tmp[4096], line[1024];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fprintf(stderr, "error: cannot write %s: %s\n", tmp, strerror(errno));
         return -1;
     }
-    if (ftell(f) == 0)
-        fprintf(f, "gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
-                   "ceiling_gbps,pct_ceiling,floor_ms,speedup_v1,reps,date\n");
+    fprintf(out, "%s\n", report_csv_header);
+    FILE *in = fopen(path, "r");
+    if (in) {
+        if (fgets(line, sizeof line, in) && !strncmp(line, report_csv_header, strlen(report_csv_header)))
+            while (fgets(line, sizeof line, in))
+                if (!csv_replaced(line, c, rows, n))
+                    fputs(line, out);
+        fclose(in);
+    }
     char date[32];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
     for (int i = 0; i < n; i++) {
         const report_row *r = &rows[i];
-        double gbps = r->bytes / (r->t.median_ms * 1e6);
+        double gbps = r->bytes / (r->t.median_ms * 1e6), floor_ms = report_floor_ms(c, r);
         char name[128]; /* no commas inside a field: any tool can split the row on commas */
         snprintf(name, sizeof name, "%s", r->name);
         for (char *p = name; *p; p++)
             if (*p == ',' || *p == '"')
                 *p = ';';
-        fprintf(f, "%s,%s,%s,%s,%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.5f,", c->gpu,
-                c->chapter, r->version, name, r->scope, c->shape, r->t.median_ms, r->t.min_ms,
-                r->t.max_ms, r->bytes, gbps, c->ceiling_gbps, 100.0 * gbps / c->ceiling_gbps,
-                r->bytes / (c->ceiling_gbps * 1e6));
-        if (r->speedup_v1 > 0)
-            fprintf(f, "%.3f", r->speedup_v1);
-        fprintf(f, ",%d,%s\n", r->t.reps, date);
+        fprintf(out, "%s,%s,%s,%s,%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.0f,%.2f,%.1f,%.5f,"
+                     "%.1f,%d,%s\n",
+                c->gpu, c->chapter, r->version, name, r->scope, c->shape, r->t.median_ms,
+                r->t.min_ms, r->t.max_ms, r->bytes, gbps, c->ceiling_gbps,
+                100.0 * gbps / c->ceiling_gbps, r->flops, r->flops / (r->t.median_ms * 1e9),
+                c->peak_tflops, floor_ms, 100.0 * floor_ms / r->t.median_ms, r->t.reps, date);
     }
-    return fclose(f) == 0 ? 0 : -1;
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 /* --------------------------------------------------------------- gradcheck */

@@ -28,6 +28,15 @@ extern "C" {
 
 /* Prints "error: <message>" to stderr and exits with `code`. */
 void die(int code, const char *fmt, ...);
+/* malloc, or exit 1 with "out of host memory: N bytes" (0 bytes allocates 1) */
+void *host_alloc(size_t bytes);
+/*
+ * The short tag of a GPU's name, for data/<tag>/ and plots/<tag>/: vendor, brand and memory or
+ * form-factor words dropped, the rest lower case and joined by '-'. "NVIDIA H100 80GB HBM3" ->
+ * "h100", "NVIDIA A100-SXM4-80GB" -> "a100", "NVIDIA GeForce RTX 4090" -> "rtx-4090",
+ * "NVIDIA L4" -> "l4". An empty result becomes "gpu".
+ */
+void gpu_tag_from_name(const char *name, char *tag, size_t len);
 
 /* ------------------------------------------------------------------ checks */
 
@@ -84,6 +93,12 @@ verify_result verify_f32(const float *out, const double *ref, size_t n, double t
  */
 verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,
                              double tol);
+/* verify_f32 for outputs whose scale varies with the input (a logsumexp grows with x): the
+ * absolute bound is tol_abs x max(1, max_i |ref_i|), float rounding being relative. */
+verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,
+                                double tol_abs);
+/* The log of the sum of exp(v[i * stride]) over i < n, as m + log sum exp(v - m), m the max */
+double logsumexp_ref(const double *v, int n, size_t stride);
 /* One line: "rel_l2 1.2e-07  max_abs 3.0e-07 at 1234" (and the non-finite count if any). */
 void verify_print(FILE *f, const verify_result *v);
 
@@ -153,7 +168,7 @@ typedef struct {
     int64_t dims[CLI_MAX_DIMS];    /* the model input's dims, e.g. N, C, D, H, W */
     uint64_t seed;                 /* --seed, default 1 */
     int reps;                      /* --reps, timed repetitions, default 20, at least 1 */
-    int version;                   /* --version K, 0 = all */
+    const char *version;           /* --version ID ("v5", "b2"), NULL = all */
     int list;                      /* --list */
     int test;                      /* --test */
     const char *dump_dir;          /* --dump DIR or NULL */
@@ -177,12 +192,11 @@ int cli_parse(int argc, char **argv, int shape_dims, cli_args *a, char *err, siz
  * "error: <reason>" and the usage on stderr and exits EXIT_USAGE. Returns only on success. */
 void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const char *extra);
 
-/* After cli_parse_or_exit, the checks every chapter's main makes: --version within
- * 1..n_versions, and the shape (--shape, or the chapter's default already in dims[0..ndims))
- * accepted by `problem`, which returns NULL or the reason it is impossible. Exits EXIT_USAGE with
- * one line on stderr otherwise; on success dims holds the shape to run. */
-void cli_version_shape_or_exit(const cli_args *a, int n_versions, int ndims, int64_t *dims,
-                               const char *(*problem)(const int64_t *dims));
+/* After cli_parse_or_exit: the shape to run (--shape, or the chapter's default already in
+ * dims[0..ndims)) must be accepted by `problem`, which returns NULL or the reason it is
+ * impossible. Exits EXIT_USAGE with one line on stderr otherwise; on success dims holds it. */
+void cli_shape_or_exit(const cli_args *a, int ndims, int64_t *dims,
+                       const char *(*problem)(const int64_t *dims));
 /* Prints the shared usage; `extra` is the chapter's own text (shape meaning, dump file names). */
 void cli_usage(FILE *f, const char *prog, const char *extra);
 
@@ -195,6 +209,7 @@ typedef struct {
     const char *chapter;  /* "01" */
     const char *shape;    /* "128x3x16x32x32", the model input */
     double ceiling_gbps;  /* measured device-to-device copy, bytes read + written per second / 1e9 */
+    double peak_tflops;   /* fp32 FMA peak: SMs x fp32 lanes x 2 x boost clock */
     int sm_count;         /* multiprocessors */
     double l2_mb;         /* L2 cache, MB */
 } report_ctx;
@@ -202,22 +217,28 @@ typedef struct {
 typedef struct {
     const char *version; /* "v1", "eager", ... */
     const char *name;    /* one line */
-    const char *scope;   /* epilogue_fwd | model_fwd | epilogue_fwdbwd | train_step */
+    const char *scope;   /* epilogue_fwd | model_fwd | epilogue_fwdbwd | train_step | stats */
     timing t;
-    double bytes;      /* every byte the scope must move: inputs read once, outputs written once */
-    double speedup_v1; /* median of this scope's v1 / this median; 0 = not applicable */
+    double bytes; /* every byte the scope must move: inputs read once, outputs written once */
+    double flops; /* the arithmetic it must do (the convolution's 2 x MACs); 0 = bytes bound it */
 } report_row;
 
-/* Table header: GPU, SMs, L2, ceiling, shape, column names. */
+/* The roofline floor of a row, ms: max(bytes / copy ceiling, flops / fp32 peak) */
+double report_floor_ms(const report_ctx *c, const report_row *r);
+/* Table header: GPU, SMs, L2, ceiling, fp32 peak, shape, column names. */
 void report_header(FILE *f, const report_ctx *c);
-/* One row: version, name, median [min-max] ms, GB/s over the full byte count, % of ceiling,
- * speedup over v1. */
+/* One row: version, name, scope, median [min-max] ms, GB/s over the full byte count, % of the
+ * copy ceiling, TFLOP/s (where the scope has FLOPs), % of the floor (floor / median). */
 void report_print(FILE *f, const report_ctx *c, const report_row *r);
+/* The CSV header line report_csv writes (no newline). */
+extern const char *const report_csv_header;
 /*
- * Appends rows to a CSV file, writing the header first when the file is new or empty. Columns:
- * gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,ceiling_gbps,
- * pct_ceiling,floor_ms,speedup_v1,reps,date. floor_ms = bytes / ceiling. Commas and quotes in a
- * name become ';' so every row splits on commas. Returns 0 or -1.
+ * Writes rows to a CSV file: rows already there with the same gpu, chapter, shape, version and
+ * scope are replaced, every other row is kept in its place, new ones go at the end (a file with
+ * another header is started anew). Columns: gpu,chapter,version,name,scope,shape,median_ms,
+ * min_ms,max_ms,bytes,gbps,ceiling_gbps,pct_ceiling,flops,tflops,peak_tflops,floor_ms,
+ * pct_floor,reps,date. Commas and quotes in a name become ';' so every row splits on commas.
+ * Returns 0, or -1 with a message on stderr.
  */
 int report_csv(const char *path, const report_ctx *c, const report_row *rows, int n);
 

@@ -39,17 +39,6 @@ void gpu_require_or_exit(void)
                         "`--test` runs the CPU checks without one");
 }
 
-static void name_to_tag(const char *name, char *tag, size_t len)
-{
-    const char *p = strncmp(name, "NVIDIA ", 7) == 0 ? name + 7 : name;
-    size_t i = 0;
-    for (; *p && *p != ' ' && i + 1 < len; p++)
-        tag[i++] = isalnum((unsigned char)*p) ? (char)tolower((unsigned char)*p) : '-';
-    tag[i] = '\0';
-    if (i == 0)
-        snprintf(tag, len, "gpu");
-}
-
 static double measure_copy_gbps(void)
 {
     size_t bytes = (size_t)1 << 30;
@@ -94,13 +83,34 @@ void device_info_get(device_info *d)
     CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
     memset(d, 0, sizeof *d);
     snprintf(d->name, sizeof d->name, "%s", p.name);
-    name_to_tag(p.name, d->tag, sizeof d->tag);
+    gpu_tag_from_name(p.name, d->tag, sizeof d->tag);
     d->sm_count = p.multiProcessorCount;
     d->cc_major = p.major;
     d->cc_minor = p.minor;
+    /* fp32 lanes an SM: 64 on sm_80 (A100), 128 on sm_86, sm_89, sm_90 (CUDA C Programming
+     * Guide, "Arithmetic Instructions" throughput table); the clock attribute is the boost clock */
+    int khz = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    int lanes = (p.major == 8 && p.minor == 0) || p.major < 8 ? 64 : 128;
+    d->fp32_tflops = 2.0 * p.multiProcessorCount * lanes * (khz * 1e3) / 1e12;
     d->l2_bytes = (size_t)p.l2CacheSize;
     d->global_bytes = p.totalGlobalMem;
     d->copy_gbps = measure_copy_gbps();
+}
+
+static __global__ void k_arch_probe(void) {}
+
+int gpu_code_arch(void)
+{
+    cudaFuncAttributes fa;
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, k_arch_probe));
+    return fa.ptxVersion;
+}
+
+int grid_for(long long n, int block, int sm_count)
+{
+    long long g = (n + block - 1) / block, cap = (long long)sm_count * 32;
+    return (int)(g < cap ? (g > 0 ? g : 1) : cap);
 }
 
 void *gpu_alloc(size_t bytes, const char *what)
@@ -195,30 +205,35 @@ static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
     } while (0)
 
 void cudnn_conv3d_setup(cudnn_conv3d *cc, const int x_dims[5], int c_out, int k, int pad,
-                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw)
+                        int stride, const float *x, const float *w, float *y, float *dy, float *dx,
+                        float *dw)
 {
     int n = x_dims[0], ci = x_dims[1], d = x_dims[2], h = x_dims[3], wd_ = x_dims[4];
-    int od = d + 2 * pad - k + 1, oh = h + 2 * pad - k + 1, ow = wd_ + 2 * pad - k + 1;
+    int od = (d + 2 * pad - k) / stride + 1, oh = (h + 2 * pad - k) / stride + 1;
+    int ow = (wd_ + 2 * pad - k) / stride + 1;
     int xs[5] = {ci * d * h * wd_, d * h * wd_, h * wd_, wd_, 1};
     int yd[5] = {n, c_out, od, oh, ow};
     int ys[5] = {c_out * od * oh * ow, od * oh * ow, oh * ow, ow, 1};
     int bd[5] = {1, c_out, 1, 1, 1}, bs[5] = {c_out, 1, 1, 1, 1};
+    int xbd[5] = {1, ci, 1, 1, 1}, xbs[5] = {ci, 1, 1, 1, 1};
     int wdims[5] = {c_out, ci, k, k, k};
-    int pads[3] = {pad, pad, pad}, one3[3] = {1, 1, 1};
+    int pads[3] = {pad, pad, pad}, strides[3] = {stride, stride, stride}, one3[3] = {1, 1, 1};
     memset(cc, 0, sizeof *cc);
     CUDNN_CHECK(cudnnCreate(&cc->handle));
     CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->y_desc));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->xb_desc));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->x_desc, CUDNN_DATA_FLOAT, 5, x_dims, xs));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->y_desc, CUDNN_DATA_FLOAT, 5, yd, ys));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->xb_desc, CUDNN_DATA_FLOAT, 5, xbd, xbs));
     CUDNN_CHECK(
         cudnnSetFilterNdDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wdims));
-    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pads, one3, one3,
+    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pads, strides, one3,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
     size_t need = 0, bytes = 0;
@@ -265,7 +280,23 @@ void cudnn_conv3d_forward(const cudnn_conv3d *cc, const float *x, const float *w
     CUDNN_CHECK(cudnnConvolutionForward(cc->handle, &one, cc->x_desc, x, cc->w_desc, w,
                                         cc->conv_desc, cc->fwd_algo, cc->workspace,
                                         cc->workspace_bytes, &zero, cc->y_desc, y));
-    CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one, cc->y_desc, y));
+    if (bias)
+        CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one, cc->y_desc, y));
+}
+
+void cudnn_conv_transpose3d_forward(const cudnn_conv3d *cc, const float *w, const float *in,
+                                    const float *bias, float *out)
+{
+    const float one = 1.0f;
+    cudnn_conv3d_backward_data(cc, w, in, out);
+    CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->xb_desc, bias, &one, cc->x_desc, out));
+}
+
+void cudnn_conv_transpose3d_backward_bias(const cudnn_conv3d *cc, const float *dout, float *dbias)
+{
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->handle, &one, cc->x_desc, dout, &zero,
+                                             cc->xb_desc, dbias));
 }
 
 void cudnn_conv3d_backward_data(const cudnn_conv3d *cc, const float *w, const float *dy, float *dx)
@@ -292,6 +323,7 @@ void cudnn_conv3d_destroy(cudnn_conv3d *cc)
     cudnnDestroyTensorDescriptor(cc->x_desc);
     cudnnDestroyTensorDescriptor(cc->y_desc);
     cudnnDestroyTensorDescriptor(cc->b_desc);
+    cudnnDestroyTensorDescriptor(cc->xb_desc);
     cudnnDestroyFilterDescriptor(cc->w_desc);
     cudnnDestroyConvolutionDescriptor(cc->conv_desc);
     cudnnDestroy(cc->handle);

@@ -4,6 +4,7 @@
  */
 #define _DEFAULT_SOURCE /* mkdtemp, truncate */
 #include "common.h"
+#include "conv_ref.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -157,18 +158,18 @@ static void test_cli(void)
 {
     cli_args a;
     char err[256] = "";
-    int rc = parse("prog --shape 4x3x5x7x11 --seed 9 --reps 30 --version 2 --csv o.csv", &a, err);
+    int rc = parse("prog --shape 4x3x5x7x11 --seed 9 --reps 30 --version b2 --csv o.csv", &a, err);
     check(rc == 0 && a.ndim == 5 && a.dims[0] == 4 && a.dims[4] == 11 && a.seed == 9 &&
-              a.reps == 30 && a.version == 2 && a.csv && strcmp(a.csv, "o.csv") == 0,
+              a.reps == 30 && a.version && strcmp(a.version, "b2") == 0 && a.csv && strcmp(a.csv, "o.csv") == 0,
           "cli: a full valid command line parses");
     rc = parse("prog", &a, err);
-    check(rc == 0 && a.ndim == 0 && a.reps == 20 && a.seed == 1 && a.version == 0,
+    check(rc == 0 && a.ndim == 0 && a.reps == 20 && a.seed == 1 && !a.version,
           "cli: defaults (reps 20, seed 1, all versions)");
     static const char *bad[] = {
         "prog --bogus",          "prog --shape 4x3x5x7",     "prog --shape 4x3x5x7x11x2",
         "prog --shape 4x3x0x7x9", "prog --shape 4x3x-5x7x9", "prog --shape 4x3x5x7x",
         "prog --shape 4x3xAx7x9", "prog --reps 0",           "prog --reps 12abc",
-        "prog --version x",      "prog stray",               "prog --shape 4x3x5x7x99999999999",
+        "prog --version v123456789", "prog stray",               "prog --shape 4x3x5x7x99999999999",
         "prog --shape",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -177,6 +178,137 @@ static void test_cli(void)
         check(rc == -1 && err[0], "cli: rejects '%s' (%s)", bad[i] + 5, err);
     }
     check(parse("prog --help", &a, err) == 1, "cli: --help asks for the usage");
+}
+
+static void test_gpu_tag(void)
+{
+    static const char *const cases[][2] = {
+        {"NVIDIA H100 80GB HBM3", "h100"},      {"NVIDIA A100-SXM4-80GB", "a100"},
+        {"NVIDIA GeForce RTX 4090", "rtx-4090"}, {"NVIDIA L4", "l4"},
+        {"NVIDIA H100 PCIe", "h100"},           {"NVIDIA GeForce RTX 3090 Ti", "rtx-3090-ti"},
+        {"NVIDIA RTX A6000", "rtx-a6000"},      {"NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"},
+        {"Tesla V100-SXM2-16GB", "v100"},       {"", "gpu"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char tag[32];
+        gpu_tag_from_name(cases[i][0], tag, sizeof tag);
+        check(!strcmp(tag, cases[i][1]), "gpu tag: '%s' -> '%s' (want '%s')", cases[i][0], tag,
+              cases[i][1]);
+    }
+}
+
+/* report_csv replaces the rows of the same GPU, chapter, shape, version and scope */
+static void test_report_csv(void)
+{
+    char path[] = "/tmp/test_common_csv_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        check(0, "report_csv: cannot make a temporary file");
+        return;
+    }
+    close(fd);
+    report_ctx c = {"h100", "NVIDIA H100", "02", "4x32x8x8x8", 3000.0, 67.0, 132, 50.0};
+    timing t = {1.0, 2.0, 3.0, 20};
+    report_row a[2] = {{"v1", "first, with a comma", "epilogue_fwd", t, 6e9, 0},
+                       {"v1", "first", "model_fwd", t, 1e6, 1.34e11}};
+    report_csv(path, &c, a, 2);
+    report_csv(path, &c, a, 1); /* the same (version, scope): replaced, not appended */
+    c.shape = "1x32x8x8x8";
+    report_csv(path, &c, a, 1); /* another shape: kept beside */
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int lines = 0, header = 0, epi = 0, comma_free = 1;
+    double floor_model = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        header += !strncmp(line, report_csv_header, strlen(report_csv_header));
+        epi += strstr(line, ",epilogue_fwd,4x32x8x8x8,") != NULL;
+        comma_free &= strstr(line, "first, with") == NULL;
+        if (strstr(line, ",model_fwd,")) { /* floor_ms, field 17: 1.34e11 / 67e12 s = 2 ms */
+            const char *p = line;
+            for (int k = 0; k < 16 && p; k++)
+                if ((p = strchr(p, ',')))
+                    p++;
+            floor_model = p ? atof(p) : 0;
+        }
+    }
+    if (f)
+        fclose(f);
+    unlink(path);
+    check(lines == 4 && header == 1 && epi == 1 && comma_free,
+          "report_csv: header once, a rerun replaces its rows, another shape is kept (%d lines)",
+          lines);
+    check(fabs(floor_model - 2.0) < 1e-9, "report_csv: floor = max(bytes / ceiling, FLOPs / peak) "
+          "= %.5f ms (want 2)", floor_model);
+}
+
+/* conv3d_ref against the definition summed directly at every output, with and without padding,
+ * and conv3d_backward_ref against central differences of L = sum dy * conv3d(x, w, b) */
+typedef struct {
+    conv3d_geom g;
+    double *x, *w, *b, *y;
+    const double *dy;
+    int wrt; /* 0: x, 1: w, 2: b */
+} conv_loss_ctx;
+
+static double conv_loss(const double *unused, void *p)
+{
+    conv_loss_ctx *L = (conv_loss_ctx *)p;
+    (void)unused;
+    conv3d_ref(&L->g, L->x, L->w, L->b, L->y);
+    size_t n = (size_t)L->g.n * L->g.c_out * L->g.od * L->g.oh * L->g.ow;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += L->dy[i] * L->y[i];
+    return s;
+}
+
+static void test_conv_ref(void)
+{
+    for (int pad = 0; pad <= 1; pad++) {
+        conv3d_geom g = conv3d_geom_make(2, 3, 4, 3, 4, 5, 3, pad);
+        size_t nx = 2 * 3 * 3 * 4 * 5, nw = 4 * 3 * 27, ny = (size_t)2 * 4 * g.od * g.oh * g.ow;
+        double x[360], w[324], b[4], y[480], dy[480], dx[360], dw[324], db[4];
+        rng_state r;
+        rng_seed(&r, 5 + pad);
+        for (size_t i = 0; i < nx; i++)
+            x[i] = rng_uniform(&r) - 0.5;
+        for (size_t i = 0; i < nw; i++)
+            w[i] = rng_uniform(&r) - 0.5;
+        for (int i = 0; i < 4; i++)
+            b[i] = rng_uniform(&r) - 0.5;
+        for (size_t i = 0; i < ny; i++)
+            dy[i] = rng_normal(&r);
+        conv3d_ref(&g, x, w, b, y);
+        double worst = 0.0;
+        for (int n = 0; n < 2; n++)
+            for (int co = 0; co < 4; co++)
+                for (int od = 0; od < g.od; od++)
+                    for (int oh = 0; oh < g.oh; oh++)
+                        for (int ow = 0; ow < g.ow; ow++) {
+                            double acc = b[co];
+                            for (int ci = 0; ci < 3; ci++)
+                                for (int k = 0; k < 27; k++) {
+                                    int id = od + k / 9 - pad, ih = oh + (k / 3) % 3 - pad,
+                                        iw = ow + k % 3 - pad;
+                                    if (id >= 0 && id < 3 && ih >= 0 && ih < 4 && iw >= 0 && iw < 5)
+                                        acc += x[(((n * 3 + ci) * 3 + id) * 4 + ih) * 5 + iw] *
+                                               w[(co * 3 + ci) * 27 + k];
+                                }
+                            size_t o = (((size_t)(n * 4 + co) * g.od + od) * g.oh + oh) * g.ow + ow;
+                            worst = fmax(worst, fabs(acc - y[o]));
+                        }
+        check(worst < 1e-12, "conv3d_ref (padding %d) = the definition summed directly, max diff %.1e",
+              pad, worst);
+        conv3d_backward_ref(&g, x, w, dy, dx, dw, db, NULL, NULL);
+        conv_loss_ctx L = {g, x, w, b, y, dy, 0};
+        double ex = gradcheck(conv_loss, &L, x, nx, dx, 1e-6, NULL);
+        double ew = gradcheck(conv_loss, &L, w, nw, dw, 1e-6, NULL);
+        double eb = gradcheck(conv_loss, &L, b, 4, db, 1e-6, NULL);
+        check(ex < 1e-7 && ew < 1e-7 && eb < 1e-7,
+              "conv3d_backward_ref (padding %d) = central differences: dx %.1e dw %.1e dbias %.1e",
+              pad, ex, ew, eb);
+    }
 }
 
 static void test_rng(void)
@@ -245,6 +377,9 @@ int main(void)
     test_stats();
     test_npy();
     test_cli();
+    test_gpu_tag();
+    test_conv_ref();
+    test_report_csv();
     test_rng();
     test_gradcheck();
     return checks_failed() ? 1 : 0;

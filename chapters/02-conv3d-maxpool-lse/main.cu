@@ -1,0 +1,54 @@
+/*
+ * Chapter 2: KernelBench level 2, model #43, in CUDA C
+ *
+ *     y = relu( logsumexp_c( MaxPool3d_2( Conv3d(x) ) ) )
+ *
+ * What this chapter teaches: a windowed load fused with a reduction (8 inputs per pooled value,
+ * 64 pooled values per output), coalescing when the window has stride 2, two-pass against
+ * online logsumexp when the values do not fit in registers, thread coarsening with 16-byte loads,
+ * and a backward that scatters through max pooling: 7 of every 8 gradients are zero.
+ *
+ * Read in this order (the chapter README lists the same):
+ *   model.h               the model, its shapes, its bytes and FLOPs, and the floors they imply
+ *   reference.cu          the CPU reference in double, forward, and the backward derived
+ *   v1-eager.cu           v1  eager-like: cuDNN conv, then a naive kernel per op (max pool,
+ *                             logsumexp, relu), the 64-channel pooled tensor (67 MB) in DRAM
+ *                         v2  v1 with cuDNN's own pooling: the library baseline for the pool
+ *   window.cuh            the 2x2x2 window loads every fused version shares
+ *   v3-fused-window.cu    v3  one fused kernel, a thread per output, float2 windows, two-pass
+ *                             logsumexp: the second pass reads c again
+ *   v4-online-lse.cu      v4  the online logsumexp: one pass, c read once
+ *   v5-coarsened.cu       v5  four outputs a thread along W, 16-byte loads
+ *   b1-autograd.cu        b1  autograd-like backward: saved argmax, memset + scatter; the
+ *                             training step's cuDNN gradients
+ *   b2-fused-backward.cu  b2  fused backward: recompute argmax and logsumexp, write all of dc
+ *   problem.cu            host machinery (inputs, buffers, verification, tests): skip it
+ *
+ * Scopes: every forward version runs on the conv output (epilogue_fwd) and as the whole model,
+ * cuDNN's conv plus its epilogue (model_fwd); each backward version as epilogue forward +
+ * backward and as a training step (conv, epilogue, its backward, dx, dw, dbias).
+ *
+ *   make chapter-2                 verify and time every version at the KernelBench shape
+ *   build/ch02 --version v4        one version
+ *   build/ch02 --test              CPU checks + every version on awkward shapes and extreme values
+ *   build/ch02 --shape 1x32x5x6x7 --dump out/   tensors for data/pytorch_peer.py check --chapter 2
+ */
+#include "model.h"
+
+static const hx_version versions[] = {
+    {"v1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "eager-like: cuDNN conv, naive pool, LSE, relu", v1_launch, 0},
+    {"v2", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v1 with cuDNN's pooling (library baseline)", v2_launch, 0},
+    {"v3", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "one fused kernel, float2 windows, two-pass LSE", v3_launch, 0},
+    {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, online LSE: c read once", v4_launch, 0},
+    {"v5", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, 4 outputs a thread, 16-byte loads", v5_launch, 0},
+    {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: saved indices, memset + scatter", b1_launch, 0},
+    {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v5, then recompute + write all of dc", b2_launch, 0},
+};
+
+int main(int argc, char **argv)
+{
+    hx_chapter ch = chapter_machinery;
+    ch.versions = versions;
+    ch.n_versions = (int)(sizeof versions / sizeof versions[0]);
+    return hx_main(argc, argv, &ch);
+}

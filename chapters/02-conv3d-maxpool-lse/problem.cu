@@ -1,0 +1,581 @@
+/*
+ * problem.cu: chapter 2's host machinery, for the harness (common/harness.h): the inputs and
+ * parameters, the device buffers, cuDNN's setup, the references, what each scope writes and how
+ * it is verified, the CPU checks, the awkward shapes and extreme values, the notes after the
+ * table, the dump. Nothing here is a lesson; the versions are in the v*.cu and b*.cu files.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+#define TOL_REL_L2 1e-5
+#define TOL_ABS 1e-4
+#define TOL_SUM 1e-6 /* reduced gradients: against the sum of their terms' magnitudes */
+
+struct problem {
+    shape sh;
+    float *x, *weight, *bias, *g; /* host */
+    double *xd, *wd, *bd;
+    run_ctx r;
+    cudnn_ctx cudnn;
+    float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
+    double *ref_c, *ref_model, *ref_epilogue;
+    int have_bwd_refs;
+    double *ref_dc, *ref_dx, *ref_dw, ref_dbias[C_OUT];
+    double *abs_dw, abs_dbias[C_OUT];
+};
+
+static shape shape_of(const int64_t *dims)
+{
+    return make_shape((int)dims[0], (int)dims[2], (int)dims[3], (int)dims[4]);
+}
+
+static const char *shape_problem(const int64_t *dims)
+{
+    static char why[256];
+    if (dims[1] != C_IN) {
+        snprintf(why, sizeof why, "this model has %d input channels, --shape says %lld", C_IN,
+                 (long long)dims[1]);
+        return why;
+    }
+    if (dims[2] < 2 || dims[3] < 2 || dims[4] < 2) {
+        snprintf(why, sizeof why, "max pooling with kernel 2 needs D, H and W of at least 2");
+        return why;
+    }
+    if (dims[0] > 65535 || dims[2] > 65535) {
+        snprintf(why, sizeof why, "batch and depth must be at most 65535 (grid limits)");
+        return why;
+    }
+    double conv = (double)dims[0] * C_OUT * dims[2] * dims[3] * dims[4];
+    if (conv >= 2147483647.0) {
+        snprintf(why, sizeof why,
+                 "the conv output would have %.0f elements; this chapter indexes with 32-bit ints "
+                 "(at most 2^31 - 1): use a smaller batch",
+                 conv);
+        return why;
+    }
+    return NULL;
+}
+
+static void cudnn_setup(cudnn_ctx *cc, const shape *s, const run_ctx *r)
+{
+    int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
+    int pdim[5] = {s->n, C_OUT, s->pd, s->ph, s->pw};
+    int pstr[5] = {C_OUT * s->s, s->s, s->ph * s->pw, s->pw, 1};
+    int win[3] = {2, 2, 2}, zero3[3] = {0, 0, 0};
+    cudnn_conv3d_setup(&cc->conv, xd, C_OUT, KS, 1, 1, r->x, r->weight, r->c, r->dc, r->dx, r->dw);
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->p_desc));
+    CUDNN_CHECK(cudnnCreatePoolingDescriptor(&cc->pool_desc));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->p_desc, CUDNN_DATA_FLOAT, 5, pdim, pstr));
+    /* floor mode like PyTorch: cuDNN's output extent is 1 + (L - 2) / 2 = floor(L / 2) */
+    CUDNN_CHECK(cudnnSetPoolingNdDescriptor(cc->pool_desc, CUDNN_POOLING_MAX,
+                                            CUDNN_NOT_PROPAGATE_NAN, 3, win, zero3, win));
+}
+
+/* uploads x, runs the cuDNN conv, computes the forward references. y's reference comes from the
+ * double conv; the backward's from the GPU's conv output (verified against the double conv):
+ * the argmax is discontinuous, and where two window values are within float rounding of each
+ * other the float and double convs may pick different elements. Measured at the KernelBench
+ * shape: dc off by up to 2e-2 at such windows against a reference on the double conv. */
+static void problem_refresh(problem *pb)
+{
+    const shape *s = &pb->sh;
+    CUDA_CHECK(cudaMemcpy((void *)pb->r.x, pb->x, 4 * x_elems(s), cudaMemcpyHostToDevice));
+    conv_forward(&pb->r);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(pb->host_c, pb->r.c, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < x_elems(s); i++)
+        pb->xd[i] = pb->x[i];
+    for (int i = 0; i < N_WEIGHT; i++)
+        pb->wd[i] = pb->weight[i];
+    for (int i = 0; i < C_OUT; i++)
+        pb->bd[i] = pb->bias[i];
+    conv3d_geom g = conv_geom(s);
+    conv3d_ref(&g, pb->xd, pb->wd, pb->bd, pb->ref_c);
+    epilogue_ref(s, NULL, pb->ref_c, pb->ref_model);
+    epilogue_ref(s, pb->host_c, NULL, pb->ref_epilogue);
+    pb->have_bwd_refs = 0;
+}
+
+static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
+{
+    problem *pb = (problem *)calloc(1, sizeof *pb);
+    if (!pb)
+        die(1, "out of host memory");
+    shape sh = shape_of(dims);
+    const shape *s = &sh;
+    pb->sh = sh;
+    size_t nx = x_elems(s), nc = conv_elems(s), ny = out_elems(s);
+    pb->x = (float *)host_alloc(4 * nx), pb->xd = (double *)host_alloc(8 * nx);
+    pb->weight = (float *)host_alloc(4 * N_WEIGHT), pb->wd = (double *)host_alloc(8 * N_WEIGHT);
+    pb->bias = (float *)host_alloc(4 * C_OUT), pb->bd = (double *)host_alloc(8 * C_OUT);
+    pb->g = (float *)host_alloc(4 * ny);
+    pb->host_out = (float *)host_alloc(4 * ny), pb->host_c = (float *)host_alloc(4 * nc);
+    pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
+    pb->ref_c = (double *)host_alloc(8 * nc);
+    pb->ref_model = (double *)host_alloc(8 * ny), pb->ref_epilogue = (double *)host_alloc(8 * ny);
+    pb->ref_dc = (double *)host_alloc(8 * nc);
+    pb->ref_dx = (double *)host_alloc(8 * nx), pb->ref_dw = (double *)host_alloc(8 * N_WEIGHT);
+    pb->abs_dw = (double *)host_alloc(8 * N_WEIGHT);
+    rng_state rng, rng_g;
+    rng_seed(&rng, seed);
+    fill_uniform(pb->x, nx, 0.0, 1.0, &rng);                                     /* torch.rand */
+    init_conv_params(pb->weight, N_WEIGHT, pb->bias, C_OUT, C_IN * KVOL, &rng); /* fan_in 864 */
+    rng_seed(&rng_g, seed ^ 0x5DEECE66Dull);
+    fill_normal(pb->g, ny, &rng_g);
+
+    run_ctx *r = &pb->r;
+    r->sh = sh;
+    r->sm_count = dev->sm_count;
+    float *x = (float *)gpu_alloc(4 * nx, "input x"), *w = (float *)gpu_alloc(4 * N_WEIGHT, "weight");
+    float *b = (float *)gpu_alloc(4 * C_OUT, "bias"), *g = (float *)gpu_alloc(4 * ny, "g");
+    r->x = x, r->weight = w, r->bias = b, r->g = g;
+    r->c = (float *)gpu_alloc(4 * nc, "conv output");
+    r->y = (float *)gpu_alloc(4 * ny, "output y");
+    r->p = (float *)gpu_alloc(4 * pool_elems(s), "pooled p");
+    r->dp = (float *)gpu_alloc(4 * pool_elems(s), "dL/dp");
+    r->idx = (int *)gpu_alloc(4 * pool_elems(s), "pool argmax");
+    r->z = (float *)gpu_alloc(4 * ny, "z");
+    r->dz = (float *)gpu_alloc(4 * ny, "dz");
+    r->dc = (float *)gpu_alloc(4 * nc, "dL/dc");
+    r->dx = (float *)gpu_alloc(4 * nx, "dL/dx");
+    r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
+    r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
+    r->partials = (float *)gpu_alloc(4 * DBIAS_BLOCKS * C_OUT, "partial sums");
+    CUDA_CHECK(cudaMemcpy(x, pb->x, 4 * nx, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(w, pb->weight, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g, pb->g, 4 * ny, cudaMemcpyHostToDevice));
+    gpu_poison(r->c, nc);
+    cudnn_setup(&pb->cudnn, s, r);
+    r->cudnn = &pb->cudnn;
+    problem_refresh(pb);
+    return pb;
+}
+
+static void problem_destroy(problem *pb)
+{
+    run_ctx *r = &pb->r;
+    cudnnDestroyTensorDescriptor(pb->cudnn.p_desc);
+    cudnnDestroyPoolingDescriptor(pb->cudnn.pool_desc);
+    cudnn_conv3d_destroy(&pb->cudnn.conv);
+    const void *dev[] = {r->x, r->weight, r->bias, r->g, r->c, r->y, r->p, r->dp, r->idx, r->z,
+                         r->dz, r->dc, r->dx, r->dw, r->dbias, r->partials};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CUDA_CHECK(cudaFree((void *)dev[i]));
+    void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
+                    pb->host_c, pb->host_dc, pb->host_dx, pb->ref_c, pb->ref_model,
+                    pb->ref_epilogue, pb->ref_dc, pb->ref_dx, pb->ref_dw, pb->abs_dw};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    free(pb);
+}
+
+static const run_ctx *problem_ctx(const problem *pb) { return &pb->r; }
+
+static void problem_bwd_refs(problem *pb)
+{
+    const shape *s = &pb->sh;
+    if (pb->have_bwd_refs)
+        return;
+    epilogue_backward_ref(s, pb->host_c, NULL, pb->g, pb->ref_dc);
+    conv3d_geom g = conv_geom(s);
+    conv3d_backward_ref(&g, pb->xd, pb->wd, pb->ref_dc, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
+                        pb->abs_dw, pb->abs_dbias);
+    /* Each element's bound (TOL_SUM times the sum of its terms' magnitudes) also gets the
+     * largest such sum of its tensor: a componentwise plus a normwise bound. With x * 1000 the
+     * softmax of a channel that is never the largest is subnormal everywhere; its dw, about
+     * 1e-36, is then at the mercy of the float dc's flush to zero (the fused backward's __expf)
+     * and of cuDNN's algorithm, some of which bound their error by the tensor's norm. That
+     * algorithm is chosen by timing, which compute-sanitizer changes: only there did the
+     * componentwise bound alone fail. Every other element keeps a bound of 2e-6 of its own sum
+     * or tighter than the tensor's largest, so a wrong index or a lost term still fails. */
+    double big = 0.0;
+    for (int i = 0; i < N_WEIGHT; i++)
+        big = fmax(big, pb->abs_dw[i]);
+    for (int i = 0; i < N_WEIGHT; i++)
+        pb->abs_dw[i] += big;
+    big = 0.0;
+    for (int i = 0; i < C_OUT; i++)
+        big = fmax(big, pb->abs_dbias[i]);
+    for (int i = 0; i < C_OUT; i++)
+        pb->abs_dbias[i] += big;
+    pb->have_bwd_refs = 1;
+}
+
+/* ------------------------------------------------------------ what a scope writes, verified */
+
+static void problem_poison(problem *pb, int scope)
+{
+    const shape *s = &pb->sh;
+    gpu_poison(pb->r.y, out_elems(s));
+    if (scope == SCOPE_EPI_FWDBWD || scope == SCOPE_TRAIN)
+        gpu_poison(pb->r.dc, conv_elems(s));
+    if (scope == SCOPE_TRAIN) {
+        gpu_poison(pb->r.dx, x_elems(s));
+        gpu_poison(pb->r.dw, N_WEIGHT);
+        gpu_poison(pb->r.dbias, C_OUT);
+    }
+}
+
+static verify_result verify_scaled(const float *out, const double *ref, size_t n)
+{
+    return verify_f32_scaled(out, ref, n, TOL_REL_L2, TOL_ABS);
+}
+
+static hx_verdict problem_verify(problem *pb, int scope)
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
+    hx_verdict v = {1, 1, HASH_INIT, ""};
+    CUDA_CHECK(cudaMemcpy(pb->host_out, r->y, 4 * out_elems(s), cudaMemcpyDeviceToHost));
+    verify_result y = verify_scaled(pb->host_out, whole ? pb->ref_model : pb->ref_epilogue, out_elems(s));
+    hx_verdict_add(&v, "y", &y);
+    v.hash = hash_f32(v.hash, pb->host_out, out_elems(s));
+    /* the cuDNN conv may be nondeterministic, and with it the whole model's y and dc */
+    v.deterministic = !whole || pb->cudnn.conv.fwd_det;
+    if (scope == SCOPE_EPI_FWD || scope == SCOPE_MODEL_FWD)
+        return v;
+    problem_bwd_refs(pb);
+    CUDA_CHECK(cudaMemcpy(pb->host_dc, r->dc, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+    verify_result dc = verify_scaled(pb->host_dc, pb->ref_dc, conv_elems(s));
+    hx_verdict_add(&v, "dc", &dc);
+    v.hash = hash_f32(v.hash, pb->host_dc, conv_elems(s));
+    if (scope == SCOPE_EPI_FWDBWD)
+        return v;
+    CUDA_CHECK(cudaMemcpy(pb->host_dx, r->dx, 4 * x_elems(s), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(pb->host_dw, r->dw, 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(pb->host_dbias, r->dbias, 4 * C_OUT, cudaMemcpyDeviceToHost));
+    verify_result dx = verify_scaled(pb->host_dx, pb->ref_dx, x_elems(s));
+    verify_result dw = verify_sum_f32(pb->host_dw, pb->ref_dw, pb->abs_dw, N_WEIGHT, TOL_SUM);
+    verify_result db = verify_sum_f32(pb->host_dbias, pb->ref_dbias, pb->abs_dbias, C_OUT, TOL_SUM);
+    hx_verdict_add(&v, "dx", &dx);
+    hx_verdict_add(&v, "dw", &dw);
+    hx_verdict_add(&v, "dbias", &db);
+    return v;
+}
+
+static double problem_bytes(const problem *pb, int scope)
+{
+    const shape *s = &pb->sh;
+    switch (scope) {
+    case SCOPE_EPI_FWD: return epilogue_bytes(s);
+    case SCOPE_MODEL_FWD: return model_bytes(s);
+    case SCOPE_EPI_FWDBWD: return epilogue_fwdbwd_bytes(s);
+    default: return train_step_bytes(s);
+    }
+}
+
+/* the conv's FLOPs: once in the forward, three times in a training step (forward, backward data,
+ * backward filter); the epilogue's few FLOPs a byte leave bytes in charge */
+static double problem_flops(const problem *pb, int scope)
+{
+    return scope == SCOPE_MODEL_FWD ? conv_flops(&pb->sh)
+           : scope == SCOPE_TRAIN   ? 3.0 * conv_flops(&pb->sh)
+                                    : 0.0;
+}
+
+/* ------------------------------------------------------------------- CPU checks (CI too) */
+
+typedef struct {
+    shape sh;
+    double *x, *w, *b, *c, *y;
+    const float *g;
+    int epilogue_only;
+} loss_ctx;
+
+static double model_loss(const double *unused, void *p)
+{
+    loss_ctx *L = (loss_ctx *)p;
+    (void)unused;
+    if (!L->epilogue_only) {
+        conv3d_geom g = conv_geom(&L->sh);
+        conv3d_ref(&g, L->x, L->w, L->b, L->c);
+    }
+    epilogue_ref(&L->sh, NULL, L->c, L->y);
+    double sum = 0.0;
+    for (size_t i = 0; i < out_elems(&L->sh); i++)
+        sum += L->g[i] * L->y[i];
+    return sum;
+}
+
+/* The backward's gradients against central differences of L = sum g y on a tiny shape with 4
+ * output positions. dw is checked for output channel 0 (864 of 55296 weights: each costs two
+ * model evaluations). The second case shifts the conv bias down until relu cuts some, not all,
+ * of the 4 outputs, so both branches of its gradient are exercised. */
+static void gradient_checks(uint64_t seed)
+{
+    shape s = make_shape(1, 2, 4, 4);
+    conv3d_geom cg = conv_geom(&s);
+    size_t nx = x_elems(&s), nc = conv_elems(&s), ny = out_elems(&s);
+    double *x = (double *)host_alloc(8 * nx), *w = (double *)host_alloc(8 * N_WEIGHT), b[C_OUT];
+    double *c = (double *)host_alloc(8 * nc), *y = (double *)host_alloc(8 * ny);
+    double *dc = (double *)host_alloc(8 * nc), *dx = (double *)host_alloc(8 * nx);
+    double *dw = (double *)host_alloc(8 * N_WEIGHT), db[C_OUT];
+    float *g = (float *)host_alloc(4 * ny), *tmp = (float *)host_alloc(4 * N_WEIGHT);
+    rng_state rng;
+    rng_seed(&rng, seed + 11);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = rng_uniform(&rng);
+    init_conv_params(tmp, N_WEIGHT, NULL, 0, C_IN * KVOL, &rng);
+    for (int i = 0; i < N_WEIGHT; i++)
+        w[i] = tmp[i];
+    init_conv_params(tmp, C_OUT, NULL, 0, C_IN * KVOL, &rng);
+    fill_normal(g, ny, &rng);
+    loss_ctx L = {s, x, w, b, c, y, g, 0};
+    double shift = 0.0;
+    for (int k = 0; k < 2; k++) {
+        /* lowering every conv bias by shift lowers every pooled value, and so every z, by exactly
+         * shift (LSE(p - s) = LSE(p) - s): halfway between the 2nd and 3rd smallest z of the first
+         * case cuts exactly two of the four outputs */
+        for (int i = 0; i < C_OUT; i++)
+            b[i] = tmp[i] - shift;
+        conv3d_ref(&cg, x, w, b, c);
+        epilogue_ref(&s, NULL, c, y);
+        size_t zeros = 0;
+        for (size_t i = 0; i < ny; i++)
+            zeros += y[i] == 0.0;
+        epilogue_backward_ref(&s, NULL, c, g, dc);
+        conv3d_backward_ref(&cg, x, w, dc, dx, dw, db, NULL, NULL);
+        L.epilogue_only = 1;
+        double e_c = gradcheck(model_loss, &L, c, nc, dc, 1e-6, NULL);
+        L.epilogue_only = 0;
+        double e_w = gradcheck(model_loss, &L, w, C_IN * KVOL, dw, 1e-6, NULL);
+        double e_b = gradcheck(model_loss, &L, b, C_OUT, db, 1e-6, NULL);
+        double e_x = gradcheck(model_loss, &L, x, nx, dx, 1e-6, NULL);
+        char when[64];
+        snprintf(when, sizeof when, k ? "conv bias - %.3f" : "default init", shift);
+        check(e_c < 1e-6 && (k == 0 ? zeros == 0 : zeros == 2),
+              "cpu: gradcheck dL/dc (%zu values), %s, %zu of %zu outputs relu-cut: rel %.1e", nc,
+              when, zeros, ny, e_c);
+        check(e_w < 1e-6, "cpu: gradcheck dL/dw (output channel 0, 864 weights), %s: rel %.1e", when, e_w);
+        check(e_b < 1e-6, "cpu: gradcheck dL/dbias (64), %s: rel %.1e", when, e_b);
+        check(e_x < 1e-6, "cpu: gradcheck dL/dx (%zu inputs), %s: rel %.1e", nx, when, e_x);
+        if (k == 0) { /* every z > 0 here, so y = z: sort the four */
+            double zs[4] = {y[0], y[1], y[2], y[3]};
+            for (int i = 0; i < 4; i++)
+                for (int j = i + 1; j < 4; j++)
+                    if (zs[j] < zs[i]) {
+                        double tz = zs[i];
+                        zs[i] = zs[j], zs[j] = tz;
+                    }
+            shift = 0.5 * (zs[1] + zs[2]);
+        }
+    }
+    free(x), free(w), free(c), free(y), free(dc), free(dx), free(dw), free(g), free(tmp);
+}
+
+/* PyTorch's model in float64 on small shapes (`make golden`) against this reference: catches a
+ * reference that agrees with itself but means something else, e.g. a max pool that routes the
+ * gradient to the last maximum, or a ceil-mode pool */
+static void golden_case(const char *dir, const char *name)
+{
+    int64_t dims[5];
+    char err[256];
+    if (parse_shape(name, 5, dims, err, sizeof err) || shape_problem(dims)) {
+        check(0, "golden: %s is not a shape of this model", dir);
+        return;
+    }
+    shape s = shape_of(dims);
+    conv3d_geom cg = conv_geom(&s);
+    size_t nx = x_elems(&s), nc = conv_elems(&s), ny = out_elems(&s);
+    const char *names[] = {"x", "conv_weight", "conv_bias", "grad_output", "out", "grad_conv_out",
+                           "grad_conv_weight", "grad_conv_bias", "grad_x"};
+    size_t sizes[] = {nx, N_WEIGHT, C_OUT, ny, ny, nc, N_WEIGHT, C_OUT, nx};
+    float *t[9];
+    int ok = 1;
+    for (int i = 0; i < 9; i++)
+        ok &= (t[i] = npy_load(dir, names[i], sizes[i])) != NULL;
+    if (ok) {
+        double *xd = (double *)host_alloc(8 * nx), *wd = (double *)host_alloc(8 * N_WEIGHT);
+        double bd[C_OUT], dbias[C_OUT], abs_dbias[C_OUT];
+        double *c = (double *)host_alloc(8 * nc), *y = (double *)host_alloc(8 * ny);
+        double *dc = (double *)host_alloc(8 * nc), *dx = (double *)host_alloc(8 * nx);
+        double *dw = (double *)host_alloc(8 * N_WEIGHT), *abs_dw = (double *)host_alloc(8 * N_WEIGHT);
+        for (size_t i = 0; i < nx; i++)
+            xd[i] = t[0][i];
+        for (int i = 0; i < N_WEIGHT; i++)
+            wd[i] = t[1][i];
+        for (int i = 0; i < C_OUT; i++)
+            bd[i] = t[2][i];
+        conv3d_ref(&cg, xd, wd, bd, c);
+        epilogue_ref(&s, NULL, c, y);
+        epilogue_backward_ref(&s, NULL, c, t[3], dc);
+        conv3d_backward_ref(&cg, xd, wd, dc, dx, dw, dbias, abs_dw, abs_dbias);
+        verify_result v[5] = {
+            verify_f32(t[4], y, ny, 1e-6, 1e-6),
+            verify_f32(t[5], dc, nc, 1e-6, 1e-6),
+            verify_sum_f32(t[6], dw, abs_dw, N_WEIGHT, 1e-6),
+            verify_sum_f32(t[7], dbias, abs_dbias, C_OUT, 1e-6),
+            verify_f32(t[8], dx, nx, 1e-6, 1e-6),
+        };
+        check(v[0].pass && v[1].pass && v[2].pass && v[3].pass && v[4].pass,
+              "golden %s (PyTorch float64): rel_l2 y %.1e dc %.1e dw %.1e dbias %.1e dx %.1e", name,
+              v[0].rel_l2, v[1].rel_l2, v[2].rel_l2, v[3].rel_l2, v[4].rel_l2);
+        free(xd), free(wd), free(c), free(y), free(dc), free(dx), free(dw), free(abs_dw);
+    } else {
+        check(0, "golden %s: missing or malformed tensors", name);
+    }
+    for (int i = 0; i < 9; i++)
+        free(t[i]);
+}
+
+static void cpu_checks(uint64_t seed)
+{
+    /* max pool ties: the first maximum takes the gradient */
+    shape t = make_shape(1, 2, 2, 2);
+    double plane[8] = {0.5, 2.0, 1.0, 2.0, -1.0, 2.0, 0.0, 2.0};
+    int arg;
+    double m = window_max_ref(plane, &t, 0, 0, 0, &arg);
+    check(m == 2.0 && arg == 1, "cpu: a window with four equal maxima routes to the first (index 1)");
+    gradient_checks(seed);
+    for_each_golden_case("data/golden/ch02", golden_case);
+}
+
+/* ---------------------------------------------------------------- GPU checks: shapes, cases */
+
+static const int64_t test_shapes[][CLI_MAX_DIMS] = {
+    /* N x 32 x D x H x W; pooled extents floor(L / 2) */
+    {1, 32, 2, 2, 2},   /* one output position */
+    {1, 32, 3, 5, 7},   /* every extent odd: the last row, column and plane are dropped */
+    {2, 32, 4, 6, 9},   /* W odd: scalar window loads */
+    {1, 32, 2, 3, 66},  /* 33 outputs a row: a warp and one */
+    {3, 32, 3, 2, 130}, /* 65 a row, W not a multiple of 4 */
+    {1, 32, 2, 2, 264}, /* 132 a row: v5's 16-byte path, a partial last group */
+    {2, 32, 5, 4, 16},  /* odd depth, W a multiple of 4 */
+};
+
+static void shape_checks(problem *pb, int first)
+{
+    const shape *s = &pb->sh;
+    (void)first;
+    verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
+    check(vc.pass, "cuDNN conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
+          (int)pb->cudnn.conv.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
+}
+
+/* extremes: the input x 1000, then planted conv outputs near +100, near -100 (relu cuts every
+ * z), and mixed by channel parity */
+static const hx_case cases[] = {
+    {"x*1000", ~0u},
+    {"c ~ +100", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD)},
+    {"c ~ -100", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD)},
+    {"c ~ +-100", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD)},
+    {NULL, 0},
+};
+
+static void set_case(problem *pb, int k)
+{
+    const shape *s = &pb->sh;
+    if (k == 0) {
+        for (size_t i = 0; i < x_elems(s); i++)
+            pb->x[i] *= 1000.0f;
+        problem_refresh(pb);
+        return;
+    }
+    rng_state rng;
+    rng_seed(&rng, 7 + k);
+    for (size_t i = 0; i < conv_elems(s); i++) {
+        double sign = k == 1 ? 1 : k == 2 ? -1 : ((i / s->sc) % 2 ? 1 : -1);
+        pb->host_c[i] = (float)(sign * 100.0 + 8.0 * (rng_uniform(&rng) - 0.5));
+    }
+    CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
+    epilogue_ref(s, pb->host_c, NULL, pb->ref_epilogue);
+    pb->have_bwd_refs = 0;
+}
+
+/* ---------------------------------------------------------------- after the table; --dump */
+
+static void time_dx(const void *r) { cudnn_dx((const run_ctx *)r); }
+static void time_dw(const void *r) { cudnn_dw((const run_ctx *)r); }
+static void time_dbias_cudnn(const void *r) { cudnn_dbias((const run_ctx *)r); }
+static void time_dbias_own(const void *r) { own_dbias((const run_ctx *)r); }
+static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
+
+static void notes(problem *pb, const device_info *dev, int reps, const char *only)
+{
+    const shape *s = &pb->sh;
+    const cudnn_conv3d *cc = &pb->cudnn.conv;
+    (void)dev;
+    timing tc = gpu_time(time_conv, &pb->r, reps);
+    printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f TFLOP/s\n",
+           (int)cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic", tc.median_ms,
+           tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
+    if (only)
+        return;
+    timing tx = gpu_time(time_dx, &pb->r, reps), tw = gpu_time(time_dw, &pb->r, reps);
+    timing tb = gpu_time(time_dbias_cudnn, &pb->r, reps), to = gpu_time(time_dbias_own, &pb->r, reps);
+    printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
+           "(backward filter, algo %d, %s) %.4f; dbias: cuDNN %.4f, ours %.4f\n",
+           (int)cc->dx_algo, tx.median_ms, (int)cc->dw_algo,
+           cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
+           to.median_ms);
+}
+
+static void dump(problem *pb, const char *dir, const char *id, int scope)
+{
+    const shape *s = &pb->sh;
+    int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_OUT, C_IN, KS, KS, KS};
+    int64_t bs[1] = {C_OUT}, cs[5] = {s->n, C_OUT, s->d, s->h, s->w};
+    int64_t ys[5] = {s->n, 1, s->pd, s->ph, s->pw};
+    char name[64];
+    if (!id) {
+        npy_save_or_exit(dir, "x", pb->x, 5, xs);
+        npy_save_or_exit(dir, "conv_weight", pb->weight, 5, ws);
+        npy_save_or_exit(dir, "conv_bias", pb->bias, 1, bs);
+        npy_save_or_exit(dir, "conv_out", pb->host_c, 5, cs);
+        npy_save_or_exit(dir, "grad_output", pb->g, 5, ys);
+        return;
+    }
+    if (scope != SCOPE_TRAIN) {
+        snprintf(name, sizeof name, "out_%s", id);
+        npy_save_or_exit(dir, name, pb->host_out, 5, ys);
+        return;
+    }
+    snprintf(name, sizeof name, "grad_conv_out_%s", id);
+    npy_save_or_exit(dir, name, pb->host_dc, 5, cs);
+    snprintf(name, sizeof name, "grad_conv_weight_%s", id);
+    npy_save_or_exit(dir, name, pb->host_dw, 5, ws);
+    snprintf(name, sizeof name, "grad_conv_bias_%s", id);
+    npy_save_or_exit(dir, name, pb->host_dbias, 1, bs);
+    snprintf(name, sizeof name, "grad_x_%s", id);
+    npy_save_or_exit(dir, name, pb->host_dx, 5, xs);
+}
+
+const hx_chapter chapter_machinery = {
+    "02",
+    "Conv3d -> MaxPool3d -> LogSumExp -> ReLU (KernelBench level 2, #43)",
+    "\nChapter 2, KernelBench level 2 model #43:\n"
+    "  Conv3d(32->64, k3, s1, p1) -> MaxPool3d(2) -> logsumexp over channels -> relu\n"
+    "  --shape is N x 32 x D x H x W (default 4x32x32x128x128), D, H, W >= 2; the output is\n"
+    "  N x 1 x D/2 x H/2 x W/2 (floor). Limits: batch and depth <= 65535, conv output < 2^31.\n"
+    "  --dump DIR writes x.npy, conv_weight.npy (64,32,3,3,3), conv_bias.npy (64), conv_out.npy\n"
+    "  (the cuDNN conv output the epilogue versions read), grad_output.npy, out_v1.npy ..\n"
+    "  out_v5.npy and, from each backward version's training step (b1, b2),\n"
+    "  grad_conv_out_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n"
+    "  Check a dump: python3 data/pytorch_peer.py check DIR --chapter 2\n",
+    5,
+    {4, 32, 32, 128, 128},
+    NULL, /* main.cu's version table */
+    0,
+    shape_problem,
+    problem_create,
+    problem_destroy,
+    problem_ctx,
+    problem_poison,
+    problem_verify,
+    problem_bytes,
+    problem_flops,
+    cpu_checks,
+    test_shapes,
+    (int)(sizeof test_shapes / sizeof test_shapes[0]),
+    shape_checks,
+    cases,
+    set_case,
+    1, /* the extremes run on 1x32x3x5x7, every extent odd */
+    notes,
+    dump,
+};

@@ -1,0 +1,276 @@
+/* harness.cu: the driver every chapter runs on. See harness.h for what it promises. */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *const scope_name[N_SCOPES] = {"epilogue_fwd", "model_fwd", "epilogue_fwdbwd",
+                                          "train_step", "stats"};
+
+uint64_t hash_f32(uint64_t h, const float *x, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v)
+{
+    size_t len = strlen(out->detail);
+    snprintf(out->detail + len, sizeof out->detail - len, "%s%s rel_l2 %.1e max_abs %.1e%s",
+             len ? ", " : "", name, v->rel_l2, v->max_abs, v->pass ? "" : " FAILED");
+    out->pass = out->pass && v->pass;
+}
+
+/* ------------------------------------------------------------ versions and requirements */
+
+/* --version accepts "v5", "b2", or "5" for "v5"; NULL when no version has that id */
+static const hx_version *find_version(const hx_chapter *ch, const char *want)
+{
+    char id[16];
+    snprintf(id, sizeof id, "%s%s", (want[0] >= '0' && want[0] <= '9') ? "v" : "", want);
+    for (int i = 0; i < ch->n_versions; i++)
+        if (strcmp(ch->versions[i].id, id) == 0)
+            return &ch->versions[i];
+    return NULL;
+}
+
+/* NULL if v can run here, else the one line that says why not. The build's code arch matters
+ * as much as the GPU's: an sm_80 build runs on an H100 (its PTX is compiled there), but the
+ * Hopper-only kernels were compiled as empty stubs. */
+static const char *unavailable(const hx_version *v)
+{
+    static char why[160];
+    if (!(v->requires & NEEDS_SM90))
+        return NULL;
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    if (major < 9) {
+        snprintf(why, sizeof why, "needs thread-block clusters (sm_90); this GPU is sm_%d%d", major,
+                 minor);
+        return why;
+    }
+    int arch = gpu_code_arch();
+    if (arch < 90) {
+        snprintf(why, sizeof why, "needs thread-block clusters (sm_90); this build's code is "
+                 "sm_%d (make ARCH=sm_90)", arch);
+        return why;
+    }
+    return NULL;
+}
+
+static void list_versions(const hx_chapter *ch)
+{
+    printf("chapter %s: %s\n", ch->number, ch->title);
+    for (int i = 0; i < ch->n_versions; i++) {
+        const hx_version *v = &ch->versions[i];
+        printf("%-4s %-52s ", v->id, v->title);
+        const char *sep = "";
+        for (int s = 0; s < N_SCOPES; s++)
+            if (v->scopes & SC(s)) {
+                printf("%s%s", sep, scope_name[s]);
+                sep = ",";
+            }
+        printf("%s\n", v->requires & NEEDS_SM90 ? "  (sm_90: thread-block clusters)" : "");
+    }
+}
+
+static void shape_string(const hx_chapter *ch, const int64_t *dims, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ch->shape_dims && n < len; i++)
+        n += snprintf(buf + n, len - n, "%s%lld", i ? "x" : "", (long long)dims[i]);
+}
+
+/* ------------------------------------------------------------------ one verified run */
+
+static hx_verdict run_verified(const hx_chapter *ch, problem *pb, const hx_version *v, int scope)
+{
+    ch->poison(pb, scope);
+    v->launch(ch->ctx(pb), scope);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return ch->verify(pb, scope);
+}
+
+typedef struct {
+    const run_ctx *r;
+    const hx_version *v;
+    int scope;
+} job;
+
+static void run_job(const void *p)
+{
+    const job *j = (const job *)p;
+    j->v->launch(j->r, j->scope);
+}
+
+/* -------------------------------------------------------------------------- --test */
+
+/* every selected version in every scope of `scopes`, twice */
+static void check_versions(const hx_chapter *ch, problem *pb, const char *shape, const char *label,
+                           unsigned scopes, const hx_version *only)
+{
+    for (int i = 0; i < ch->n_versions; i++) {
+        const hx_version *v = &ch->versions[i];
+        if ((only && v != only) || unavailable(v))
+            continue;
+        for (int s = 0; s < N_SCOPES; s++) {
+            if (!(v->scopes & scopes & SC(s)))
+                continue;
+            hx_verdict a = run_verified(ch, pb, v, s), b = run_verified(ch, pb, v, s);
+            int same = !a.deterministic || a.hash == b.hash;
+            check(a.pass && b.pass && same, "%-4s %-15s %-16s %-10s %s%s%s", v->id, scope_name[s],
+                  shape, label, a.detail, b.pass ? "" : " (second run FAILED)",
+                  same ? "" : " (differs between runs)");
+        }
+    }
+}
+
+static void run_tests(const hx_chapter *ch, const cli_args *a, const int64_t *dims,
+                      const hx_version *only)
+{
+    ch->cpu_checks(a->seed);
+    if (gpu_count() == 0) {
+        skip("GPU checks of chapter %s (every version on awkward shapes and extreme values): "
+             "no CUDA device", ch->number);
+        return;
+    }
+    device_info dev;
+    device_info_get(&dev);
+    for (int i = 0; i < ch->n_versions; i++) {
+        const char *why = unavailable(&ch->versions[i]);
+        if (why && (!only || only == &ch->versions[i]))
+            skip("%s (every scope and test shape): %s", ch->versions[i].id, why);
+    }
+    int n_shapes = a->ndim ? 1 : ch->n_test_shapes;
+    for (int t = 0; t < n_shapes; t++) {
+        const int64_t *d = a->ndim ? dims : ch->test_shapes[t];
+        char shape[64];
+        shape_string(ch, d, shape, sizeof shape);
+        problem *pb = ch->create(d, a->seed + (uint64_t)t, &dev);
+        if (ch->shape_checks)
+            ch->shape_checks(pb, t == 0);
+        check_versions(ch, pb, shape, "rand", ~0u, only);
+        if (a->ndim || t == ch->extreme_shape)
+            for (int k = 0; ch->cases && ch->cases[k].label; k++) {
+                ch->set_case(pb, k);
+                check_versions(ch, pb, shape, ch->cases[k].label, ch->cases[k].scopes, only);
+            }
+        ch->destroy(pb);
+    }
+    gpu_release();
+}
+
+/* ------------------------------------------------------------------ the timed run */
+
+static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dims,
+                     const hx_version *only)
+{
+    gpu_require_or_exit();
+    device_info dev;
+    device_info_get(&dev);
+    char shape[64];
+    shape_string(ch, dims, shape, sizeof shape);
+    problem *pb = ch->create(dims, a->seed, &dev);
+    if (ch->shape_checks) { /* e.g. the library conv the epilogues read, against the reference */
+        ch->shape_checks(pb, 1);
+        if (checks_failed())
+            die(1, "the inputs of the versions are wrong: nothing to time");
+    }
+    report_ctx ctx = {dev.tag, dev.name, ch->number, shape, dev.copy_gbps, dev.fp32_tflops,
+                      dev.sm_count, dev.l2_bytes / 1e6};
+    report_row *rows = (report_row *)calloc((size_t)ch->n_versions * N_SCOPES, sizeof *rows);
+    if (!rows)
+        die(1, "out of host memory");
+    int n_rows = 0, failed = 0;
+    printf("chapter %s: %s\n", ch->number, ch->title);
+    report_header(stdout, &ctx);
+    for (int i = 0; i < ch->n_versions; i++) {
+        const hx_version *v = &ch->versions[i];
+        if (only && v != only)
+            continue;
+        const char *why = unavailable(v);
+        if (why) {
+            printf("%-8s skipped: %s\n", v->id, why);
+            continue;
+        }
+        for (int s = 0; s < N_SCOPES; s++) {
+            if (!(v->scopes & SC(s)))
+                continue;
+            job j = {ch->ctx(pb), v, s};
+            hx_verdict before = run_verified(ch, pb, v, s);
+            timing t = gpu_time(run_job, &j, a->reps);
+            hx_verdict after = run_verified(ch, pb, v, s);
+            report_row *row = &rows[n_rows++];
+            *row = (report_row){v->id, v->title, scope_name[s], t, ch->bytes(pb, s),
+                                ch->flops(pb, s)};
+            report_print(stdout, &ctx, row);
+            if (!before.pass || !after.pass) {
+                failed = 1;
+                printf("         ^ FAILED verification %s timing: %s\n",
+                       before.pass ? "after" : "before", before.pass ? after.detail : before.detail);
+            }
+        }
+    }
+    if (ch->notes)
+        ch->notes(pb, &dev, a->reps, only ? only->id : NULL);
+    if (a->csv && n_rows && report_csv(a->csv, &ctx, rows, n_rows))
+        failed = 1;
+    if (a->csv && n_rows)
+        printf("%d rows written to %s (rows of this GPU, chapter and shape replaced)\n", n_rows,
+               a->csv);
+    if (a->dump_dir) {
+        mkdir(a->dump_dir, 0777);
+        ch->dump(pb, a->dump_dir, NULL, 0);
+        for (int i = 0; i < ch->n_versions; i++) {
+            const hx_version *v = &ch->versions[i];
+            if ((only && v != only) || unavailable(v))
+                continue;
+            /* the scope whose outputs say the most: every gradient, else y from c, else y */
+            int s = v->scopes & SC(SCOPE_TRAIN)     ? SCOPE_TRAIN
+                    : v->scopes & SC(SCOPE_EPI_FWD) ? SCOPE_EPI_FWD
+                                                    : SCOPE_MODEL_FWD;
+            if (!(v->scopes & SC(s)))
+                continue;
+            hx_verdict r = run_verified(ch, pb, v, s);
+            failed |= !r.pass;
+            ch->dump(pb, a->dump_dir, v->id, s);
+        }
+        printf("wrote the inputs, parameters, outputs and gradients as .npy to %s/\n", a->dump_dir);
+    }
+    ch->destroy(pb);
+    free(rows);
+    gpu_release();
+    if (failed)
+        fprintf(stderr, "error: a version failed verification\n");
+    return failed ? 1 : 0;
+}
+
+int hx_main(int argc, char **argv, const hx_chapter *ch)
+{
+    cli_args a;
+    cli_parse_or_exit(argc, argv, ch->shape_dims, &a, ch->help);
+    if (a.list) {
+        list_versions(ch);
+        return 0;
+    }
+    const hx_version *only = NULL;
+    if (a.version && !(only = find_version(ch, a.version)))
+        die(EXIT_USAGE, "there is no version '%s' in chapter %s (--list shows %s .. %s)", a.version,
+            ch->number, ch->versions[0].id, ch->versions[ch->n_versions - 1].id);
+    int64_t dims[CLI_MAX_DIMS];
+    memcpy(dims, ch->default_shape, sizeof dims);
+    cli_shape_or_exit(&a, ch->shape_dims, dims, ch->shape_problem);
+    /* no TF32 anywhere, whatever a library picks: the chapters compare fp32 with fp32 */
+    setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+    if (a.test) {
+        run_tests(ch, &a, dims, only);
+        return checks_failed() ? 1 : 0;
+    }
+    return run_bench(ch, &a, dims, only);
+}

@@ -1,0 +1,133 @@
+/*
+ * harness.h: the one driver every chapter program runs on (host code, CUDA runtime).
+ *
+ * A chapter hands hx_main() a description of itself (hx_chapter): its flat table of versions,
+ * and the few functions only it can write (make the problem, poison and verify its outputs,
+ * count its bytes and FLOPs, its CPU checks, its dump). hx_main() does the rest, the same way
+ * in every chapter:
+ *
+ *   --list           every version, forward (vN) and backward (bN), its scopes and requirements
+ *   (no flag)        for each version and scope: poison -> run -> verify -> time (warm-up, L2
+ *                    flushed, min/median/max) -> poison -> run -> verify again; the table, the
+ *                    chapter's notes, CSV rows (--csv FILE replaces this GPU's rows of the same
+ *                    shape, version and scope), --dump
+ *   --version v5     only that version (b2: a backward version)
+ *   --test           the chapter's CPU checks, then every version in every scope on the
+ *                    chapter's awkward shapes and extreme-value cases, each run twice (outputs
+ *                    that must be deterministic compared bit for bit)
+ *
+ * A version that needs what this GPU or this build lacks (thread-block clusters need sm_90
+ * hardware and sm_90 code in the binary) is skipped with one line that says why, in the table
+ * and in --test.
+ *
+ * The chapter's own types stay opaque here: `struct problem` (host data, references, device
+ * buffers) and `struct run_ctx` (what a launcher reads) are defined by each chapter.
+ */
+#ifndef HARNESS_H
+#define HARNESS_H
+
+#include "gpu.h"
+
+/* The scopes a version can be timed in; their names are the CSV's `scope` column. */
+enum {
+    SCOPE_EPI_FWD,    /* "epilogue_fwd": the epilogue alone, from the conv output c to y */
+    SCOPE_MODEL_FWD,  /* "model_fwd": the whole model, from the input x to y */
+    SCOPE_EPI_FWDBWD, /* "epilogue_fwdbwd": the epilogue forward and its backward, c -> y, dL/dc */
+    SCOPE_TRAIN,      /* "train_step": forward and every gradient (conv weight, bias, input x) */
+    SCOPE_STATS,      /* "stats": a normalisation's statistics alone (chapters 3 and 4) */
+    N_SCOPES
+};
+#define SC(s) (1u << (s)) /* a scope's bit in hx_version.scopes */
+extern const char *const scope_name[N_SCOPES];
+
+/* What a version needs beyond sm_80 (hx_version.requires). */
+enum {
+    NEEDS_SM90 = 1, /* thread-block clusters, distributed shared memory, TMA bulk copies */
+};
+
+typedef struct problem problem; /* each chapter defines struct problem */
+typedef struct run_ctx run_ctx; /* and struct run_ctx */
+
+/* One row of a chapter's version table. */
+typedef struct {
+    const char *id;    /* "v5" (forward) or "b2" (backward): --version takes it */
+    unsigned scopes;   /* SC(SCOPE_EPI_FWD) | ...: where it runs */
+    const char *title; /* one line, at most 52 characters */
+    /* queues the version's kernels for one of its scopes on the default stream */
+    void (*launch)(const run_ctx *r, int scope);
+    unsigned requires; /* NEEDS_SM90, or 0 */
+} hx_version;
+
+/* What a verification of one run found. */
+typedef struct {
+    int pass;           /* every output within its tolerance, none NaN where the reference is not */
+    int deterministic;  /* the outputs hashed below must be the same bits in every run */
+    uint64_t hash;      /* hash_f32 of those outputs */
+    char detail[320];   /* "y rel_l2 1.2e-07 max_abs 3.0e-07, dc ..." */
+} hx_verdict;
+
+/* Appends "<name> rel_l2 .. max_abs .." (and " FAILED" when !v->pass) to out->detail and folds
+ * v->pass into out->pass. */
+void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v);
+
+/* A chapter's extreme-value case (hx_chapter.input_case): what it is, where it applies. */
+typedef struct {
+    const char *label; /* "x*1000", "c ~ +100", ...; NULL ends the list */
+    unsigned scopes;   /* the scopes the case is meaningful for (a planted c: epilogue scopes) */
+} hx_case;
+
+typedef struct {
+    const char *number;   /* "02" */
+    const char *title;    /* "Conv3d -> MaxPool3d -> LogSumExp -> ReLU (KernelBench level 2 #43)" */
+    const char *help;     /* the chapter's part of --help: shape meaning, limits, dump files */
+    int shape_dims;       /* dims of --shape */
+    int64_t default_shape[CLI_MAX_DIMS]; /* the KernelBench shape */
+    const hx_version *versions;
+    int n_versions;
+
+    /* NULL, or why dims is not a shape of this model ("C must be 32") */
+    const char *(*shape_problem)(const int64_t *dims);
+    /* Allocates and initialises everything for this shape and seed (inputs, parameters, device
+     * buffers, the forward references); exits with a clear message on failure. */
+    problem *(*create)(const int64_t *dims, uint64_t seed, const device_info *dev);
+    void (*destroy)(problem *pb);
+    const run_ctx *(*ctx)(const problem *pb);
+    /* Fills with NaN every output the scope writes (gpu_poison). */
+    void (*poison)(problem *pb, int scope);
+    /* After a run of `scope`: copies every output back and compares it with the reference. */
+    hx_verdict (*verify)(problem *pb, int scope);
+    /* The bytes a scope must move at the least (inputs read once, outputs written once) and the
+     * FLOPs it must do (0 when bytes bound it): the floor is max(bytes / ceiling, FLOPs / peak). */
+    double (*bytes)(const problem *pb, int scope);
+    double (*flops)(const problem *pb, int scope);
+
+    /* --test: CPU checks (references against derivations, finite differences, golden tensors) */
+    void (*cpu_checks)(uint64_t seed);
+    /* --test on a GPU: the awkward shapes (as --shape would give them) */
+    const int64_t (*test_shapes)[CLI_MAX_DIMS];
+    int n_test_shapes;
+    /* Checks of one shape's problem that are not a version's (the library conv against the
+     * reference, say); NULL if none. `first` is 1 on the first test shape. */
+    void (*shape_checks)(problem *pb, int first);
+    /* Extreme-value cases, run after "rand" (the problem as created) on one test shape (or on
+     * the --shape given): the list, ended by a NULL label, and the function that sets case k
+     * up on a problem (cases[k]); NULL cases: none. */
+    const hx_case *cases;
+    void (*set_case)(problem *pb, int k);
+    int extreme_shape; /* index in test_shapes of the shape the cases run on */
+
+    /* After the timing table: the chapter's own lines (library ops alone, floors); may be NULL */
+    void (*notes)(problem *pb, const device_info *dev, int reps, const char *only);
+    /* --dump DIR: id NULL once for the inputs and parameters, then once per version after a
+     * verified run of `scope` (the last one the version has) */
+    void (*dump)(problem *pb, const char *dir, const char *id, int scope);
+} hx_chapter;
+
+/* The whole program: parses the command line and does what it asks. Returns the exit status. */
+int hx_main(int argc, char **argv, const hx_chapter *ch);
+
+/* 64-bit FNV-1a over the bits of n floats (the bit-for-bit comparison of two runs) */
+uint64_t hash_f32(uint64_t h, const float *x, size_t n);
+#define HASH_INIT 0xcbf29ce484222325ull
+
+#endif
