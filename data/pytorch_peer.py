@@ -8,7 +8,10 @@
                        model run in float64 on exactly the dumped tensors; one line each,
                        then "N passed, N failed"; exit 1 on any FAIL
   bench                time PyTorch eager and torch.compile on CUDA (fp32, TF32 off) and
-                       append rows to data/<gpu>/pytorch-chNN.csv
+                       write rows to data/<gpu>/pytorch-chNN.csv, replacing the rows of the
+                       same GPU, chapter, version, scope and shape (as the C programs do);
+                       data/<gpu>-mine/ where data/<gpu>/ holds the recorded runs (it has a
+                       README.md) and RECORD is not set, as common/datadir.sh decides
 All take --chapter (1 = ch01, KB L2 #58, the default of check and bench; 2 = ch02,
 KB L2 #43; 3 = ch03, KB L2 #79).
 Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
@@ -562,15 +565,64 @@ def golden_chapter(key, spec, args):
 # ---- Benchmark ----
 SCOPES = ("model_fwd", "epilogue_fwd", "epilogue_fwdbwd", "train_step")
 VERSIONS = (("eager", "PyTorch eager"), ("compile", "torch.compile"))
+# the C programs' header (common/common.c); flops, tflops and peak_tflops stay empty here: the
+# FLOPs are counted by the C programs, whose rows give them
 COLUMNS = ("gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
-           "ceiling_gbps,pct_ceiling,floor_ms,speedup_v1,reps,date").split(",")
+           "ceiling_gbps,pct_ceiling,flops,tflops,peak_tflops,floor_ms,pct_floor,reps,"
+           "date").split(",")
+TAG_NOISE = {"nvidia", "geforce", "tesla", "quadro", "gpu", "pcie", "sxm", "sxm2", "sxm4",
+             "sxm5", "nvl", "hbm2", "hbm2e", "hbm3", "hbm3e", "mig", "generation"}
 
 
 def gpu_tag(name):
-    """'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
-    drop = {"nvidia", "geforce", "tesla", "quadro", "amd", "instinct", "radeon"}
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in drop] + ["gpu"]
-    return words[0] + words[1] if words[0] in ("rtx", "gtx") else words[0]
+    """The data/ folder of a GPU, by the rule of gpu_tag_from_name (common/common.c), so that
+    PyTorch's rows land beside ours: 'NVIDIA H100 80GB HBM3' -> 'h100',
+    'NVIDIA GeForce RTX 4090' -> 'rtx-4090', 'NVIDIA A100-SXM4-80GB' -> 'a100' (in a
+    hyphenated name the first word is the chip)."""
+    words = []
+    for m in re.finditer(r"[^ _-]+", name):
+        w = m.group().lower()
+        size = len(w) > 2 and w[0].isdigit() and w.endswith("gb")  # "80gb"
+        if w in TAG_NOISE or size or (words and name[m.start() - 1] == "-"):
+            continue
+        words.append(w)
+    return "-".join(words) or "gpu"
+
+
+def data_dir(tag):
+    """data/<tag>/, or data/<tag>-mine/ where data/<tag>/ holds the recorded runs (it has a
+    README.md) and RECORD is not set: the rule of common/datadir.sh."""
+    d = os.path.join(HERE, tag)
+    if os.path.isfile(os.path.join(d, "README.md")) and not os.environ.get("RECORD"):
+        d += "-mine"
+    return d
+
+
+def csv_rows(path):
+    """The rows of a CSV in COLUMNS' layout. A file in another layout is started afresh, as
+    the C programs do (its rows could not be compared with the new ones)."""
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.reader(fh))
+    except FileNotFoundError:
+        return []
+    if rows and rows[0] != COLUMNS:
+        print("note: %s has another header; its rows are replaced" % path)
+        return []
+    return rows[1:]
+
+
+def csv_put(path, rows, row):
+    """Puts row in rows in place of the one of the same (gpu, chapter, version, scope, shape),
+    else at the end, and rewrites the file (through a temporary file, after every row, so an
+    interrupted run keeps what it measured)."""
+    key = lambda r: (r[0], r[1], r[2], r[4], r[5])  # noqa: E731
+    rows[:] = [r for r in rows if key(r) != key(row)] + [row]
+    with open(path + ".tmp", "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(COLUMNS)
+        w.writerows(rows)
+    os.replace(path + ".tmp", path)
 
 
 def time_cuda(run, reset, reps, flush):
@@ -630,53 +682,51 @@ def cmd_bench(args):
     # each peer at its best: cuDNN autotunes the conv, as the C programs do with cudnnFind
     torch.backends.cudnn.benchmark = True
     gpu = gpu_tag(torch.cuda.get_device_name())
-    path = args.csv or os.path.join(HERE, gpu, "pytorch-ch%s.csv" % key)
+    path = args.csv or os.path.join(data_dir(gpu), "pytorch-ch%s.csv" % key)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    new = not os.path.isfile(path) or os.path.getsize(path) == 0
+    rows = csv_rows(path)
     flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
     ceiling = copy_ceiling_gbps()
     print("chapter %s (%s)\n%s (%s), torch %s: copy ceiling %.1f GB/s; rows -> %s"
           % (key, spec["title"], torch.cuda.get_device_name(), gpu, torch.__version__,
              ceiling, path))
     date = datetime.date.today().isoformat()
-    with open(path, "a", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        if new:
-            w.writerow(COLUMNS)
-        for n in batches:
-            shape = (n,) + tuple(spec["default_shape"][1:])
-            p = {k: torch.from_numpy(v).cuda()
-                 for k, v in spec["make_params"](seed, shape).items()}
-            with torch.no_grad():
-                c = spec["pre"](*[p[k] for k in spec["pre_args"]])
-            g = torch.randn(spec["shapes"](shape)["out"], device="cuda")
-            for scope in SCOPES:
-                nbytes = spec["bytes"](scope, shape)
-                for version, label in VERSIONS:
-                    torch._dynamo.reset()  # fresh compile for every (batch, scope)
-                    try:
-                        run, reset = make_step(spec, scope, p, c, g, version == "compile")
-                        for _ in range(3):  # warm-up (includes compilation)
-                            reset()
-                            run()
-                        torch.cuda.synchronize()
-                        med, lo, hi = time_cuda(run, reset, args.reps, flush)
-                    except Exception as e:  # noqa: BLE001 - report and go on
-                        print("n=%-4d %-16s %-8s failed: %s" % (n, scope, version, str(e)[:200]))
-                        continue
-                    gbps = nbytes / (med * 1e-3) / 1e9
-                    floor = nbytes / (ceiling * 1e9) * 1e3
-                    w.writerow([gpu, key, version, label, scope, "x".join(map(str, shape)),
-                                "%.6g" % med, "%.6g" % lo, "%.6g" % hi, nbytes, "%.6g" % gbps,
-                                "%.6g" % ceiling, "%.4g" % (100 * gbps / ceiling),
-                                "%.6g" % floor, "", args.reps, date])
-                    fh.flush()
-                    print("n=%-4d %-16s %-8s median %9.4f ms (min %.4f, max %.4f) "
-                          "%7.1f GB/s = %5.1f%% of copy" % (n, scope, version, med, lo, hi,
-                                                            gbps, 100 * gbps / ceiling))
-                    del run, reset
-            del p, c, g
-            torch.cuda.empty_cache()
+    for n in batches:
+        shape = (n,) + tuple(spec["default_shape"][1:])
+        p = {k: torch.from_numpy(v).cuda()
+             for k, v in spec["make_params"](seed, shape).items()}
+        with torch.no_grad():
+            c = spec["pre"](*[p[k] for k in spec["pre_args"]])
+        g = torch.randn(spec["shapes"](shape)["out"], device="cuda")
+        for scope in SCOPES:
+            nbytes = spec["bytes"](scope, shape)
+            for version, label in VERSIONS:
+                torch._dynamo.reset()  # fresh compile for every (batch, scope)
+                try:
+                    run, reset = make_step(spec, scope, p, c, g, version == "compile")
+                    for _ in range(3):  # warm-up (includes compilation)
+                        reset()
+                        run()
+                    torch.cuda.synchronize()
+                    med, lo, hi = time_cuda(run, reset, args.reps, flush)
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    print("n=%-4d %-16s %-8s failed: %s" % (n, scope, version, str(e)[:200]))
+                    continue
+                gbps = nbytes / (med * 1e-3) / 1e9
+                floor = nbytes / (ceiling * 1e9) * 1e3
+                # floor: bytes at the copy ceiling alone (the FLOPs are the C programs' count)
+                csv_put(path, rows, [gpu, key, version, label, scope, "x".join(map(str, shape)),
+                                     "%.6g" % med, "%.6g" % lo, "%.6g" % hi, nbytes,
+                                     "%.6g" % gbps, "%.6g" % ceiling,
+                                     "%.4g" % (100 * gbps / ceiling), "", "", "",
+                                     "%.6g" % floor, "%.4g" % (100 * floor / med), args.reps,
+                                     date])
+                print("n=%-4d %-16s %-8s median %9.4f ms (min %.4f, max %.4f) "
+                      "%7.1f GB/s = %5.1f%% of copy" % (n, scope, version, med, lo, hi,
+                                                        gbps, 100 * gbps / ceiling))
+                del run, reset
+        del p, c, g
+        torch.cuda.empty_cache()
     return 0
 
 
@@ -692,7 +742,9 @@ def main(argv=None):
     pc.add_argument("--rtol", type=float, default=1e-5, help="max rel-L2 error (1e-5)")
     pc.add_argument("--atol", type=float, default=1e-4, help="max abs error (1e-4)")
     pb = sub.add_parser("bench", help="time PyTorch eager and torch.compile on CUDA")
-    pb.add_argument("--csv", help="default: data/<gpu>/pytorch-chNN.csv")
+    pb.add_argument("--csv", help="replaces rows of the same GPU, chapter, version, scope and "
+                    "shape, keeps the others (default: data/<gpu>/pytorch-chNN.csv, or "
+                    "data/<gpu>-mine/ where data/<gpu>/ has a README.md and RECORD is unset)")
     pb.add_argument("--batches", help="batch sizes, comma-separated (default: 1,2,4,...,128 "
                     "for chapters 1 and 3, 1,2,4 for chapter 2)")
     pb.add_argument("--reps", type=int, default=50)

@@ -1,31 +1,161 @@
 #!/bin/sh
-# readme-table.sh: the markdown table of a chapter's README, from the committed CSVs: our rows
-# (the last run in data/<gpu>/chNN.csv) and PyTorch's at the same shape
-# (data/<gpu>/pytorch-chNN.csv, its first row for each scope and version), with speedups against
-# eager and torch.compile per scope.
-# usage: sh data/readme-table.sh 01 [h100]
-ch=$1 gpu=${2:-h100} dir=$(dirname "$0")/$gpu
-ours=$dir/ch$ch.csv peers=$dir/pytorch-ch$ch.csv
-[ -f "$ours" ] || { echo "no $ours" >&2; exit 2; }
-last_date=$(tail -n 1 "$ours" | awk -F, '{print $NF}')
-shape=$(tail -n 1 "$ours" | awk -F, '{print $6}')
-awk -F, -v shape="$shape" -v ours="$ours" '
-    FNR == 1 { next }
-    FILENAME != ours { if ($6 == shape && !(($5, $3) in t)) { t[$5, $3] = $7; peer[++np] = $0 } ; next }
-    { row[++n] = $0; last[$3, $5] = n }
-    END {
-        print "| version | what | scope | median ms [min - max] | GB/s | % of copy ceiling | vs v1 | vs eager | vs torch.compile |"
-        print "|---|---|---|---|---|---|---|---|---|"
-        for (i = 1; i <= n; i++) {
-            split(row[i], f, ",")
-            if (last[f[3], f[5]] != i) continue   # the last run of each (version, scope)
-            line(f)
-        }
-        for (i = 1; i <= np; i++) { split(peer[i], f, ","); line(f) }
+# readme-table.sh: the markdown table of a chapter's README, made from the committed CSVs, so
+# that no number in a README is typed by hand.
+#   sh data/readme-table.sh 01 [h100]   print chapter 01's table for data/h100/ (the default)
+#   sh data/readme-table.sh --check     compare every table block of README.md and
+#                                       chapters/*/README.md with its CSVs (make test); exit 1 on
+#                                       a difference
+#   sh data/readme-table.sh --update    rewrite those blocks from the CSVs (after a new make record)
+# A block is the lines between "<!-- table: sh data/readme-table.sh NN [gpu] -->" and
+# "<!-- end table -->" (blank lines inside are ignored).
+#
+# The table: our rows of data/<gpu>/chNN.csv at the KernelBench shape (the shape of the file's
+# last row: the programs write the default shape last), the last row of each version and scope,
+# in version-table order (v1, v2, ..., v10, then b1, ...); then PyTorch's rows of
+# data/<gpu>/pytorch-chNN.csv at that shape, eager then torch.compile. Columns are found by
+# their header names. PyTorch's GB/s, % of ceiling, TFLOP/s and % of floor use our byte and
+# FLOP counts and ceilings for the same scope (the problem's, counted in full; the peer's own
+# train_step bytes are a placeholder), its own columns only where we have no such row.
+cd "$(dirname "$0")/.." || exit 2
+
+table() {  # $1 chapter (01 or 1), $2 gpu
+    case $1 in [0-9]) ch=0$1 ;; *) ch=$1 ;; esac
+    ours=data/$2/ch$ch.csv peers=data/$2/pytorch-ch$ch.csv
+    [ -f "$ours" ] || { echo "no $ours" >&2; return 2; }
+    [ -f "$peers" ] || peers=/dev/null
+    awk -F, -v ours="$ours" '
+    FNR == 1 { split("", c); for (i = 1; i <= NF; i++) c[$i] = i; nf++; next }
+    {
+        for (k in c) f[k] = $c[k]   # a row by column name
+        if (nf == 1) { n++; shape = f["shape"]; id = f["version"] SUBSEP f["scope"] }
+        else id = "peer" SUBSEP f["version"] SUBSEP f["scope"]
+        # the last row of each (version, scope) at each shape
+        key = f["shape"] SUBSEP id
+        if (!(key in row)) order[++nk] = key
+        row[key] = $0; cols[key] = nf
+        if (nf == 1) for (k in c) colof[k] = c[k]
+        else for (k in c) pcolof[k] = c[k]
     }
-    function line(f,   e, c, v1) {
-        e = t[f[5], "eager"]; c = t[f[5], "compile"]
-        printf "| %s | %s | %s | %.4f [%.4f - %.4f] | %.0f | %.1f | %s | %s | %s |\n", f[3], f[4], f[5],
-            f[7], f[8], f[9], f[11], f[13], (f[15] == "" ? "-" : sprintf("%.2fx", f[15])),
-            (e ? sprintf("%.2fx", e / f[7]) : "-"), (c ? sprintf("%.2fx", c / f[7]) : "-")
-    }' "$peers" "$ours"
+    function field(key, name,   a) {
+        split(row[key], a, ",")
+        if (cols[key] == 1) return (name in colof) ? a[colof[name]] : ""
+        return (name in pcolof) ? a[pcolof[name]] : ""
+    }
+    function vkey(v) {
+        return v == "eager" ? 1000 : v == "compile" ? 1001 : v ~ /^v[0-9]+$/ ? substr(v, 2) + 0 \
+             : v ~ /^b[0-9]+$/ ? 100 + substr(v, 2) : 2000
+    }
+    function skey(s) {
+        return s == "epilogue_fwd" ? 0 : s == "model_fwd" ? 1 : s == "epilogue_fwdbwd" ? 2 \
+             : s == "train_step" ? 3 : s == "stats" ? 4 : 9
+    }
+    function num(x, fmt) { return x == "" ? "-" : sprintf(fmt, x) }
+    function ratio(a, b) { return a == "" || b == "" || b + 0 <= 0 ? "-" : sprintf("%.2fx", a / b) }
+    END {
+        if (n == 0) { print "no rows in " ours > "/dev/stderr"; exit 2 }
+        m = 0
+        for (i = 1; i <= nk; i++) {
+            split(order[i], p, SUBSEP)
+            if (p[1] != shape) continue
+            k = order[i]; v = field(k, "version"); s = field(k, "scope")
+            sel[++m] = k; sk[m] = ((p[2] == "peer") * 10000 + vkey(v)) * 10 + skey(s)
+            if (p[2] == "peer") t[v, s] = field(k, "median_ms")
+            else our[s] = k
+        }
+        for (i = 2; i <= m; i++)   # insertion sort, stable: the rows are few
+            for (j = i; j > 1 && sk[j - 1] > sk[j]; j--) {
+                x = sk[j]; sk[j] = sk[j - 1]; sk[j - 1] = x
+                x = sel[j]; sel[j] = sel[j - 1]; sel[j - 1] = x
+            }
+        print "| version | what | scope | median ms [min - max] | GB/s | % of copy ceiling " \
+              "| TFLOP/s | % of floor | vs eager | vs torch.compile |"
+        print "|---|---|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= m; i++) {
+            k = sel[i]; v = field(k, "version"); s = field(k, "scope"); med = field(k, "median_ms")
+            gbps = field(k, "gbps"); pc = field(k, "pct_ceiling"); fl = field(k, "floor_ms")
+            flops = field(k, "flops"); tf = field(k, "tflops"); pf = field(k, "pct_floor")
+            if (cols[k] == 2 && (s in our)) {   # PyTorch: the problem counted as ours counts it
+                o = our[s]; b = field(o, "bytes"); ceil = field(o, "ceiling_gbps") + 0
+                flops = field(o, "flops"); fl = field(o, "floor_ms"); pf = ""; tf = ""
+                gbps = b / med / 1e6; pc = (ceil > 0) ? 100 * gbps / ceil : ""
+            }
+            if (flops + 0 <= 0) tf = ""
+            else if (tf == "") tf = flops / med / 1e9
+            if (pf == "" && fl + 0 > 0) pf = 100 * fl / med
+            printf "| %s | %s | %s | %.4f [%.4f - %.4f] | %s | %s | %s | %s | %s | %s |\n",
+                v, field(k, "name"), s, med, field(k, "min_ms"), field(k, "max_ms"),
+                num(gbps, "%.0f"), num(pc, "%.1f"), num(tf, "%.2f"), num(pf, "%.1f"),
+                ratio(t["eager", s], med), ratio(t["compile", s], med)
+        }
+    }' "$ours" "$peers"
+}
+
+# blocks FILE: one line per table block, "NN GPU FIRST LAST" (the marker lines; LAST is - when
+# the block has no end marker)
+marker='^<!-- table: sh data/readme-table[.]sh [0-9]+( [A-Za-z0-9._-]+)? -->[ \t]*$'
+blocks() {
+    awk -v re="$marker" '{ sub(/\r$/, "") }
+    $0 ~ re {
+        if (open) print a[1], a[2], start, "-"
+        s = $0; sub(/^<!-- table: sh [^ ]+ /, "", s); sub(/ *-->.*/, "", s); split(s, a, " ")
+        if (a[2] == "") a[2] = "h100"
+        open = 1; start = NR; next
+    }
+    /^<!-- end table -->[ \t]*$/ && open { print a[1], a[2], start, NR; open = 0 }
+    END { if (open) print a[1], a[2], start, "-" }' "$1"
+}
+
+# check | update: every block of every README
+readmes() {
+    tmp=$(mktemp -d) || exit 2
+    trap 'rm -rf "$tmp"' EXIT
+    nb=0 bad=0
+    for f in README.md chapters/*/README.md; do
+        [ -f "$f" ] || continue
+        blocks "$f" > "$tmp/blocks"
+        k=0 broken=0
+        while read -r ch gpu first last; do
+            k=$((k + 1)) nb=$((nb + 1))
+            what="readme table $f (line $first: $ch $gpu)"
+            if [ "$last" = - ]; then
+                echo "FAIL  $what: no <!-- end table --> after it"; bad=1 broken=1; continue
+            fi
+            if ! table "$ch" "$gpu" > "$tmp/want.$k" 2> "$tmp/err"; then
+                echo "FAIL  $what: cannot be made: $(cat "$tmp/err")"; bad=1 broken=1; continue
+            fi
+            case $ch in [0-9]) ch=0$ch ;; esac
+            src=data/$gpu/ch$ch.csv
+            awk -v a="$first" -v b="$last" 'NR > a && NR < b { sub(/\r$/, ""); if (NF) print }' \
+                "$f" > "$tmp/have"
+            if cmp -s "$tmp/have" "$tmp/want.$k"; then
+                [ "$1" = check ] && echo "PASS  readme table $f ($ch $gpu) matches $src"
+                [ "$1" = update ] && echo "same     $f ($ch $gpu)"
+            elif [ "$1" = check ]; then
+                echo "FAIL  readme table $f ($ch $gpu) differs from $src (- README, + CSV):"
+                diff -U 1 "$tmp/have" "$tmp/want.$k" | sed -n '3,$p' | head -n 16 | sed 's/^/    /'
+                bad=1
+            else
+                echo "updated  $f ($ch $gpu) from $src"
+            fi
+        done < "$tmp/blocks"
+        # update: each block's lines become its table; a file with a broken block is left alone
+        if [ "$1" = update ] && [ "$k" -gt 0 ] && [ "$broken" = 0 ]; then
+            awk -v dir="$tmp" -v re="$marker" '{ sub(/\r$/, "") }
+            $0 ~ re { print; k++; skip = 1
+                while ((getline l < (dir "/want." k)) > 0) print l
+                next }
+            /^<!-- end table -->/ && skip { skip = 0 }
+            !skip' "$f" > "$tmp/new" && cat "$tmp/new" > "$f"
+        fi
+    done
+    [ "$nb" -gt 0 ] || echo "SKIP  readme table: no '<!-- table: sh data/readme-table.sh NN [gpu] -->'" \
+        "block in README.md or chapters/*/README.md"
+    return $bad
+}
+
+case $1 in
+    --check) readmes check ;;
+    --update) readmes update ;;
+    [0-9]|[0-9][0-9]) table "$1" "${2:-h100}" ;;
+    *) echo "usage: sh data/readme-table.sh NN [gpu] | --check | --update" >&2; exit 2 ;;
+esac

@@ -1,0 +1,140 @@
+# prep.awk: turns one chapter's CSVs into the small files sweep.gp and bars.gp draw, in tmp/:
+#   mode=sweep  <scope>-<id>.dat "batch median_ms" in batch order, <scope>-floor.dat
+#   mode=bars   <scope>-bars.dat "position id median_ms", the KernelBench shape (the shape of the
+#               last row of chNN.csv, as in data/readme-table.sh)
+#   vars.gp     the title, axes, and per panel i its scope S_i, title T_i, ids V_i in version
+#               order, y range YB_i..YT_i (plain variables: gnuplot's arrays need 5.2)
+# Doing the CSV work here keeps the gnuplot scripts about drawing. Columns are found by their
+# header names, so any file with gpu, version, name, scope, shape, median_ms (floor_ms when
+# present) reads. PyTorch rows (second file, optional) come in as the ids eager and compile.
+# usage: awk -f plots/prep.awk -v mode=sweep|bars -v tmp=DIR -v dir=h100 -v chname="1 (...)" \
+#            OURS.csv [PYTORCH.csv]
+BEGIN {
+    FS = ","
+    nsc = split("epilogue_fwd model_fwd epilogue_fwdbwd train_step stats", sorder, " ")
+    title["epilogue_fwd"] = "epilogue forward (input: the conv output)"
+    title["model_fwd"] = "whole model forward (input: x)"
+    title["epilogue_fwdbwd"] = "epilogue forward + backward"
+    title["train_step"] = "training step (forward and every gradient)"
+    title["stats"] = "instance-norm statistics alone: the reduction progression"
+}
+FNR == 1 { split("", col); for (i = 1; i <= NF; i++) col[$i] = i; nfile++; next }
+{
+    v = $col["version"]; s = $col["scope"]; sh = $col["shape"]; t = $col["median_ms"]
+    fl = ("floor_ms" in col) ? $col["floor_ms"] : ""
+    b = sh; sub(/x.*/, "", b); rest = sh; sub(/^[0-9]+x/, "", rest)
+    if (nfile == 1) {
+        if (gpu == "") { gpu = toupper($col["gpu"]); rest0 = rest }
+        if (!(s in seen)) { seen[s] = 1; if (!(s in title)) sorder[++nsc] = s }
+        name[v] = v ": " $col["name"]; last = sh
+        if (s == "stats") stats[v] = 1
+    } else if (rest != rest0 || !((mode == "sweep" ? s : sh SUBSEP s) in have)) next
+    else if (mode == "sweep" && !(b in batch)) next   # PyTorch only where ours were timed
+    key = (mode == "sweep" ? s SUBSEP v SUBSEP b : sh SUBSEP s SUBSEP v)
+    if (!(key in med)) ids[v] = 1
+    med[key] = t; haveid[mode == "sweep" ? s SUBSEP v : sh SUBSEP s SUBSEP v] = 1
+    have[mode == "sweep" ? s : sh SUBSEP s] = 1
+    # the floor belongs to the problem: ours first (it counts FLOPs), PyTorch's where ours is not
+    fk = (mode == "sweep" ? s SUBSEP b : sh SUBSEP s)
+    if (fl != "" && fl > 0 && !(fk in floor)) floor[fk] = fl
+    if (mode == "sweep" && !(b in batch)) { batch[b] = 1; nb++ }
+}
+# v1..v13 first, then b1..b3, then eager and compile
+function vkey(v) {
+    return v == "eager" ? 1000 : v == "compile" ? 1001 : v ~ /^v[0-9]+$/ ? substr(v, 2) + 0 \
+         : v ~ /^b[0-9]+$/ ? 100 + substr(v, 2) : 2000
+}
+function sortkeys(arr, out, byver,   n, k, i, j, x) {
+    n = 0
+    for (k in arr) out[++n] = k
+    for (i = 2; i <= n; i++)
+        for (j = i; j > 1 && (byver ? vkey(out[j - 1]) > vkey(out[j]) \
+                                    : out[j - 1] + 0 > out[j] + 0); j--) {
+            x = out[j]; out[j] = out[j - 1]; out[j - 1] = x
+        }
+    return n
+}
+# a gnuplot string; "\n" in it stays a line break
+function q(str) { gsub(/"/, "\\\"", str); return "\"" str "\"" }
+END {
+    if (gpu == "") exit 1
+    nv = sortkeys(ids, V, 1)
+    gpuname = gpu (tolower(gpu) == dir ? "" : " (data/" dir ")")
+    vars = tmp "/vars.gp"
+    name["eager"] = "PyTorch eager"; name["compile"] = "torch.compile"
+    for (i = 1; i <= nv; i++) print "L_" V[i] " = " q(name[V[i]]) > vars
+    if (mode == "sweep") sweep(); else bars()
+}
+function min(a, b) { return a == "" || b + 0 < a + 0 ? b + 0 : a + 0 }
+function max(a, b) { return a == "" || b + 0 > a + 0 ? b + 0 : a + 0 }
+# the powers of ten just below and just above x (no log(): some small awks lack it)
+function decade_lo(x,   p) { p = 1; while (p > x) p /= 10; while (p * 10 <= x) p *= 10; return p }
+function decade_hi(x,   p) { p = 1; while (p < x) p *= 10; while (p / 10 >= x) p /= 10; return p }
+function sweep(   nbs, B, i, j, k, s, n, np, list, ns, S, hide, note, f, lo, hi, t, fwd) {
+    nbs = sortkeys(batch, B, 0)
+    # chapter 3: versions with a stats row differ only in their statistics kernel; the forward
+    # panels keep the first and the last of them (v1, v8), the stats panel shows them all
+    ns = sortkeys(stats, S, 1)
+    for (i = 2; i < ns; i++) hide[S[i]] = 1
+    if (ns > 2) note = "\\n" S[2] "-" S[ns - 1] " left out: they differ from " S[ns] \
+                       " only in the statistics kernel (see the stats panel)"
+    printf "title = %s\n", q("Chapter " chname " on " gpuname ": median time against batch " \
+        "size, beside the floor and PyTorch; fp32, L2 flushed, medians") > vars
+    printf "xlab = %s\n", q("batch size N (input N x " spaced(rest0) ")") > vars
+    printf "xmin = %g; xmax = %g\nset xtics (", B[1] / 1.25, B[nbs] * 1.25 > vars
+    for (i = 1; i <= nbs; i++) printf "%s\"%s\" %s", (i > 1 ? ", " : ""), B[i], B[i] > vars
+    print ")" > vars
+    for (k = 1; k <= nsc; k++) {
+        s = sorder[k]
+        if (!(s in seen)) continue
+        list = ""; lo = hi = ""
+        fwd = (s == "epilogue_fwd" || s == "model_fwd")
+        for (i = 1; i <= nv; i++) {
+            if (!((s, V[i]) in haveid) || fwd && (V[i] in hide)) continue
+            list = list (list == "" ? "" : " ") V[i]
+            f = tmp "/" s "-" V[i] ".dat"
+            for (j = 1; j <= nbs; j++) {
+                if (!((s, V[i], B[j]) in med)) continue
+                t = med[s, V[i], B[j]]; print B[j], t > f; lo = min(lo, t); hi = max(hi, t)
+            }
+            close(f)
+        }
+        n = 0; f = tmp "/" s "-floor.dat"
+        for (j = 1; j <= nbs; j++) {
+            if (!((s, B[j]) in floor)) continue
+            t = floor[s, B[j]]; print B[j], t > f; n++; lo = min(lo, t)
+        }
+        close(f)
+        np++
+        # whole decades, as gnuplot's own log autoscale would give
+        printf "S_%d = %s; V_%d = %s; HF_%d = %d; YB_%d = %g; YT_%d = %g\n", np, q(s), np, q(list),
+            np, (n > 0), np, decade_lo(lo), np, decade_hi(hi) > vars
+        printf "T_%d = %s\n", np, q((s in title ? title[s] : s) (fwd ? note : "")) > vars
+    }
+    printf "np = %d\n", np > vars
+}
+function bars(   i, k, s, n, np, f, lo, hi, t) {
+    printf "title = %s\n", q("Chapter " chname " on " gpuname ", KernelBench shape " last \
+        ": every version against its floor; fp32, L2 flushed, medians") > vars
+    for (k = 1; k <= nsc; k++) {
+        s = sorder[k]
+        if (!((last, s) in have)) continue
+        n = 0; f = tmp "/" s "-bars.dat"; lo = hi = ""
+        for (i = 1; i <= nv; i++) {
+            if (!((last, s, V[i]) in med)) continue
+            t = med[last, s, V[i]] + 0
+            print n++, V[i], t > f
+            lo = min(lo, t); hi = max(hi, t)
+        }
+        close(f)
+        t = ((last, s) in floor) ? floor[last, s] + 0 : -1
+        if (t > 0 && t < lo) lo = t
+        np++
+        printf "S_%d = %s; T_%d = %s; N_%d = %d; F_%d = %g; YB_%d = %g; YT_%d = %g\n",
+            np, q(s), np, q(s in title ? title[s] : s), np, n, np, t,
+            np, lo / 2.5, np, hi * 3 > vars
+    }
+    printf "np = %d\n", np > vars
+}
+# "3x16x32x32" -> "3 x 16 x 32 x 32"
+function spaced(str) { gsub(/x/, " x ", str); return str }
