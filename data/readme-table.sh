@@ -2,6 +2,8 @@
 # readme-table.sh: the markdown table of a chapter's README, made from the committed CSVs, so
 # that no number in a README is typed by hand.
 #   sh data/readme-table.sh 01 [h100]   print chapter 01's table for data/h100/ (the default)
+#   sh data/readme-table.sh glance 01   the top README's summary: per scope, the fastest version,
+#                                       its % of the floor, and PyTorch's times beside it
 #   sh data/readme-table.sh --check     compare every table block of README.md and
 #                                       chapters/*/README.md with its CSVs (make test); exit 1 on
 #                                       a difference
@@ -90,15 +92,49 @@ table() {  # $1 chapter (01 or 1), $2 gpu
     }' "$ours" "$peers"
 }
 
+# glance: per scope at the KernelBench shape, our fastest version against PyTorch's
+glance() {  # $1 chapter, $2 gpu
+    case $1 in [0-9]) ch=0$1 ;; *) ch=$1 ;; esac
+    ours=data/$2/ch$ch.csv peers=data/$2/pytorch-ch$ch.csv
+    [ -f "$ours" ] || { echo "no $ours" >&2; return 2; }
+    [ -f "$peers" ] || peers=/dev/null
+    awk -F, -v ours="$ours" '
+    FNR == 1 { split("", c); for (i = 1; i <= NF; i++) c[$i] = i; nf++; next }
+    nf == 1 { shape = $c["shape"]; n++; r[n] = $0; for (k in c) oc[k] = c[k]; next }
+    { p[$c["shape"], $c["version"], $c["scope"]] = $c["median_ms"] }
+    function fld(line, name,   a) { split(line, a, ","); return a[oc[name]] }
+    function ms(x) { return x == "" ? "-" : sprintf("%.4g ms", x) }
+    END {
+        if (n == 0) { print "no rows in " ours > "/dev/stderr"; exit 2 }
+        split("epilogue_fwd model_fwd epilogue_fwdbwd train_step stats", sc, " ")
+        split("epilogue forward (input: the conv output)|whole model forward|epilogue forward + backward|training step (forward and every gradient)|normalisation statistics alone", title, "|")
+        print "| scope | ours: fastest version | % of floor | PyTorch eager | torch.compile | speedup over torch.compile |"
+        print "|---|---|---|---|---|---|"
+        for (j = 1; j <= 5; j++) {
+            best = ""
+            for (i = 1; i <= n; i++)
+                if (fld(r[i], "shape") == shape && fld(r[i], "scope") == sc[j] && \
+                    (best == "" || fld(r[i], "median_ms") + 0 < fld(best, "median_ms") + 0)) best = r[i]
+            if (best == "") continue
+            med = fld(best, "median_ms"); e = p[shape, "eager", sc[j]]; t = p[shape, "compile", sc[j]]
+            printf "| %s | %s ms (%s: %s) | %.0f%% | %s | %s | %s |\n", title[j], sprintf("%.4g", med),
+                fld(best, "version"), fld(best, "name"), fld(best, "pct_floor"), ms(e), ms(t),
+                t == "" ? "-" : sprintf("%.2fx", t / med)
+        }
+    }' "$ours" "$peers"
+}
+
 # blocks FILE: one line per table block, "NN GPU FIRST LAST" (the marker lines; LAST is - when
 # the block has no end marker)
-marker='^<!-- table: sh data/readme-table[.]sh [0-9]+( [A-Za-z0-9._-]+)? -->[ \t]*$'
+marker='^<!-- table: sh data/readme-table[.]sh (glance )?[0-9]+( [A-Za-z0-9._-]+)? -->[ \t]*$'
 blocks() {
     awk -v re="$marker" '{ sub(/\r$/, "") }
     $0 ~ re {
         if (open) print a[1], a[2], start, "-"
-        s = $0; sub(/^<!-- table: sh [^ ]+ /, "", s); sub(/ *-->.*/, "", s); split(s, a, " ")
+        s = $0; sub(/^<!-- table: sh [^ ]+ /, "", s); sub(/ *-->.*/, "", s)
+        g = sub(/^glance /, "", s); split(s, a, " ")
         if (a[2] == "") a[2] = "h100"
+        if (g) a[1] = "glance:" a[1]
         open = 1; start = NR; next
     }
     /^<!-- end table -->[ \t]*$/ && open { print a[1], a[2], start, NR; open = 0 }
@@ -120,7 +156,8 @@ readmes() {
             if [ "$last" = - ]; then
                 echo "FAIL  $what: no <!-- end table --> after it"; bad=1 broken=1; continue
             fi
-            if ! table "$ch" "$gpu" > "$tmp/want.$k" 2> "$tmp/err"; then
+            case $ch in glance:*) ch=${ch#glance:} mode=glance ;; *) mode=table ;; esac
+            if ! $mode "$ch" "$gpu" > "$tmp/want.$k" 2> "$tmp/err"; then
                 echo "FAIL  $what: cannot be made: $(cat "$tmp/err")"; bad=1 broken=1; continue
             fi
             case $ch in [0-9]) ch=0$ch ;; esac
@@ -157,5 +194,6 @@ case $1 in
     --check) readmes check ;;
     --update) readmes update ;;
     [0-9]|[0-9][0-9]) table "$1" "${2:-h100}" ;;
-    *) echo "usage: sh data/readme-table.sh NN [gpu] | --check | --update" >&2; exit 2 ;;
+    glance) glance "$2" "${3:-h100}" ;;
+    *) echo "usage: sh data/readme-table.sh [glance] NN [gpu] | --check | --update" >&2; exit 2 ;;
 esac
