@@ -79,7 +79,7 @@ build/gpu-tag: common/gpu-tag.c build/common.o
 	$(CC) $(CFLAGS) -o $@ $^ -lm
 
 # a chapter: every .cu in its folder, compiled apart, linked with the harness
-build/obj/%.o: chapters/%.cu $(COMMON_HDRS) $$(wildcard $$(dir chapters/%)*.h) $(ARCH_STAMP)
+build/obj/%.o: chapters/%.cu $(COMMON_HDRS) $$(wildcard $$(dir chapters/%)*.h $$(dir chapters/%)*.cuh) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 

@@ -112,12 +112,22 @@ static void run_job(const void *p)
 /* -------------------------------------------------------------------------- --test */
 
 /* every selected version in every scope of `scopes`, twice */
+/* v->id is a word of the space-separated list (NULL: every version) */
+static int listed(const char *list, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = list; p && (p = strstr(p, id)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+    return !list;
+}
+
 static void check_versions(const hx_chapter *ch, problem *pb, const char *shape, const char *label,
-                           unsigned scopes, const hx_version *only)
+                           unsigned scopes, const char *versions, const hx_version *only)
 {
     for (int i = 0; i < ch->n_versions; i++) {
         const hx_version *v = &ch->versions[i];
-        if ((only && v != only) || unavailable(v))
+        if ((only && v != only) || unavailable(v) || !listed(versions, v->id))
             continue;
         for (int s = 0; s < N_SCOPES; s++) {
             if (!(v->scopes & scopes & SC(s)))
@@ -154,12 +164,13 @@ static void run_tests(const hx_chapter *ch, const cli_args *a, const int64_t *di
         shape_string(ch, d, shape, sizeof shape);
         problem *pb = ch->create(d, a->seed + (uint64_t)t, &dev);
         if (ch->shape_checks)
-            ch->shape_checks(pb, t == 0);
-        check_versions(ch, pb, shape, "rand", ~0u, only);
+            ch->shape_checks(pb, t);
+        check_versions(ch, pb, shape, "rand", ~0u, NULL, only);
         if (a->ndim || t == ch->extreme_shape)
             for (int k = 0; ch->cases && ch->cases[k].label; k++) {
                 ch->set_case(pb, k);
-                check_versions(ch, pb, shape, ch->cases[k].label, ch->cases[k].scopes, only);
+                check_versions(ch, pb, shape, ch->cases[k].label, ch->cases[k].scopes,
+                               ch->cases[k].versions, only);
             }
         ch->destroy(pb);
     }
@@ -178,7 +189,7 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
     shape_string(ch, dims, shape, sizeof shape);
     problem *pb = ch->create(dims, a->seed, &dev);
     if (ch->shape_checks) { /* e.g. the library conv the epilogues read, against the reference */
-        ch->shape_checks(pb, 1);
+        ch->shape_checks(pb, -1);
         if (checks_failed())
             die(1, "the inputs of the versions are wrong: nothing to time");
     }

@@ -74,6 +74,7 @@ void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v);
 typedef struct {
     const char *label; /* "x*1000", "c ~ +100", ...; NULL ends the list */
     unsigned scopes;   /* the scopes the case is meaningful for (a planted c: epilogue scopes) */
+    const char *versions; /* NULL: every version; else the ids it runs, space-separated */
 } hx_case;
 
 typedef struct {
@@ -107,8 +108,9 @@ typedef struct {
     const int64_t (*test_shapes)[CLI_MAX_DIMS];
     int n_test_shapes;
     /* Checks of one shape's problem that are not a version's (the library conv against the
-     * reference, say); NULL if none. `first` is 1 on the first test shape. */
-    void (*shape_checks)(problem *pb, int first);
+     * reference, say); NULL if none. t: the index in test_shapes under --test (0 with --shape),
+     * -1 before a timed run (where a failure stops the program). */
+    void (*shape_checks)(problem *pb, int t);
     /* Extreme-value cases, run after "rand" (the problem as created) on one test shape (or on
      * the --shape given): the list, ended by a NULL label, and the function that sets case k
      * up on a problem (cases[k]); NULL cases: none. */

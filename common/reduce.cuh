@@ -2,6 +2,10 @@
  * reduce.cuh: the device half of a deterministic reduction, shared by the chapters (CUDA, header
  * only: each chapter is one translation unit and includes it).
  *
+ *   warp_sum(v)        the warp's sum of its 32 lanes' v, in lane 0: __shfl_down_sync hands each
+ *                      lane the v of the lane `off` above it, so five steps (16, 8, 4, 2, 1)
+ *                      leave the sum in lane 0 (CUDA C++ Programming Guide, "Warp Shuffle
+ *                      Functions"); no shared memory, no barrier
  *   block_sum(v)       the block's sum of every thread's v, returned to thread 0
  *   k_channel_sums     stage 1: for an N x C x S tensor a (or the product a b of two), block
  *                      (j, c) adds a fixed grid-strided set of channel c's elements over all N
@@ -9,12 +13,21 @@
  *   k_segment_sums     stage 2: block i writes out[i] = the sum of p1[i * count ...] plus that of
  *                      p2 (NULL: none), each added in the same order every run
  *
+ * The kernels are static: every file of a chapter that includes this header gets its own copy,
+ * so any of them can launch them.
  * No atomics, so the same bits every run (a bias gradient, a per-channel parameter gradient);
  * the two stages are the two-pass form of any deterministic parallel sum (e.g. CUB's
  * DeviceReduce, which these do not use: per-channel slices of a 5-D tensor are not contiguous).
  */
 #ifndef REDUCE_CUH
 #define REDUCE_CUH
+
+__device__ static inline float warp_sum(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
 
 /* warp shuffles, then one value per warp in shared memory, then the first warp. blockDim.x *
  * blockDim.y must be a multiple of 32, at most 1024. */
@@ -24,21 +37,19 @@ __device__ static float block_sum(float v)
     int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __syncthreads(); /* a previous call's readers are done with warp_sums */
     int n_warps = (blockDim.x * blockDim.y) >> 5;
-    for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, off);
+    v = warp_sum(v);
     if (lane == 0)
         warp_sums[warp] = v;
     __syncthreads();
     v = 0.0f;
     if (warp == 0) {
         v = lane < n_warps ? warp_sums[lane] : 0.0f;
-        for (int off = 16; off > 0; off >>= 1)
-            v += __shfl_down_sync(0xffffffffu, v, off);
+        v = warp_sum(v);
     }
     return v;
 }
 
-__global__ void k_channel_sums(const float *__restrict__ a, const float *__restrict__ b,
+static __global__ void k_channel_sums(const float *__restrict__ a, const float *__restrict__ b,
                                float *__restrict__ partials, int n, int s)
 {
     int c = blockIdx.y, channels = gridDim.y;
@@ -53,7 +64,7 @@ __global__ void k_channel_sums(const float *__restrict__ a, const float *__restr
         partials[c * gridDim.x + blockIdx.x] = v;
 }
 
-__global__ void k_segment_sums(const float *__restrict__ p1, const float *__restrict__ p2,
+static __global__ void k_segment_sums(const float *__restrict__ p1, const float *__restrict__ p2,
                                int count, float *__restrict__ out)
 {
     float v = 0.0f, w = 0.0f;

@@ -448,10 +448,10 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {2, 32, 5, 4, 16},  /* odd depth, W a multiple of 4 */
 };
 
-static void shape_checks(problem *pb, int first)
+static void shape_checks(problem *pb, int t)
 {
     const shape *s = &pb->sh;
-    (void)first;
+    (void)t;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
     check(vc.pass, "cuDNN conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
           (int)pb->cudnn.conv.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);

@@ -1,0 +1,69 @@
+/*
+ * Chapter 1: KernelBench level 2, model #58, in CUDA C
+ *
+ *     y = clamp( z sigmoid(z + 3) / 6 - b, -1, 1 ),  z = logsumexp_c( ConvTranspose3d(x) )
+ *
+ * What this chapter teaches: coalescing (a thread per output position, not per channel), 16-byte
+ * loads on planes that are not 16-byte aligned, the online logsumexp, a transposed conv fused
+ * into its epilogue so its 1 GB output is never written, and a backward that recomputes instead
+ * of saving.
+ *
+ * Read in this order (the chapter README lists the same):
+ *   model.h                  the model, its shapes, its bytes and FLOPs, and the floors they imply
+ *   reference.cu             the CPU reference in double: the transposed conv as a Conv3d of the
+ *                            zero-upsampled input, the epilogue, and the backward derived
+ *   tail.cuh                 the pointwise tail in float, every version's last step
+ *   v1-eager.cu          v1  eager-like: cuDNN's transposed conv, then 7 naive kernels, every
+ *                            intermediate in DRAM; and the unstable log(sum(exp)) --test shows
+ *   v2-fused-epilogue.cu v2  one fused kernel, a thread per output position: coalesced
+ *   v3-block-per-position.cu
+ *                        v3  the anti-pattern a first instinct picks: a block per position, a
+ *                            thread per channel, a shared-memory tree
+ *   load4.cuh                16-byte loads on misaligned planes
+ *   v4-float4-online-lse.cu
+ *                        v4  four positions a thread, 16-byte loads, the online logsumexp,
+ *                            the fast intrinsics: the epilogue at 96% of the copy ceiling
+ *   parity.cuh               the transposed conv by output parity: a thread's 2x2x2 output cube
+ *   v5-fused-conv.cu     v5  full fusion: the transposed conv computed in the kernel, weights
+ *                            in constant memory; the 1 GB conv output is never written
+ *   v6-smem-weights.cu   v6  v5 tuned by its profile: weights as shared-memory float4
+ *                            broadcasts, the logsumexp in base 2, the channel loop unrolled by 2
+ *   b1-autograd.cu       b1  autograd-like backward: v1 saving z, t, s, a kernel per op back;
+ *                            the training step's cuDNN gradients
+ *   b2-fused-backward.cu b2  fused backward: v4, then one kernel recomputing z from c and
+ *                            writing dc; db by a deterministic two-stage reduction
+ *   b3-own-conv-grads.cu b3  b2 in a training step whose conv kernels are ours: the transposed
+ *                            conv by parity, deterministic dw and dbias; cuDNN's dx
+ *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
+ *
+ * Scopes: v1 to v4 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
+ * plus the epilogue (model_fwd); v5 and v6 compute the conv themselves (model_fwd only); each
+ * backward version runs as epilogue forward + backward and as a training step (conv, epilogue,
+ * its backward, dx, dw, dbias).
+ *
+ *   make chapter-1                 verify and time every version at the KernelBench shape
+ *   build/ch01 --version b2        one version
+ *   build/ch01 --test              CPU checks + every version on awkward shapes and extreme values
+ *   build/ch01 --shape 3x3x5x6x7 --dump out/   tensors for data/pytorch_peer.py check --chapter 1
+ */
+#include "model.h"
+
+static const hx_version versions[] = {
+    {"v1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "eager-like: cuDNN conv, 7 naive kernels", v1_launch, 0},
+    {"v2", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "one fused epilogue kernel, thread per position", v2_launch, 0},
+    {"v3", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "anti-pattern: block per position, smem tree", v3_launch, 0},
+    {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "16-byte loads, online logsumexp, intrinsics", v4_launch, 0},
+    {"v5", SC(SCOPE_MODEL_FWD), "full fusion: transposed conv inside the kernel", v5_launch, 0},
+    {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
+    {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
+    {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v4, then one pass recomputing z; det. db", b2_launch, 0},
+    {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},
+};
+
+int main(int argc, char **argv)
+{
+    hx_chapter ch = chapter_machinery;
+    ch.versions = versions;
+    ch.n_versions = (int)(sizeof versions / sizeof versions[0]);
+    return hx_main(argc, argv, &ch);
+}

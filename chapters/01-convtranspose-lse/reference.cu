@@ -1,0 +1,187 @@
+/*
+ * reference.cu: chapter 1's CPU reference, in double, written the way the math is written:
+ * the transposed conv, the epilogue (logsumexp over channels, z sigmoid(z + 3) / 6, - b,
+ * clamp), and the backward of both, derived term by term.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "conv_ref.h"
+#include "model.h"
+
+/* ------------------------------------------------------------------ the transposed conv
+ * Its definition: every input element scatters x w into the 27 outputs its kernel covers,
+ * o = 2 i - 1 + k along each axis, for every output channel:
+ *     c[n][co][o] = bias[co] + sum over ci, and (i, k) with o = 2 i - 1 + k on every axis, of
+ *                              x[n][ci][i] w[ci][co][k]
+ * The same sum, read from the output's side: o = 2 i - 1 + k holds when the zero-upsampled
+ * input u (u[2 i] = x[i], u at odd indices 0, extent 2L - 1) meets the flipped kernel,
+ * k' = 2 - k, in a stride-1 Conv3d with padding 1: u[o + k' - 1] = x[i] exactly when
+ * o + k' - 1 = 2 i. So the transposed conv IS a Conv3d (common/conv_ref.c), of u, with weights
+ *     wf[co][ci][k'] = w[ci][co][2 - k']   (in and out swapped, every axis flipped),
+ * the "fractionally strided" view (Dumoulin & Visin, "A guide to convolution arithmetic for
+ * deep learning", 2016, section 4). It costs 8x the multiplications (7 of 8 u are 0); the
+ * parity decomposition of v5 is this identity with the zeros skipped. The CPU checks compare
+ * it with the definition, output by output. */
+
+static conv3d_geom upsampled_geom(const shape *s)
+{
+    return conv3d_geom_make(s->n, C_IN, C_OUT, s->od, s->oh, s->ow, KS, 1);
+}
+
+/* u: N x 3 x OD x OH x OW, x at even indices, 0 elsewhere */
+static double *upsample(const shape *s, const double *x)
+{
+    size_t n_planes = (size_t)s->n * C_IN;
+    double *u = (double *)calloc(n_planes * s->s, sizeof(double));
+    if (!u)
+        die(1, "out of host memory (upsampled input)");
+    for (size_t p = 0; p < n_planes; p++)
+        for (int i = 0; i < s->d; i++)
+            for (int j = 0; j < s->h; j++)
+                for (int k = 0; k < s->w; k++)
+                    u[p * s->s + ((size_t)2 * i * s->oh + 2 * j) * s->ow + 2 * k] =
+                        x[((p * s->d + i) * s->h + j) * s->w + k];
+    return u;
+}
+
+/* w [ci][co][k] <-> wf [co][ci][26 - k]: flipping all three axes maps tap k to 26 - k */
+static void flip(const double *w, double *wf)
+{
+    for (int ci = 0; ci < C_IN; ci++)
+        for (int co = 0; co < C_OUT; co++)
+            for (int k = 0; k < KVOL; k++)
+                wf[(co * C_IN + ci) * KVOL + (KVOL - 1 - k)] = w[(ci * C_OUT + co) * KVOL + k];
+}
+static void unflip(const double *wf, double *w)
+{
+    for (int ci = 0; ci < C_IN; ci++)
+        for (int co = 0; co < C_OUT; co++)
+            for (int k = 0; k < KVOL; k++)
+                w[(ci * C_OUT + co) * KVOL + k] = wf[(co * C_IN + ci) * KVOL + (KVOL - 1 - k)];
+}
+
+void conv_transpose_ref(const shape *s, const double *x, const double *w, const double *bias,
+                        double *c)
+{
+    conv3d_geom g = upsampled_geom(s);
+    double wf[N_WEIGHT], *u = upsample(s, x);
+    flip(w, wf);
+    conv3d_ref(&g, u, wf, bias, c);
+    free(u);
+}
+
+/* ------------------------------------------------------------------ the epilogue */
+
+/* the pointwise tail: a = z sigmoid(z + 3) / 6, s = a - b, y = clamp(s, -1, 1) */
+double tail_ref(double z, double b)
+{
+    double a = z * (1.0 / (1.0 + exp(-(z + 3.0)))) / 6.0;
+    double s = a - b;
+    return s < -1.0 ? -1.0 : (s > 1.0 ? 1.0 : s);
+}
+
+/* v[ch] = the conv output of channel ch at position p of sample n, from cf (float) or cd */
+static void channel_values(const shape *s, const float *cf, const double *cd, int n, int p,
+                           double v[C_OUT])
+{
+    for (int ch = 0; ch < C_OUT; ch++) {
+        size_t i = ((size_t)n * C_OUT + ch) * s->s + p;
+        v[ch] = cf ? (double)cf[i] : cd[i];
+    }
+}
+
+/* The epilogue over a conv output held as float (cf: what the GPU epilogue versions read) or
+ * as double (cd: the reference conv); exactly one is non-NULL. z is logsumexp_ref (common/
+ * common.c), the stable form m + log sum exp(v - m), m = max v: every term of the sum is at
+ * most 1, so nothing overflows, and the largest is exactly 1, so the sum cannot underflow. */
+void epilogue_ref(const shape *s, const float *cf, const double *cd, double b, double *y)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->s; p++) {
+            double v[C_OUT];
+            channel_values(s, cf, cd, n, p, v);
+            y[(size_t)n * s->s + p] = tail_ref(logsumexp_ref(v, C_OUT, 1), b);
+        }
+}
+
+/* ---------------------------------------------------------------------------- the backward
+ * Per output position, with v_c the 16 conv outputs (c = channel) and g = dL/dy:
+ *     z = m + log sum_c exp(v_c - m)            m = max_c v_c
+ *     t = sigmoid(z + 3)
+ *     a = z t / 6,   s = a - b,   y = clamp(s, -1, 1)
+ * Chain rule, from the output back:
+ *   ds   = g [-1 <= s <= 1]             clamp passes the gradient inside and at the bounds
+ *                                        (PyTorch's clamp backward is g * (min <= s <= max))
+ *   db   = - sum over every position of ds        (s = a - b)
+ *   dz   = ds da/dz,  da/dz = t/6 + z t (1 - t)/6 = t (1 + z (1 - t)) / 6
+ *                                        (product rule; sigmoid' = t (1 - t))
+ *   dv_c = dz exp(v_c - z) = dz softmax_c(v)       (d/dv_c of logsumexp is the softmax)
+ * The transposed conv's own gradients, with dc the gradient of its output:
+ *   dbias[co]          = sum over n and positions of dc[n][co][...]
+ *   dw[ci][co][k]      = sum over n, input positions i of x[n][ci][i] dc[n][co][2i - 1 + k]
+ *   dx[n][ci][i]       = sum over co, k of w[ci][co][k] dc[n][co][2i - 1 + k]
+ *                        (a strided Conv3d of dc with w: the transposed conv's input gradient
+ *                        is the conv it transposes)
+ * What the backward needs: v (the conv output, 1 GB at the KernelBench shape), g, and b.
+ *   Saving z, t and s in the forward (what autograd does, b1) costs 3 x 63 MB written in the
+ *   forward and read in the backward, and the backward still reads v for the softmax.
+ *   Recomputing z from v (b2) reads v once, which it must read anyway, and saves nothing:
+ *   forward + backward then move 2 x 1.008 GB (v twice) + 63 MB (y) + 63 MB (g) + 1.008 GB
+ *   (dv) = 3.15 GB, the floor of 1.055 ms at the ceiling. Saving z would add 126 MB to that. */
+
+/* dc = dL/dc for the epilogue alone, given c (float cf or double cd) and g; returns db, and the
+ * sum of the magnitudes of its terms in *db_abs (the scale of a float sum's rounding) if asked */
+double epilogue_backward_ref(const shape *s, const float *cf, const double *cd, double b,
+                             const float *g, double *dc, double *db_abs)
+{
+    double db = 0.0, dba = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : db, dba)
+    for (int n = 0; n < s->n; n++)
+        for (int p = 0; p < s->s; p++) {
+            double v[C_OUT];
+            channel_values(s, cf, cd, n, p, v);
+            double z = logsumexp_ref(v, C_OUT, 1);
+            double t = 1.0 / (1.0 + exp(-(z + 3.0)));
+            double sv = z * t / 6.0 - b;
+            double ds = (sv >= -1.0 && sv <= 1.0) ? g[(size_t)n * s->s + p] : 0.0;
+            db -= ds;
+            dba += fabs(ds);
+            double dz = ds * t * (1.0 + z * (1.0 - t)) / 6.0;
+            for (int ch = 0; ch < C_OUT; ch++)
+                dc[((size_t)n * C_OUT + ch) * s->s + p] = dz * exp(v[ch] - z);
+        }
+    if (db_abs)
+        *db_abs = dba;
+    return db;
+}
+
+/* dx, dw, dbias of the transposed conv from dc, through the Conv3d of u above: its input
+ * gradient du at the even indices is dx (du[2 i] = sum over co, k' of wf[co][ci][k']
+ * dc[2 i - k' + 1], which is the dx above with k = 2 - k'), its weight gradient is dw flipped
+ * back, its bias gradient is dbias. dw_abs and dbias_abs (may be NULL) receive the sums of the
+ * magnitudes of each sum's terms; the 0s of u add nothing to them. */
+void conv_transpose_backward_ref(const shape *s, const double *x, const double *w,
+                                 const double *dc, double *dx, double *dw, double *dbias,
+                                 double *dw_abs, double *dbias_abs)
+{
+    conv3d_geom g = upsampled_geom(s);
+    double wf[N_WEIGHT], dwf[N_WEIGHT], dwf_abs[N_WEIGHT], *u = upsample(s, x);
+    double *du = (double *)malloc(sizeof(double) * (size_t)s->n * C_IN * s->s);
+    if (!du)
+        die(1, "out of host memory (upsampled input gradient)");
+    flip(w, wf);
+    conv3d_backward_ref(&g, u, wf, dc, du, dwf, dbias, dwf_abs, dbias_abs);
+    unflip(dwf, dw);
+    if (dw_abs)
+        unflip(dwf_abs, dw_abs);
+    for (size_t p = 0; p < (size_t)s->n * C_IN; p++)
+        for (int i = 0; i < s->d; i++)
+            for (int j = 0; j < s->h; j++)
+                for (int k = 0; k < s->w; k++)
+                    dx[((p * s->d + i) * s->h + j) * s->w + k] =
+                        du[p * s->s + ((size_t)2 * i * s->oh + 2 * j) * s->ow + 2 * k];
+    free(u);
+    free(du);
+}

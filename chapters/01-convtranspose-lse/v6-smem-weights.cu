@@ -1,0 +1,117 @@
+/*
+ * v6: full fusion, tuned by its profile: shared-memory weights, a base-2 logsumexp
+ *
+ * Defect of v5 (0.391 ms, 2.8x its issue estimate). Its SASS (cuobjdump -sass, nvcc 13.0,
+ * sm_90), per thread: 1440 FFMA, 892 LDC, 440 FMUL, 280 FADD, 153 MUFU; about 3300 instructions
+ * over 65.5 K warps is 0.21 ms of issue at 1.98 GHz. ncu (H100): 10.3 cycles between a warp's
+ * instructions, 3.6 of them stalled on immediate-constant-cache misses: 1296 weights are 5.2 KB,
+ * more than that cache holds, and warps at different channels evict each other's weights.
+ * Changes, each aimed at instructions per output:
+ *  (1) weights staged once per block in shared memory, laid out [co][ci][28] (27 taps + 1 pad)
+ *      and read as float4 (parity.cuh's stage_weights): all 32 lanes read the same address (a
+ *      broadcast, no bank conflict), 7 LDS.128 for the 27 weights of one (co, ci) instead of 27
+ *      constant loads, and no constant cache to miss;
+ *  (2) weights and bias pre-scaled by log2(e) while staged, so the conv output arrives in base-2
+ *      units and the online logsumexp needs ex2(-|d|) with no multiply before it (ex2.approx is
+ *      the MUFU instruction __expf is built on); z = ln 2 * (m + log2 s) at the end;
+ *  (3) the channel loop unrolled by 2, not 16: fully unrolled, the kernel's code outgrows the
+ *      instruction cache (ncu: 0.54 cycles per issued instruction stalled on "no instruction";
+ *      0.07 at unroll 2).
+ * One output cube a thread, as in v5.
+ * Prediction: 892 LDC become 16 x 3 x 7 = 336 LDS.128 and the 128 FMULs before the exps go:
+ * 3300 - 892 + 336 - 128 = 2616 instructions a thread. If the 3.6 cycles of constant-cache
+ * stall go too (10.3 -> 6.7 cycles an instruction), v5's time scales to 0.391 x (2616 / 3300)
+ * x (6.7 / 10.3) = 0.20 ms.
+ * Measured: 0.269 ms, 1.45x v5 and 21x torch.compile (5.64 ms); 35% above the prediction and
+ * 8% above the 0.25 ms target. ncu on this kernel: 80.7% of issue slots busy and 2.25 cycles per
+ * instruction "not selected" (a ready warp waiting for the issue slot): the stalls went, and
+ * what is left is issue. Per 8 outputs a thread issues 1296 FFMAs for the conv, about 6
+ * instructions per (output, channel) for the online logsumexp (768), 360 shared-memory loads
+ * (336 of weights, 24 of inputs) and the tail; only fewer instructions per output make it
+ * faster, not more warps (the chapter README's "tried" list: more warps, more cubes a thread,
+ * other tile heights).
+ */
+#include <math.h>
+
+#include "model.h"
+#include "parity.cuh"
+#include "tail.cuh"
+
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+__device__ static inline float ex2_approx(float v)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+__device__ static inline float lg2_approx(float v)
+{
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+
+/* the online update of common/lse.cuh, in base 2 */
+__device__ static inline void lse2_online(float v, float *m, float *s)
+{
+    float d = v - *m;
+    float e = ex2_approx(-fabsf(d));
+    if (d > 0.0f) {
+        *s = fmaf(*s, e, 1.0f);
+        *m = v;
+    } else {
+        *s += e;
+    }
+}
+
+__global__ void __launch_bounds__(TILE_W *TILE_H)
+    k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
+                     const float *__restrict__ conv_bias, const float *__restrict__ b,
+                     float *__restrict__ y, int d, int h, int w)
+{
+    __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
+    __shared__ float s_bias[C_OUT];
+    __shared__ float tile[C_IN][2][TILE_H + 1][TILE_W + 1];
+    int jh0, jw0;
+    cube_at at = cube_position(w, &jh0, &jw0);
+    stage_weights(s_w4, s_bias, weight, conv_bias, LOG2E_F);
+    load_input_tile(x, tile, at, jh0, jw0, d, h, w);
+    __syncthreads();
+    if (at.jw >= w || at.jh >= h)
+        return;
+    int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;
+    float xin[C_IN][2][2][2];
+    cube_inputs(tile, xin);
+
+    float m[8], s[8];
+#pragma unroll
+    for (int o = 0; o < 8; o++)
+        m[o] = -INFINITY, s[o] = 0.0f;
+#pragma unroll 2
+    for (int co = 0; co < C_OUT; co++) {
+        float acc[8];
+        cube_channel(s_w4, s_bias, xin, co, acc);
+#pragma unroll
+        for (int o = 0; o < 8; o++)
+            lse2_online(acc[o], &m[o], &s[o]);
+    }
+    float bv = *b;
+    float *yn = y + at.n * od * oh * ow;
+#pragma unroll
+    for (int o = 0; o < 8; o++) {
+        int zd = 2 * at.jd + (o >> 2), zh = 2 * at.jh + ((o >> 1) & 1), zw = 2 * at.jw + (o & 1);
+        if (zd < od && zh < oh && zw < ow)
+            yn[(zd * oh + zh) * ow + zw] = tail_fast(LN2_F * (m[o] + lg2_approx(s[o])), bv);
+    }
+}
+
+void v6_launch(const run_ctx *r, int scope)
+{
+    const shape *s = &r->sh;
+    (void)scope; /* model_fwd only */
+    k_model_fused_v6<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+}

@@ -1,0 +1,137 @@
+/*
+ * b3: the backward in a cluster (Hopper)
+ *
+ * Defect of b2: c and g are read twice, once for each of its two passes (322.5 MB against the
+ * backward's 212.9 MB floor), because the two sums per (n, c) must be complete before any dc.
+ * Change: v10's layout again (cluster.cuh). Forward: v10, which saves the statistics. Backward:
+ * block r of sample n's cluster loads its slice of c and of g into shared memory once (cp.async),
+ * finds each position's argmax, and warp w sums channel w's dxh and dxh xh over the slice; the
+ * cluster adds the 8 partials through distributed shared memory, in rank order; then every dc
+ * of the slice is written from shared memory. c and g read once, dc written once: the
+ * backward's floor. dm: one partial per (n, block, channel), added in order (training-grads.cu).
+ * Prediction: the backward at its floor, 212.9 MB: 0.072 ms; with v10's forward (0.074 ms),
+ * 0.146 ms, if the cluster phases hide.
+ * Measured, forward (v10) + backward: 0.226 ms, 3.9x torch.compile (0.875 ms), against a
+ * 0.109 ms floor. ncu on this kernel: 146 us, 40% of DRAM peak, the same pattern as v10 (3.7
+ * cycles per issued instruction at barriers, 3.2 on loads). It copies its slice whole, without
+ * v10's row streaming.
+ */
+#include "cluster.cuh"
+#include "model.h"
+
+#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
+/* warp `warp` adds the CL blocks' partial for channel ch in rank order: the same bits in every
+ * block of the cluster (the result in every lane) */
+__device__ static inline float cluster_total(float *part, int ch)
+{
+    cg::cluster_group cluster = cg::this_cluster();
+    int lane = threadIdx.x & 31;
+    float v = lane < CL ? cluster.map_shared_rank(part, lane)[ch] : 0.0f;
+    v = warp_sum(v);
+    return __shfl_sync(FULL, v, 0);
+}
+#endif
+
+__global__ void __launch_bounds__(CL_THREADS, 2)
+k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
+                   const float *__restrict__ m, const float *__restrict__ mean,
+                   const float *__restrict__ rstd, float *__restrict__ dc,
+                   float *__restrict__ dm_part, int S)
+{
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ float4 smem4[];
+    __shared__ cluster_shared cs;
+    __shared__ float red[CL_THREADS / 32][C_OUT];
+    cg::cluster_group cluster = cg::this_cluster();
+    int rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
+    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
+    float *vals = (float *)smem4, *gs = vals + C_OUT * cap;
+    unsigned char *ks = (unsigned char *)(gs + cap);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (threadIdx.x < C_OUT) {
+        cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+        cs.mean[threadIdx.x] = __ldg(mean + n * C_OUT + threadIdx.x);
+        cs.rstd[threadIdx.x] = __ldg(rstd + n * C_OUT + threadIdx.x);
+    }
+    fill_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
+    for (int j = threadIdx.x; j < len; j += CL_THREADS)
+        gs[j] = g[(size_t)n * S + lo + j];
+    __syncthreads();
+    for (int j = threadIdx.x; j < len; j += CL_THREADS) { /* the argmax of each position */
+        float best = 0.0f;
+        int k = 0;
+#pragma unroll
+        for (int co = 0; co < C_OUT; co++) {
+            float u = clampf1((vals[co * cap + j] * cs.m[co] - cs.mean[co]) * cs.rstd[co]) * cs.m[co];
+            if (co == 0 || u > best)
+                best = u, k = co;
+        }
+        ks[j] = (unsigned char)k;
+    }
+    __syncthreads();
+    { /* warp w: channel w's sums over the slice (only where w is the argmax) */
+        float mc = cs.m[warp], mu = cs.mean[warp], rs = cs.rstd[warp];
+        float s1 = 0.0f, s2 = 0.0f, gt = 0.0f;
+        for (int j = lane; j < len; j += 32)
+            if (ks[j] == warp) {
+                float xh = (vals[warp * cap + j] * mc - mu) * rs;
+                float d = xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
+                s1 += d, s2 += d * xh, gt += gs[j] * clampf1(xh);
+            }
+        s1 = warp_sum(s1), s2 = warp_sum(s2), gt = warp_sum(gt);
+        if (lane == 0)
+            cs.part_bwd[0][warp] = s1, cs.part_bwd[1][warp] = s2, cs.part_bwd[2][warp] = gt;
+    }
+    cluster.sync();
+    float mean1 = cluster_total(cs.part_bwd[0], warp) / S;
+    float mean2 = cluster_total(cs.part_bwd[1], warp) / S;
+    __syncthreads();
+    if (lane == 0)
+        cs.part[0][warp] = mean1, cs.part[1][warp] = mean2; /* this block's copy, for all warps */
+    __syncthreads();
+    float *dcb = dc + (size_t)n * C_OUT * S + lo;
+    for (int co = 0; co < C_OUT; co++) {
+        float mc = cs.m[co], mu = cs.mean[co], rs = cs.rstd[co];
+        float m1 = cs.part[0][co], m2 = cs.part[1][co], acc = 0.0f;
+        for (int j = threadIdx.x; j < len; j += CL_THREADS) {
+            float cv = vals[co * cap + j], xh = (cv * mc - mu) * rs;
+            float d = ks[j] == co && xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
+            float da = rs * (d - m1 - xh * m2);
+            dcb[(size_t)co * S + j] = da * mc;
+            acc += da * cv;
+        }
+        acc = warp_sum(acc);
+        if (lane == 0)
+            red[warp][co] = acc;
+    }
+    __syncthreads();
+    if (lane == 0) { /* warp w: channel w's dm of this block, the warps' partials in order */
+        float a = cs.part_bwd[2][warp];
+        for (int j = 0; j < CL_THREADS / 32; j++)
+            a += red[j][warp];
+        dm_part[(size_t)warp * gridDim.y * CL + (size_t)n * CL + rank] = a;
+    }
+    cluster.sync(); /* the partials may still be read by the other blocks */
+#endif
+}
+
+static int opted; /* k_cluster_backward's shared-memory opt-in is set (cluster_config) */
+
+void b3_launch(const run_ctx *r, int scope)
+{
+    if (scope == SCOPE_TRAIN)
+        conv_forward(r);
+    v10_epilogue(r);
+    if (cluster_fits(r, 1)) {
+        cluster_launch L;
+        cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
+                       cluster_smem(r->sh.s, 1));
+        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_backward, r->c, r->g, r->m, r->mean,
+                                      r->rstd, r->dc, r->dm_part1, r->sh.s));
+        channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm);
+    } else {
+        b2_backward(r);
+    }
+    if (scope == SCOPE_TRAIN)
+        cudnn_dx(r), own_dw(r), own_dbias(r);
+}

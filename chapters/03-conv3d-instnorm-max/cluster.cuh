@@ -1,0 +1,231 @@
+/*
+ * cluster.cuh: what the cluster versions share (v10, v11, v13, b3): a sample's slice cut among
+ * the CL blocks of its cluster, the shared memory that holds it, the copies that fill it, the
+ * statistics exchanged through distributed shared memory, and the launch.
+ *
+ * Hopper only. Thread-block clusters, distributed shared memory, TMA bulk copies and the
+ * mbarrier waits they complete on exist from sm_90; every device body below that uses them is
+ * compiled only for sm_90 (#if __CUDA_ARCH__ >= 900) and is empty elsewhere: in an sm_80 build
+ * the cluster kernels are empty stubs, and the harness skips their versions (NEEDS_SM90 in the
+ * version table) on a GPU or build without sm_90.
+ *
+ * Raw PTX. CUDA C++ reaches two of these features through libcu++ (cuda::barrier,
+ * cuda::memcpy_async); this chapter writes their PTX itself, in asm volatile statements, so
+ * that each instruction is in view (PTX ISA, "Parallel Synchronization and Communication
+ * Instructions: mbarrier" and "Data Movement and Conversion Instructions: cp.async.bulk"):
+ *   mbarrier    a 64-bit barrier object in shared memory. init sets how many arrivals complete a
+ *               phase (here 1); arrive.expect_tx arrives and says how many bytes of asynchronous
+ *               copies the phase must also wait for; try_wait.parity spins until the phase with
+ *               that parity (0, 1, 0, ...) has completed. fence.mbarrier_init makes a new
+ *               barrier visible to the copy engine before its first use.
+ *   bulk copy   cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src],
+ *               bytes, [bar]: one thread asks the TMA unit (Hopper's copy engine) to move a
+ *               contiguous run of global memory into shared memory; each byte that lands counts
+ *               down the barrier's expected bytes. Source, destination and size must be
+ *               multiples of 16 bytes. No thread spends registers or instructions on the data.
+ * "memory" clobbers keep the compiler from moving loads and stores across them.
+ */
+#ifndef CH03_CLUSTER_CUH
+#define CH03_CLUSTER_CUH
+
+#include <cooperative_groups.h>
+#include <cuda_pipeline.h>
+
+#include "welford.cuh"
+
+namespace cg = cooperative_groups;
+
+/* block r of a cluster holds positions [slice_lo(S, r), slice_lo(S, r + 1)) of all 16 channels:
+ * cut at multiples of 4 positions so 16-byte copies stay aligned */
+__host__ __device__ static inline int slice_lo(int S, int r)
+{
+    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / CL);
+    return v < S ? v : S;
+}
+
+/* floats per channel row in shared memory: the longest slice */
+__host__ __device__ static inline int slice_cap(int S) { return 4 * (((S + 3) / 4 + CL - 1) / CL); }
+
+/* shared memory of the cluster kernels, bytes: the 16 rows (+ g and the argmax for b3) */
+static inline size_t cluster_smem(int S, int backward)
+{
+    size_t cap = slice_cap(S);
+    return 4 * C_OUT * cap + (backward ? 4 * cap + cap : 0);
+}
+
+/* whether a sample's slices fit the blocks of a cluster; if not, the version runs its fallback
+ * (v10 -> v9, v11 -> v10, v13 -> v12, b3 -> b2) */
+static inline int cluster_fits(const run_ctx *r, int backward)
+{
+    return cluster_smem(r->sh.s, backward) <= r->smem_optin;
+}
+
+/* the cluster's per-block partials and the statistics every block ends with */
+struct cluster_shared {
+    welford wf[2][C_OUT]; /* the slice's (count, mean, M2) per channel, by sample parity (v11) */
+    float mean[C_OUT], rstd[C_OUT], m[C_OUT];
+    float part[2][C_OUT];     /* b3: the sample's mean(dxh) and mean(dxh xh) */
+    float part_bwd[3][C_OUT]; /* b3: sums of dxh, dxh xh over the slice; dm of the block */
+};
+
+__device__ static inline unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ static inline void mbar_init(unsigned long long *bar)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+__device__ static inline void mbar_wait(unsigned long long *bar, unsigned parity)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+/* Where bulk copies cannot serve (S not a multiple of 4: rows of whole 16-byte units are
+ * needed), cp.async (LDGSTS: global to shared memory without passing through registers, CUDA
+ * C++ Programming Guide, "Asynchronous Data Copies"): every thread issues its share of the 16
+ * rows, all in flight at once. */
+__device__ static inline void issue_slice(float *vals, int cap, const float *__restrict__ src,
+                                          int len, int S)
+{
+    if ((S & 3) == 0) {
+        int len4 = len >> 2, total = C_OUT * len4;
+        for (int i = threadIdx.x; i < total; i += CL_THREADS) {
+            int co = i / len4, j = i - co * len4;
+            __pipeline_memcpy_async(vals + co * cap + 4 * j, src + (size_t)co * S + 4 * j, 16);
+        }
+    } else {
+        int total = C_OUT * len;
+        for (int i = threadIdx.x; i < total; i += CL_THREADS) {
+            int co = i / len, j = i - co * len;
+            __pipeline_memcpy_async(vals + co * cap + j, src + (size_t)co * S + j, 4);
+        }
+    }
+    __pipeline_commit();
+}
+
+/* issue_slice, then wait for this thread's copies (the caller's __syncthreads waits for all) */
+__device__ static inline void fill_slice(float *vals, int cap, const float *__restrict__ src,
+                                         int len, int S)
+{
+    issue_slice(vals, cap, src, len, S);
+    __pipeline_wait_prior(0);
+}
+
+/* The statistics of the sample, into cs->mean / cs->rstd of every block. Warp w reduces
+ * channel w of this block's slice exactly on its own (its mean, then its centred squares, both
+ * from shared memory, so the second pass costs no DRAM) and publishes (count, mean, M2); one
+ * cluster barrier; then every block reads the CL blocks' triples for each channel through
+ * distributed shared memory and merges them with Chan's formula (welford.cuh) in rank order, so
+ * all blocks end with the same bits. row_bars (v10): warp w first waits for row w to land.
+ * parity alternates the published triples between samples (v11), so a block may write the
+ * next sample's while a slower peer still reads this one's. */
+__device__ static inline void cluster_stats(cluster_shared *cs, const float *vals, int cap, int len,
+                                            int S, int parity, unsigned long long *row_bars)
+{
+#if __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (row_bars)
+        mbar_wait(&row_bars[warp], 0);
+    const float *row = vals + warp * cap;
+    float mult = cs->m[warp], acc = 0.0f;
+    for (int j = lane; j < len; j += 32)
+        acc += row[j] * mult;
+    acc = warp_sum(acc);
+    float lm = len > 0 ? __shfl_sync(FULL, acc, 0) / len : 0.0f, q = 0.0f;
+    for (int j = lane; j < len; j += 32) {
+        float d = row[j] * mult - lm;
+        q += d * d;
+    }
+    q = warp_sum(q);
+    if (lane == 0) {
+        welford w = {len, lm, q};
+        cs->wf[parity][warp] = w;
+    }
+    cluster.sync();
+    welford z = {0, 0.0f, 0.0f};
+    welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
+    for (int off = CL / 2; off > 0; off >>= 1)
+        w = chan_merge(w, shfl_welford(w, off));
+    if (lane == 0)
+        cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
+    __syncthreads();
+#endif
+}
+
+/* y for the slice, from shared memory; the statistics also to global memory (the backward's)
+ * from rank 0 */
+__device__ static inline void cluster_apply(const cluster_shared *cs, const float *vals, int cap,
+                                            int len, float *__restrict__ y, float *__restrict__ mean,
+                                            float *__restrict__ rstd, int n, int rank)
+{
+    for (int j = threadIdx.x; j < len; j += CL_THREADS) {
+        float best = 0.0f;
+#pragma unroll
+        for (int co = 0; co < C_OUT; co++) {
+            float u = clampf1((vals[co * cap + j] * cs->m[co] - cs->mean[co]) * cs->rstd[co]) * cs->m[co];
+            if (co == 0 || u > best)
+                best = u;
+        }
+        y[j] = best;
+    }
+    if (rank == 0 && threadIdx.x < C_OUT)
+        mean[n * C_OUT + threadIdx.x] = cs->mean[threadIdx.x],
+        rstd[n * C_OUT + threadIdx.x] = cs->rstd[threadIdx.x];
+}
+
+/* The launch of a cluster kernel: grid (CL, `clusters`), CL_THREADS threads a block, `smem`
+ * bytes of dynamic shared memory, clusters of CL blocks along x. The cluster shape is a launch
+ * attribute (cudaLaunchKernelEx; CUDA C++ Programming Guide, "Thread Block Clusters"), not
+ * __cluster_dims__ on the kernel, which nvcc rejects when it compiles for sm_80. Dynamic shared
+ * memory above 48 KB is an opt-in per kernel (cudaFuncAttributeMaxDynamicSharedMemorySize),
+ * set to r->smem_optin at the kernel's first launch (*opted: the caller's flag for it). Only
+ * the cluster versions' launchers call this, so an sm_80 build or GPU never does. */
+typedef struct {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+} cluster_launch;
+
+static inline void cluster_config(cluster_launch *L, const void *kernel, int *opted,
+                                  const run_ctx *r, int clusters, size_t smem)
+{
+    if (!*opted) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)r->smem_optin));
+        *opted = 1;
+    }
+    cluster_launch zero = {};
+    *L = zero;
+    L->attr.id = cudaLaunchAttributeClusterDimension;
+    L->attr.val.clusterDim.x = CL;
+    L->attr.val.clusterDim.y = 1;
+    L->attr.val.clusterDim.z = 1;
+    L->cfg.gridDim = dim3(CL, clusters);
+    L->cfg.blockDim = dim3(CL_THREADS);
+    L->cfg.dynamicSmemBytes = smem;
+    L->cfg.attrs = &L->attr;
+    L->cfg.numAttrs = 1;
+}
+
+/* how many clusters of this launch fit on the GPU at once (cudaOccupancyMaxActiveClusters);
+ * 0 when none does */
+static inline int resident_clusters(const cluster_launch *L, const void *kernel)
+{
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &L->cfg) != cudaSuccess) {
+        cudaGetLastError(); /* e.g. the shared memory fits no SM: none */
+        return 0;
+    }
+    return n;
+}
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * Chapter 3: KernelBench level 2, model #79, in CUDA C
+ *
+ *     y = max_c( m * clamp( InstanceNorm3d( m * Conv3d(x) ), -1, 1 ) )
+ *
+ * What this chapter teaches: the shared-memory reduction. Each (n, c) needs a mean and a variance
+ * over 12600 values before any output can be written, so the epilogue is a reduction followed by
+ * an elementwise pass, and the question is how to run the reduction fast, accurately, and without
+ * reading the 103 MB twice. The statistics kernels walk the classic progression of M. Harris,
+ * "Optimizing Parallel Reduction in CUDA" (NVIDIA, 2007), measured here on an H100 rather than
+ * quoted; then Welford's update with Chan's merge against sum and sum of squares; then CUB; then
+ * thread-block clusters (Hopper): eight blocks share one sample's 16 x 12600 values through
+ * distributed shared memory, so c is read once, and with the conv computed inside, not at all.
+ *
+ * Read in this order (the chapter README lists the same):
+ *   model.h                     the model, its shapes, its bytes and FLOPs, the floors they imply
+ *   reference.cu                the CPU reference in double, and the backward derived (dbias = 0)
+ *   v1-eager.cu                 v1  eager-like: cuDNN conv, the statistics with one thread per
+ *                                   (n, c) looping serially, then a kernel per op (x m, normalise,
+ *                                   clamp, x m, max); a, xh, t, u in DRAM
+ *   sums.cuh                    warp shuffles: the warp's and the block's sums
+ *   v2-v6-harris-reduction.cu   v2  statistics by Harris's kernel 1: interleaved, divergent
+ *                               v3  sequential addressing (kernel 3)
+ *                               v4  first add during the global load (kernel 4)
+ *                               v5  the last warp by shuffles (kernel 5)
+ *                               v6  many elements a thread, one block a slice (kernel 7)
+ *   welford.cuh                 Welford's update and Chan's merge
+ *   v7-welford.cu               v7  v6 with Welford + Chan instead of sum and sum of squares
+ *   v8-cub.cu                   v8  v7 with CUB's BlockReduce (the library baseline)
+ *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)
+ *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange
+ *   v10-cluster.cu              v10 one pass: 8 blocks a sample hold its values in shared memory,
+ *                                   exchange statistics once through distributed shared memory
+ *   v11-persistent-cluster.cu   v11 v10 persistent and double-buffered (measured slower)
+ *   conv.cuh                    the conv inside a kernel: weights broadcast from shared memory
+ *   v12-conv-two-pass.cu        v12 whole model: conv + statistics, then conv again + output
+ *   v13-cluster-conv.cu         v13 whole model: v10's cluster computing the conv once
+ *   b1-autograd.cu              b1  autograd-like backward: v1 saving a, xh, t, the argmax
+ *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
+ *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
+ *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
+ *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
+ *
+ * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
+ * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 and v13 are whole-
+ * model only. Each backward version runs as epilogue forward + backward and as a training step
+ * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 and b3 need Hopper (sm_90:
+ * clusters); elsewhere they are skipped with one line. On a sample too large for a cluster's
+ * shared memory (S above about 28000) they run v9, v10, v12 and b2 instead (the notes say).
+ *
+ *   make chapter-3                 verify and time every version at the KernelBench shape
+ *   build/ch03 --version v10       one version
+ *   build/ch03 --test              CPU checks + every version on awkward shapes and extreme values
+ *   build/ch03 --shape 3x3x5x6x7 --dump out/   tensors for data/pytorch_peer.py check --chapter 3
+ */
+#include "model.h"
+
+#define FWD (SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD))
+#define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
+
+static const hx_version versions[] = {
+    {"v1", FWD | SC(SCOPE_STATS), "eager-like: serial stats, a kernel per op", v1_launch, 0},
+    {"v2", FWD | SC(SCOPE_STATS), "stats: interleaved, divergent (Harris 1)", v2_launch, 0},
+    {"v3", FWD | SC(SCOPE_STATS), "stats: sequential addressing (Harris 3)", v3_launch, 0},
+    {"v4", FWD | SC(SCOPE_STATS), "stats: first add during load (Harris 4)", v4_launch, 0},
+    {"v5", FWD | SC(SCOPE_STATS), "stats: last warp by shuffles (Harris 5)", v5_launch, 0},
+    {"v6", FWD | SC(SCOPE_STATS), "stats: many elements a thread (Harris 7)", v6_launch, 0},
+    {"v7", FWD | SC(SCOPE_STATS), "stats: v6 with Welford + Chan merge", v7_launch, 0},
+    {"v8", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v8_launch, 0},
+    {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0},
+    {"v10", FWD, "one pass: 8-block cluster, c read once", v10_launch, NEEDS_SM90},
+    {"v11", FWD, "v10 persistent, TMA double buffer", v11_launch, NEEDS_SM90},
+    {"v12", SC(SCOPE_MODEL_FWD), "model: conv in stats pass + apply pass", v12_launch, 0},
+    {"v13", SC(SCOPE_MODEL_FWD), "model: cluster, conv once into smem", v13_launch, NEEDS_SM90},
+    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
+    {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0},
+    {"b3", BWD, "cluster: v10, then one cluster kernel", b3_launch, NEEDS_SM90},
+};
+
+int main(int argc, char **argv)
+{
+    hx_chapter ch = chapter_machinery;
+    ch.versions = versions;
+    ch.n_versions = (int)(sizeof versions / sizeof versions[0]);
+    return hx_main(argc, argv, &ch);
+}

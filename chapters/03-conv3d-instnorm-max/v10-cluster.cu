@@ -1,0 +1,121 @@
+/*
+ * v10: one pass, a thread-block cluster per sample (Hopper)
+ *
+ * Defect of v9: c is read twice, once for the statistics and once for the output (0.092 ms
+ * against the one-read floor of 0.037). A sample's 16 x S values (806 KB at S = 12600) do not
+ * fit one SM's shared memory (228 KB), but Hopper's thread-block clusters let up to 8 blocks on
+ * 8 SMs read each other's shared memory (distributed shared memory, CUDA C++ Programming Guide,
+ * "Thread Block Clusters"). Change: a cluster of CL = 8 blocks per sample (cluster.cuh), block r
+ * holding positions [lo_r, hi_r) of all 16 channels (100.9 KB at S = 12600: two blocks an SM):
+ *   1. thread 0 initialises 16 mbarriers, one a channel row, and asks for each row of the
+ *      block's slice as one TMA bulk copy completing on that row's barrier (cluster.cuh
+ *      introduces the PTX); when S is not a multiple of 4, rows are not whole 16-byte units,
+ *      and every thread issues cp.async copies instead, the block waiting for all of them;
+ *   2. warp w waits for row w only and reduces it as soon as it lands: its mean, then its
+ *      centred squares, from shared memory; the blocks exchange (count, mean, M2) once through
+ *      distributed shared memory, one cluster barrier, and each merges the 8 by Chan's formula
+ *      in rank order (cluster_stats), so all 8 hold the same mean and rstd;
+ *   3. each block writes y for its positions from shared memory; rank 0 writes the sample's
+ *      mean and rstd (the backward's).
+ * c is read once, y written once: the epilogue's floor in bytes.
+ * Prediction: toward the one-read floor, 0.037 ms, if the reductions hide behind other blocks'
+ * loads.
+ * Measured: 0.0738 ms, 50% of the copy ceiling: 1.25x v9, 1.34x torch.compile, but twice the
+ * 0.037 ms floor it was built to approach. ncu (on an earlier form of this kernel, two cluster
+ * barriers a sample and the slice copied whole, 0.080 ms): 45% of DRAM peak; per issued
+ * instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on memory fences (a cluster
+ * barrier releases and acquires shared memory); 30 clusters fit at once (two 101 KB blocks an
+ * SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's share of DRAM bandwidth
+ * goes unused. The steps that led here, each measured, are in the README's "tried" list.
+ */
+#include "cluster.cuh"
+#include "model.h"
+
+#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
+/* thread 0: the 16 rows of the slice, row co completing on bars[co], so that warp co can start
+ * on its row while later ones are still arriving. Each barrier's single arrival is this
+ * arrive.expect_tx, which also sets the bytes its phase waits for. */
+__device__ static inline void bulk_rows(float *vals, int cap, const float *__restrict__ src, int len,
+                                        int S, unsigned long long *bars)
+{
+    unsigned bytes = 4u * len;
+    for (int co = 0; co < C_OUT; co++) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                         smem_u32(&bars[co])),
+                     "r"(bytes)
+                     : "memory");
+        if (bytes)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                         "[%1], %2, [%3];" ::"r"(smem_u32(vals + co * cap)),
+                         "l"(src + (size_t)co * S), "r"(bytes), "r"(smem_u32(&bars[co]))
+                         : "memory");
+    }
+}
+#endif
+
+__global__ void __launch_bounds__(CL_THREADS, 2)
+k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
+                   float *__restrict__ mean, float *__restrict__ rstd, int S)
+{
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ float4 smem4[];
+    float *vals = (float *)smem4;
+    __shared__ cluster_shared cs;
+    __shared__ unsigned long long row_bars[C_OUT];
+    cg::cluster_group cluster = cg::this_cluster();
+    int rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
+    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
+    const float *src = c + (size_t)n * C_OUT * S + lo;
+    int bulk = (S & 3) == 0; /* bulk copies need rows of whole 16-byte units */
+    if (threadIdx.x < C_OUT)
+        cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+    if (bulk) { /* step 1 */
+        if (threadIdx.x == 0) {
+            for (int co = 0; co < C_OUT; co++)
+                mbar_init(&row_bars[co]);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            bulk_rows(vals, cap, src, len, S, row_bars);
+    } else {
+        fill_slice(vals, cap, src, len, S);
+        __syncthreads();
+    }
+    /* step 2; with bulk copies warp w waits for row w only, and every row has landed once the
+     * cluster barrier inside cluster_stats is passed (each was waited for by its warp before
+     * arriving) */
+    cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
+    cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank); /* step 3 */
+    cluster.sync(); /* no block may exit while another still reads its partials */
+#endif
+}
+
+static int opted; /* k_cluster_epilogue's shared-memory opt-in is set (cluster_config) */
+
+void v10_epilogue(const run_ctx *r)
+{
+    if (!cluster_fits(r, 0)) {
+        v9_epilogue(r);
+        return;
+    }
+    cluster_launch L;
+    cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,
+                                  r->sh.s));
+}
+
+void v10_launch(const run_ctx *r, int scope)
+{
+    if (scope == SCOPE_MODEL_FWD)
+        conv_forward(r);
+    v10_epilogue(r);
+}
+
+/* for the notes after the table: how many of v10's clusters are resident at once */
+int v10_resident_clusters(const run_ctx *r)
+{
+    cluster_launch L;
+    cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
+    return resident_clusters(&L, (const void *)k_cluster_epilogue);
+}
