@@ -43,7 +43,7 @@ static const hx_version *find_version(const hx_chapter *ch, const char *want)
 static const char *unavailable(const hx_version *v)
 {
     static char why[160];
-    if (!(v->requires & NEEDS_SM90))
+    if (!(v->needs & NEEDS_SM90))
         return NULL;
     int major = 0, minor = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -74,7 +74,7 @@ static void list_versions(const hx_chapter *ch)
                 printf("%s%s", sep, scope_name[s]);
                 sep = ",";
             }
-        printf("%s\n", v->requires & NEEDS_SM90 ? "  (sm_90: thread-block clusters)" : "");
+        printf("%s\n", v->needs & NEEDS_SM90 ? "  (sm_90: thread-block clusters)" : "");
     }
 }
 

@@ -40,7 +40,7 @@ enum {
 #define SC(s) (1u << (s)) /* a scope's bit in hx_version.scopes */
 extern const char *const scope_name[N_SCOPES];
 
-/* What a version needs beyond sm_80 (hx_version.requires). */
+/* What a version needs beyond sm_80 (hx_version.needs). */
 enum {
     NEEDS_SM90 = 1, /* thread-block clusters, distributed shared memory, TMA bulk copies */
 };
@@ -55,7 +55,7 @@ typedef struct {
     const char *title; /* one line, at most 52 characters */
     /* queues the version's kernels for one of its scopes on the default stream */
     void (*launch)(const run_ctx *r, int scope);
-    unsigned requires; /* NEEDS_SM90, or 0 */
+    unsigned needs;    /* NEEDS_SM90, or 0 */
 } hx_version;
 
 /* What a verification of one run found. */

@@ -92,9 +92,11 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
 {
     __shared__ float tile[C_IN][2][TILE_H + 1][TILE_W + 1];
     int jh0, jw0;
-    cube_at at = cube_position(w, &jh0, &jw0);
-    load_input_tile(x, tile, at, jh0, jw0, d, h, w);
+    load_input_tile(x, tile, cube_position(w, &jh0, &jw0), jh0, jw0, d, h, w);
     __syncthreads();
+    /* the position again after the barrier, not held across it: holding it measured 0.400 ms
+     * against this form's 0.390 (H100, three interleaved rounds each) */
+    cube_at at = cube_position(w, &jh0, &jw0);
     if (at.jw >= w || at.jh >= h)
         return;
     int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;

@@ -20,9 +20,12 @@
 __global__ void k_epilogue_two_pass(const float *__restrict__ c, float *__restrict__ y, int n_pos,
                                     int d, int h, int w)
 {
-    int sc = d * h * w;
+    int pd = d / 2, ph = h / 2, pw = w / 2, sc = d * h * w;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
-        int base = window_base(i, d, h, w), arg;
+        int x0 = i % pw, r = i / pw, y0 = r % ph;
+        r /= ph;
+        int z0 = r % pd, n = r / pd;
+        int base = n * C_OUT * sc + (2 * z0 * h + 2 * y0) * w + 2 * x0, arg;
         float m = -INFINITY, sum = 0.0f, v[8];
         for (int ch = 0; ch < C_OUT; ch++) {
             load_window(c, base + ch * sc, h, w, v);
