@@ -9,9 +9,9 @@
  * Bytes, tensors of N S floats being 63 MB: v1's forward 1.89 GB; clamp backward 3 x 63 MB,
  * the sum 63, / 6 backward 126, the product rule 5 x 63, sigmoid backward 3 x 63, the add
  * 3 x 63, logsumexp backward 1008 + 126 + 1008: 3.21 GB. Prediction: 5.10 GB against the
- * 3.15 GB floor of forward + backward (1.055 ms); at the 2.47 TB/s v1 reached (1.89 GB in
- * 0.766 ms), 2.07 ms, 2x the floor.
- * Measured (H100, KernelBench shape): 2.40 ms for forward + backward, 2.3x the 1.055 ms floor;
+ * 3.15 GB floor of forward + backward (1.056 ms); at the 2.46 TB/s v1 reached (1.89 GB in
+ * 0.767 ms), 2.07 ms, 2x the floor.
+ * Measured (H100, KernelBench shape): 2.42 ms for forward + backward, 2.3x the 1.056 ms floor;
  * PyTorch eager takes 5.70 ms for the same (its logsumexp and autograd launch more kernels).
  *
  * The training step (every b version): the conv, the epilogue forward and backward, then the

@@ -2,18 +2,19 @@
  * b2: the fused backward, c read once more and dc written once
  *
  * Defect of b1: a kernel per op and three saved tensors, 1.9 GB of traffic beyond the floor
- * (2.40 ms). Change: one kernel after v4's forward: each thread takes four positions as v4 does
+ * (2.42 ms). Change: one kernel after v4's forward: each thread takes four positions as v4 does
  * (16-byte loads on the misaligned planes, load4.cuh), recomputes z from the 16 values it holds
  * (a two-pass logsumexp is cheap once the values are in registers, and keeps e_c = exp(v_c - m)
  * for the softmax), applies the chain rule of reference.cu and writes dc for its four positions
  * in every channel. -ds is summed per block (common/reduce.cuh's block_sum) into one partial a
  * block, and one block adds the partials in a fixed order: db is deterministic, no atomics.
  * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v4's 0.375 ms,
- * about 1.07 ms for forward + backward, near the 1.055 ms floor.
- * Measured: 1.284 ms for v4 + this, 1.87x b1, against the 1.055 ms floor and torch.compile's
- * 1.18 ms: the 1.1 ms target is missed by 17%. The backward kernel alone, under ncu: 0.896 ms,
- * DRAM at 73.7% of peak, 22.9 cycles per issued instruction stalled on long scoreboard (waiting
- * for loads) at 37% occupancy: 80 registers, most of them the 64 values kept for the softmax.
+ * about 1.07 ms for forward + backward, near the 1.056 ms floor.
+ * Measured: 1.286 ms for v4 + this, 1.88x b1, against the 1.056 ms floor and torch.compile's
+ * 1.18 ms: the 1.1 ms target is missed by 17%. The backward kernel alone, under ncu (commit
+ * 67d6ee5): 0.896 ms, DRAM at 73.7% of peak, 22.9 cycles per issued instruction stalled on long
+ * scoreboard (waiting for loads) at 37% occupancy: 80 registers, most of them the 64 values kept
+ * for the softmax.
  * Capped at 80 registers (3 blocks of 256 an SM, 48 bytes of spill): register caps and
  * evict-first stores were measured (the chapter README's "tried" list); this was the fastest.
  *

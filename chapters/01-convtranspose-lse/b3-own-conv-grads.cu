@@ -1,11 +1,11 @@
 /*
  * b3: the training step with the conv's own kernels: forward by parity, dw and dbias reduced
  *
- * Defect of b1 and b2's training steps: 112 ms (H100, KernelBench shape), spent in cuDNN's
- * legacy API on the conv: the transposed conv 12.3 ms, dbias (cudnnConvolutionBackwardBias)
- * 63.6 ms, dw (cudnnConvolutionBackwardFilter, its fastest fp32 algorithm) 32.9 ms, dx (the
- * Conv3d forward) 2.0 ms. A per-channel sum over 1 GB has a 0.34 ms floor; the conv's 5 GFLOP
- * about 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
+ * Defect of b1 and b2's training steps: 113 and 112 ms (H100, KernelBench shape), spent in
+ * cuDNN's legacy API on the conv: the transposed conv 12.5 ms, dbias
+ * (cudnnConvolutionBackwardBias) 63.6 ms, dw (cudnnConvolutionBackwardFilter, its fastest fp32
+ * algorithm) 33.1 ms, dx (the Conv3d forward) 2.1 ms. A per-channel sum over 1 GB has a 0.34 ms
+ * floor; the conv's 5 GFLOP about 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
  *   - the transposed conv writing c, by v6's parity scheme (parity.cuh; v6 with the logsumexp
  *     replaced by 128 stores a thread);
  *   - dbias: per channel, blocks sum slices of every sample's plane, one partial each, then a
@@ -17,11 +17,11 @@
  *     partials in a fixed order: deterministic, no atomics.
  * dx stays cuDNN's Conv3d forward.
  * Prediction, each piece at the copy ceiling: the conv writes 1.008 GB (0.34 ms), dw reads dc
- * and x (1.03 GB, 0.35 ms), dbias reads dc (0.34 ms); with b2's measured 1.284 ms and cuDNN's
- * 2.0 ms dx: 0.34 + 0.35 + 0.34 + 1.28 + 2.0 = 4.3 ms.
+ * and x (1.03 GB, 0.35 ms), dbias reads dc (0.34 ms); with b2's measured 1.286 ms and cuDNN's
+ * 2.1 ms dx: 0.34 + 0.35 + 0.34 + 1.29 + 2.1 = 4.4 ms.
  * Measured: the training step takes 4.96 ms, against 112 ms for b2 with cuDNN's gradients and,
  * on the same GPU, 18.6 ms for PyTorch eager and 13.6 ms for torch.compile (cudnn.benchmark on).
- * Of the 4.96 ms, cuDNN's dx is 2.0; fusing the conv's backward with the epilogue's (dc never
+ * Of the 4.96 ms, cuDNN's dx is 2.1; fusing the conv's backward with the epilogue's (dc never
  * written) is the next step and is not done here.
  */
 #include "model.h"

@@ -17,7 +17,7 @@
  * Bytes (float32). The epilogue must read the conv output once and write y once:
  *     epilogue  = 16 N S * 4  +  N S * 4  (+ 4 bytes of b)
  *               = 1,007,935,488 + 62,995,968 + 4 = 1.071 GB,
- *     0.359 ms at the H100's measured copy ceiling (2985 GB/s read + write): no kernel that
+ *     0.359 ms at the H100's measured copy ceiling (2982 GB/s read + write): no kernel that
  *     takes c as its input can beat it, because c has to come in from DRAM.
  * The whole model need only read x and the parameters and write y:
  *     model     = 3 N D H W * 4 + (1296 + 16 + 1) * 4 + N S * 4 = 25.2 MB + 63.0 MB = 88 MB,
@@ -30,7 +30,7 @@
  * special-function operations. So the fused model is bound by arithmetic and issue, not by
  * DRAM: its floor is the conv's FLOPs, not its bytes.
  * Forward + backward of the epilogue: c read twice (forward, backward), y written, g read, dc
- * written: 2 * 1.008 + 0.063 + 0.063 + 1.008 = 3.15 GB, 1.055 ms.
+ * written: 2 * 1.008 + 0.063 + 0.063 + 1.008 = 3.15 GB, 1.056 ms.
  * Training step: the conv three times (forward, its input gradient, its weight gradient),
  * 15 GFLOP; its bytes, if c were never stored, 201.5 MB (x twice, y, g, dx, the gradients).
  */

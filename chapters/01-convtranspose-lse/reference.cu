@@ -129,7 +129,7 @@ void epilogue_ref(const shape *s, const float *cf, const double *cd, double b, d
  *   forward and read in the backward, and the backward still reads v for the softmax.
  *   Recomputing z from v (b2) reads v once, which it must read anyway, and saves nothing:
  *   forward + backward then move 2 x 1.008 GB (v twice) + 63 MB (y) + 63 MB (g) + 1.008 GB
- *   (dv) = 3.15 GB, the floor of 1.055 ms at the ceiling. Saving z would add 126 MB to that. */
+ *   (dv) = 3.15 GB, the floor of 1.056 ms at the ceiling. Saving z would add 126 MB to that. */
 
 /* dc = dL/dc for the epilogue alone, given c (float cf or double cd) and g; returns db, and the
  * sum of the magnitudes of its terms in *db_abs (the scale of a float sum's rounding) if asked */

@@ -2,7 +2,7 @@
  * v5: full fusion, the transposed conv computed inside the kernel
  *
  * Defect of v2 and v4: at best they reach the 0.359 ms it takes to read the conv output, and
- * the conv takes longer still and writes that 1 GB first (v4's whole model: 12.75 ms). The only
+ * the conv takes longer still and writes that 1 GB first (v4's whole model: 12.88 ms). The only
  * way past both is not to write it.
  * Change: the transposed conv by parity (parity.cuh): each thread owns one input position j and
  * the 2x2x2 output cube at 2j, and computes it from the 2x2x2 inputs at j .. j+1 with each of
@@ -19,7 +19,7 @@
  * instructions: 1296 FFMA, about 6 an update for the 128 online-logsumexp updates (768), about
  * 100 for the inputs, the tail and the stores: 2200 a thread, 65,536 warps, 4 issue slots an SM
  * a cycle: 65536 x 2200 / (132 x 4 x 1.98e9 /s) = 0.14 ms, issue-bound.
- * Measured: 0.391 ms for the whole model, 33.8x v1 and 14x torch.compile's 5.64 ms, but 2.8x the
+ * Measured: 0.391 ms for the whole model, 34.0x v1 and 14x torch.compile's 5.64 ms, but 2.8x the
  * prediction: the profile (v6's comment) shows the constant cache missing.
  */
 #include <math.h>
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
     load_input_tile(x, tile, cube_position(w, &jh0, &jw0), jh0, jw0, d, h, w);
     __syncthreads();
     /* the position again after the barrier, not held across it: holding it measured 0.400 ms
-     * against this form's 0.390 (H100, three interleaved rounds each) */
+     * against this form's 0.390 (H100, three interleaved rounds each; the A/B of commit 0e8e96a) */
     cube_at at = cube_position(w, &jh0, &jw0);
     if (at.jw >= w || at.jh >= h)
         return;

@@ -2,10 +2,11 @@
  * v6: full fusion, tuned by its profile: shared-memory weights, a base-2 logsumexp
  *
  * Defect of v5 (0.391 ms, 2.8x its issue estimate). Its SASS (cuobjdump -sass, nvcc 13.0,
- * sm_90), per thread: 1440 FFMA, 892 LDC, 440 FMUL, 280 FADD, 153 MUFU; about 3300 instructions
- * over 65.5 K warps is 0.21 ms of issue at 1.98 GHz. ncu (H100): 10.3 cycles between a warp's
- * instructions, 3.6 of them stalled on immediate-constant-cache misses: 1296 weights are 5.2 KB,
- * more than that cache holds, and warps at different channels evict each other's weights.
+ * sm_90, commit 7f6adb2), per thread: 1440 FFMA, 892 LDC, 440 FMUL, 280 FADD, 153 MUFU; about
+ * 3300 instructions over 65.5 K warps is 0.21 ms of issue at 1.98 GHz. ncu (H100, commit
+ * 7f6adb2): 10.3 cycles between a warp's instructions, 3.6 of them stalled on
+ * immediate-constant-cache misses: 1296 weights are 5.2 KB, more than that cache holds, and
+ * warps at different channels evict each other's weights.
  * Changes, each aimed at instructions per output:
  *  (1) weights staged once per block in shared memory, laid out [co][ci][28] (27 taps + 1 pad)
  *      and read as float4 (parity.cuh's stage_weights): all 32 lanes read the same address (a
@@ -15,21 +16,21 @@
  *      units and the online logsumexp needs ex2(-|d|) with no multiply before it (ex2.approx is
  *      the MUFU instruction __expf is built on); z = ln 2 * (m + log2 s) at the end;
  *  (3) the channel loop unrolled by 2, not 16: fully unrolled, the kernel's code outgrows the
- *      instruction cache (ncu: 0.54 cycles per issued instruction stalled on "no instruction";
- *      0.07 at unroll 2).
+ *      instruction cache (ncu, commit 7f6adb2: 0.54 cycles per issued instruction stalled on
+ *      "no instruction"; 0.07 at unroll 2).
  * One output cube a thread, as in v5.
  * Prediction: 892 LDC become 16 x 3 x 7 = 336 LDS.128 and the 128 FMULs before the exps go:
  * 3300 - 892 + 336 - 128 = 2616 instructions a thread. If the 3.6 cycles of constant-cache
  * stall go too (10.3 -> 6.7 cycles an instruction), v5's time scales to 0.391 x (2616 / 3300)
  * x (6.7 / 10.3) = 0.20 ms.
- * Measured: 0.269 ms, 1.45x v5 and 21x torch.compile (5.64 ms); 35% above the prediction and
- * 8% above the 0.25 ms target. ncu on this kernel: 80.7% of issue slots busy and 2.25 cycles per
- * instruction "not selected" (a ready warp waiting for the issue slot): the stalls went, and
- * what is left is issue. Per 8 outputs a thread issues 1296 FFMAs for the conv, about 6
- * instructions per (output, channel) for the online logsumexp (768), 360 shared-memory loads
- * (336 of weights, 24 of inputs) and the tail; only fewer instructions per output make it
- * faster, not more warps (the chapter README's "tried" list: more warps, more cubes a thread,
- * other tile heights).
+ * Measured: 0.269 ms, 1.45x v5 and 21x torch.compile (5.64 ms); 35% above the prediction and 8%
+ * above the 0.25 ms target. ncu on this kernel (commit 7f6adb2): 80.7% of issue slots busy and 2.25
+ * cycles per instruction "not selected" (a ready warp waiting for the issue slot): the stalls went,
+ * and what is left is issue. Per 8 outputs a thread issues 1296 FFMAs for the conv, about 6
+ * instructions per (output, channel) for the online logsumexp (768), 360 shared-memory loads (336
+ * of weights, 24 of inputs) and the tail; only fewer instructions per output make it faster, not
+ * more warps (the chapter README's "tried" list: more warps, more cubes a thread, other tile
+ * heights).
  */
 #include <math.h>
 

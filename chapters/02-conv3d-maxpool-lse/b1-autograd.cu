@@ -10,7 +10,7 @@
  * but up to the whole 537 MB in 32-byte sectors unless they merge in L2 with the memset's:
  * 0.8 to 1.3 GB. Prediction: with v1's 0.68 GB forward, 1.5 to 2.0 GB against the 1.61 GB
  * floor of forward + backward: 0.50 to 0.67 ms at the copy ceiling.
- * Measured: 0.830 ms for forward + backward, 1.54x the floor (PyTorch eager: 1.24 ms,
+ * Measured: 0.828 ms for forward + backward, 1.53x the floor (PyTorch eager: 1.24 ms,
  * torch.compile 1.02).
  *
  * The training step (both b versions): cuDNN's conv, the epilogue forward and backward, then

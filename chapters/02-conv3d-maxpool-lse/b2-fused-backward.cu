@@ -2,19 +2,20 @@
  * b2: the fused backward, c read once more and dc written once
  *
  * Defect of b1: the saved tensors (p, indices: 134 MB written and read), dp's round trip, and a
- * separate memset of the 537 MB dc before a scattered write into it (0.830 ms, 1.54x the floor).
+ * separate memset of the 537 MB dc before a scattered write into it (0.828 ms, 1.53x the floor).
  * Change: one kernel after v5's forward: a thread per output position recomputes, channel by
  * channel, the window max, its argmax and the online logsumexp; the 64 pooled values and
  * argmaxes wait in shared memory, one column per thread (thread t reads and writes word t of
  * each row: no bank conflicts), until z is known. Then it writes each channel's whole window,
  * dp at the argmax and 0 elsewhere, as float2 stores (a warp: 64 adjacent floats per row), and
  * the zeros of the rows and columns no window covers. No memset, no scatter: dc is written once.
- * A first version kept the 64 values and argmaxes in registers (the channel loop unrolled so
- * their indices were constants): 161 registers, 12 warps per SM, and 1.095 ms for v5 + it at
- * the KernelBench shape, slower than b1's 0.828 ms (H100). Shared memory costs 320 bytes a
- * thread and gives the registers back for warps that hide the loads.
+ * A first version, measured in an earlier commit (dbe2e2c, H100), kept the 64 values and
+ * argmaxes in registers (the channel loop unrolled so their indices were constants): 161
+ * registers, 12 warps per SM, and 1.095 ms for v5 + it at the KernelBench shape, slower than
+ * b1's 0.828 ms. Shared memory costs 320 bytes a thread and gives the registers back for warps
+ * that hide the loads.
  * Prediction: read c, write dc: 1.07 GB, 0.36 ms; with v5's forward 0.54 ms, the floor.
- * Measured: 0.577 ms for v5 + this, 93.5% of the copy ceiling, 1.44x b1, 1.77x torch.compile
+ * Measured: 0.575 ms for v5 + this, 94.0% of the copy ceiling, 1.44x b1, 1.77x torch.compile
  * (1.02 ms): within the 0.6 ms target.
  */
 #include "lse.cuh"

@@ -78,7 +78,8 @@ static void cudnn_setup(cudnn_ctx *cc, const shape *s, const run_ctx *r)
  * double conv; the backward's from the GPU's conv output (verified against the double conv):
  * the argmax is discontinuous, and where two window values are within float rounding of each
  * other the float and double convs may pick different elements. Measured at the KernelBench
- * shape: dc off by up to 2e-2 at such windows against a reference on the double conv. */
+ * shape in an earlier commit (dbe2e2c): dc off by up to 2e-2 at such windows against a
+ * reference on the double conv. */
 static void problem_refresh(problem *pb)
 {
     const shape *s = &pb->sh;

@@ -10,7 +10,7 @@
  * against the 0.54 GB floor. Prediction: 0.68 / 0.54 = 1.26x the floor, plus four launches.
  * v2 moves the same bytes through a library kernel: the same time, or better if cuDNN's pool
  * loads its windows more efficiently than the naive one.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch02.csv): v1 0.264 ms, 1.47x the
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch02.csv): v1 0.264 ms, 1.46x the
  * 0.180 ms floor; v2 with cuDNN's pooling 0.277 ms, 5% slower than the naive pool (each median
  * repeats within about 1%). PyTorch eager: 0.491 ms.
  *

@@ -18,7 +18,7 @@
  * against its floor of c and g read once and dc written (212.9 MB).
  * Prediction: v9's forward (0.092 ms) plus 322.5 MB at the copy ceiling (0.109 ms): 0.20 ms.
  * Measured, forward + backward: 0.257 ms (v9's forward 0.092 of it), 3.4x torch.compile
- * (0.875 ms), 9.5x b1 (2.451 ms).
+ * (0.875 ms), 9.5x b1 (2.443 ms).
  */
 #include "model.h"
 #include "sums.cuh"

@@ -12,9 +12,9 @@
  * Prediction: the backward at its floor, 212.9 MB: 0.072 ms; with v10's forward (0.074 ms),
  * 0.146 ms, if the cluster phases hide.
  * Measured, forward (v10) + backward: 0.226 ms, 3.9x torch.compile (0.875 ms), against a
- * 0.109 ms floor. ncu on this kernel: 146 us, 40% of DRAM peak, the same pattern as v10 (3.7
- * cycles per issued instruction at barriers, 3.2 on loads). It copies its slice whole, without
- * v10's row streaming.
+ * 0.108 ms floor. ncu on this kernel (commit 508c56c): 146 us, 40% of DRAM peak, the same
+ * pattern as v10 (3.7 cycles per issued instruction at barriers, 3.2 on loads). It copies its
+ * slice whole, without v10's row streaming.
  */
 #include "cluster.cuh"
 #include "model.h"

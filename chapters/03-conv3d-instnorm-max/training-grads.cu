@@ -20,9 +20,9 @@
  * No atomics: the same bits every run.
  * Prediction: bounded by its 4.2 GFLOP, 0.062 ms at the FMA peak; a few times that in practice.
  * Measured (the notes after the table, in the run of data/h100/ch03.csv): 0.578 ms against
- * cuDNN's 25.4 ms (its fastest fp32 algorithm by cudnnFind); the fused versions' training step
- * went from 27.7 ms with cuDNN's dw (commit 508c56c) to 2.7 ms with it (b1's, through cuDNN,
- * 29.93 ms). ncu: 562 us, the SMs 65% busy, 7.4 TFLOP/s.
+ * cuDNN's 25.5 ms (its fastest fp32 algorithm by cudnnFind); the fused versions' training step
+ * went from 27.7 ms with cuDNN's dw (commit 508c56c) to 2.8 ms with it (b1's, through cuDNN,
+ * 29.99 ms). ncu (commit 508c56c): 562 us, the SMs 65% busy, 7.4 TFLOP/s.
  */
 #include "conv.cuh"
 #include "model.h"

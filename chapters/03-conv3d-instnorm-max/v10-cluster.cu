@@ -20,13 +20,14 @@
  * c is read once, y written once: the epilogue's floor in bytes.
  * Prediction: toward the one-read floor, 0.037 ms, if the reductions hide behind other blocks'
  * loads.
- * Measured: 0.0738 ms, 50% of the copy ceiling: 1.25x v9, 1.34x torch.compile, but twice the
- * 0.037 ms floor it was built to approach. ncu (on an earlier form of this kernel, two cluster
- * barriers a sample and the slice copied whole, 0.080 ms): 45% of DRAM peak; per issued
- * instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on memory fences (a cluster
- * barrier releases and acquires shared memory); 30 clusters fit at once (two 101 KB blocks an
- * SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's share of DRAM bandwidth
- * goes unused. The steps that led here, each measured, are in the README's "tried" list.
+ * Measured: 0.0744 ms, 49% of the copy ceiling: 1.23x v9, 1.33x torch.compile, but twice the
+ * 0.037 ms floor it was built to approach. ncu (commit 508c56c, on an earlier form of this
+ * kernel, two cluster barriers a sample and the slice copied whole, 0.080 ms): 45% of DRAM
+ * peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on memory
+ * fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at once (two
+ * 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's share
+ * of DRAM bandwidth goes unused. The steps that led here, each measured, are in the README's
+ * "tried" list.
  */
 #include "cluster.cuh"
 #include "model.h"

@@ -11,11 +11,11 @@
  * each reuse). When S is not a multiple of 4 the rows are copied by cp.async instead, one
  * commit group a sample. DRAM stays busy; the reductions hide under it.
  * Prediction: near the one-read floor, 0.037 ms.
- * Measured: 0.0839 ms, slower than v10 (0.0738). Only 15 clusters fit (one 202 KB block an SM:
- * 120 SMs, 16 warps each); ncu (on an earlier form with two cluster barriers a sample): 40% of
- * DRAM peak, memory-fence stalls first (3.2 cycles per issued instruction). The overlap the
- * double buffer allows is spent waiting at barriers. Clusters of 16, and two barriers a sample,
- * measured slower still (the README's "tried" list).
+ * Measured: 0.0838 ms, slower than v10 (0.0744). Only 15 clusters fit (one 202 KB block an SM:
+ * 120 SMs, 16 warps each); ncu (commit 508c56c, on an earlier form with two cluster barriers a
+ * sample): 40% of DRAM peak, memory-fence stalls first (3.2 cycles per issued instruction). The
+ * overlap the double buffer allows is spent waiting at barriers. Clusters of 16, and two
+ * barriers a sample, measured slower still (the README's "tried" list).
  */
 #include "cluster.cuh"
 #include "model.h"
