@@ -368,6 +368,14 @@ void npy_save_or_exit(const char *dir, const char *name, const float *x, int ndi
         die(1, "cannot write %s", path);
 }
 
+void npy_save_id_or_exit(const char *dir, const char *name, const char *id, const float *x,
+                         int ndim, const int64_t *shape)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s_%s", name, id);
+    npy_save_or_exit(dir, full, x, ndim, shape);
+}
+
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);

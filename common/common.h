@@ -148,6 +148,9 @@ float *npy_load(const char *dir, const char *name, size_t want);
 /* Writes x as DIR/NAME.npy (see npy_write_f32); on failure exits 1 with "cannot write ...". */
 void npy_save_or_exit(const char *dir, const char *name, const float *x, int ndim,
                       const int64_t *shape);
+/* npy_save_or_exit as DIR/NAME_ID.npy: a version's output, e.g. grad_x_b2 */
+void npy_save_id_or_exit(const char *dir, const char *name, const char *id, const float *x,
+                         int ndim, const int64_t *shape);
 /* The entries of DIR that do not start with '.', sorted, at most max_names; each name malloc'd
  * (free them). Returns the count, or -1 if DIR cannot be opened. */
 int list_dir_sorted(const char *dir, char **names, int max_names);

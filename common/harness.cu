@@ -24,6 +24,38 @@ void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v)
     out->pass = out->pass && v->pass;
 }
 
+verify_result hx_check_output(hx_verdict *out, const char *name, const float *dev, float *host,
+                              size_t n, const double *ref, hx_bound bound, const double *abs_sum,
+                              double tol_rel, double tol)
+{
+    CUDA_CHECK(cudaMemcpy(host, dev, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    verify_result r = bound == HX_SUM      ? verify_sum_f32(host, ref, abs_sum, n, tol)
+                      : bound == HX_SCALED ? verify_f32_scaled(host, ref, n, tol_rel, tol)
+                                           : verify_f32(host, ref, n, tol_rel, tol);
+    hx_verdict_add(out, name, &r);
+    return r;
+}
+
+const char *hx_channels_problem(const int64_t *dims, int c_in)
+{
+    static char why[128];
+    if (dims[1] == c_in)
+        return NULL;
+    snprintf(why, sizeof why, "this model has %d input channels, --shape says %lld", c_in,
+             (long long)dims[1]);
+    return why;
+}
+
+const char *hx_index_problem(double elems, const char *what)
+{
+    static char why[192];
+    if (elems < 2147483647.0)
+        return NULL;
+    snprintf(why, sizeof why, "%s would have %.0f elements; this chapter indexes with 32-bit ints "
+             "(at most 2^31 - 1): use a smaller batch", what, elems);
+    return why;
+}
+
 /* ------------------------------------------------------------ versions and requirements */
 
 /* --version accepts "v5", "b2", or "5" for "v5"; NULL when no version has that id */
@@ -199,6 +231,8 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
     if (!rows)
         die(1, "out of host memory");
     int n_rows = 0, failed = 0;
+    double bytes[N_SCOPES] = {0}, flops[N_SCOPES] = {0};
+    ch->counts(pb, bytes, flops);
     printf("chapter %s: %s\n", ch->number, ch->title);
     report_header(stdout, &ctx);
     for (int i = 0; i < ch->n_versions; i++) {
@@ -218,8 +252,7 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
             timing t = gpu_time(run_job, &j, a->reps);
             hx_verdict after = run_verified(ch, pb, v, s);
             report_row *row = &rows[n_rows++];
-            *row = (report_row){v->id, v->title, scope_name[s], t, ch->bytes(pb, s),
-                                ch->flops(pb, s)};
+            *row = (report_row){v->id, v->title, scope_name[s], t, bytes[s], flops[s]};
             report_print(stdout, &ctx, row);
             if (!before.pass || !after.pass) {
                 failed = 1;

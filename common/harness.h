@@ -70,6 +70,24 @@ typedef struct {
  * v->pass into out->pass. */
 void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v);
 
+/* How hx_check_output bounds an output's error (common.h's verify functions):
+ *   HX_ABS      verify_f32: relative L2 <= tol_rel and every |error| <= tol
+ *   HX_SCALED   verify_f32_scaled: the same, tol scaled by max(1, max |ref|)
+ *   HX_SUM      verify_sum_f32: every |error| <= tol x the sum of its terms' magnitudes (abs_sum) */
+typedef enum { HX_ABS, HX_SCALED, HX_SUM } hx_bound;
+
+/* One output of a run, checked: copies n floats from the device to host, compares them with the
+ * double reference under `bound`, and adds the result to out under name. */
+verify_result hx_check_output(hx_verdict *out, const char *name, const float *dev, float *host,
+                              size_t n, const double *ref, hx_bound bound, const double *abs_sum,
+                              double tol_rel, double tol);
+
+/* The shape checks every chapter's shape_problem starts from; each returns NULL or the reason.
+ * hx_channels_problem: dims[1] must be the model's c_in. hx_index_problem: a tensor of `elems`
+ * elements must be indexable with 32-bit ints, as the chapters' kernels do. */
+const char *hx_channels_problem(const int64_t *dims, int c_in);
+const char *hx_index_problem(double elems, const char *what);
+
 /* A chapter's extreme-value case (hx_chapter.input_case): what it is, where it applies. */
 typedef struct {
     const char *label; /* "x*1000", "c ~ +100", ...; NULL ends the list */
@@ -97,10 +115,10 @@ typedef struct {
     void (*poison)(problem *pb, int scope);
     /* After a run of `scope`: copies every output back and compares it with the reference. */
     hx_verdict (*verify)(problem *pb, int scope);
-    /* The bytes a scope must move at the least (inputs read once, outputs written once) and the
-     * FLOPs it must do (0 when bytes bound it): the floor is max(bytes / ceiling, FLOPs / peak). */
-    double (*bytes)(const problem *pb, int scope);
-    double (*flops)(const problem *pb, int scope);
+    /* Per scope, the bytes it must move at the least (inputs read once, outputs written once)
+     * and the FLOPs it must do (left 0 where bytes bound it): the floor is max(bytes / ceiling,
+     * FLOPs / peak). Both arrays come zeroed. */
+    void (*counts)(const problem *pb, double bytes[N_SCOPES], double flops[N_SCOPES]);
 
     /* --test: CPU checks (references against derivations, finite differences, golden tensors) */
     void (*cpu_checks)(uint64_t seed);

@@ -49,25 +49,15 @@ static shape shape_of(const int64_t *dims)
 static const char *shape_problem(const int64_t *dims)
 {
     static char why[256];
-    if (dims[1] != C_IN) {
-        snprintf(why, sizeof why, "this model has %d input channels, --shape says %lld", C_IN,
-                 (long long)dims[1]);
-        return why;
-    }
+    const char *bad = hx_channels_problem(dims, C_IN);
+    if (bad)
+        return bad;
     if (dims[0] > 65535 || dims[2] > 65535) {
         snprintf(why, sizeof why, "batch and depth must be at most 65535 (grid limits)");
         return why;
     }
-    double conv = (double)dims[0] * C_OUT * (2.0 * dims[2] - 1) * (2.0 * dims[3] - 1) *
-                  (2.0 * dims[4] - 1);
-    if (conv >= 2147483647.0) {
-        snprintf(why, sizeof why,
-                 "the conv output would have %.0f elements; this chapter indexes with 32-bit ints "
-                 "(at most 2^31 - 1): use a smaller batch",
-                 conv);
-        return why;
-    }
-    return NULL;
+    return hx_index_problem((double)dims[0] * C_OUT * (2.0 * dims[2] - 1) * (2.0 * dims[3] - 1) *
+                                (2.0 * dims[4] - 1), "the conv output");
 }
 
 /* cuDNN's transposed conv is set up as the Conv3d whose input gradient it is (common/gpu.h), on
@@ -260,9 +250,7 @@ static hx_verdict problem_verify(problem *pb, int scope)
     int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
     hx_verdict v = {1, 1, HASH_INIT, ""};
     const double *ref_y = whole ? pb->ref_model : pb->ref_epilogue;
-    CUDA_CHECK(cudaMemcpy(pb->host_out, r->y, 4 * ny, cudaMemcpyDeviceToHost));
-    verify_result y = verify_f32(pb->host_out, ref_y, ny, TOL_REL_L2, TOL_ABS);
-    hx_verdict_add(&v, "y", &y);
+    hx_check_output(&v, "y", r->y, pb->host_out, ny, ref_y, HX_ABS, NULL, TOL_REL_L2, TOL_ABS);
     size_t len = strlen(v.detail);
     snprintf(v.detail + len, sizeof v.detail - len, " (%.0f%% inside)",
              100.0 * inside_share(ref_y, ny));
@@ -276,49 +264,32 @@ static hx_verdict problem_verify(problem *pb, int scope)
         model_bwd_refs(pb);
     else
         epi_bwd_refs(pb);
-    CUDA_CHECK(cudaMemcpy(pb->host_dc, r->dc, 4 * nc, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(&pb->host_db, r->db, 4, cudaMemcpyDeviceToHost));
-    verify_result dc = verify_f32(pb->host_dc, whole ? pb->ref_dc_model : pb->ref_dc_epi, nc,
-                                  TOL_REL_L2, TOL_ABS);
-    verify_result db = verify_sum_f32(&pb->host_db, whole ? &pb->ref_db_model : &pb->ref_db_epi,
-                                      whole ? &pb->abs_db_model : &pb->abs_db_epi, 1, TOL_SUM);
-    hx_verdict_add(&v, "dc", &dc);
-    hx_verdict_add(&v, "db", &db);
+    hx_check_output(&v, "dc", r->dc, pb->host_dc, nc, whole ? pb->ref_dc_model : pb->ref_dc_epi,
+                    HX_ABS, NULL, TOL_REL_L2, TOL_ABS);
+    hx_check_output(&v, "db", r->db, &pb->host_db, 1, whole ? &pb->ref_db_model : &pb->ref_db_epi,
+                    HX_SUM, whole ? &pb->abs_db_model : &pb->abs_db_epi, 0, TOL_SUM);
     v.hash = hash_f32(v.hash, pb->host_dc, nc);
     v.hash = hash_f32(v.hash, &pb->host_db, 1);
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
-    CUDA_CHECK(cudaMemcpy(pb->host_dx, r->dx, 4 * x_elems(s), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_dw, r->dw, 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_dbias, r->dbias, 4 * C_OUT, cudaMemcpyDeviceToHost));
-    verify_result dx = verify_f32(pb->host_dx, pb->ref_dx, x_elems(s), TOL_REL_L2, TOL_ABS);
-    verify_result dw = verify_sum_f32(pb->host_dw, pb->ref_dw, pb->abs_dw, N_WEIGHT, TOL_SUM);
-    verify_result dbias = verify_sum_f32(pb->host_dbias, pb->ref_dbias, pb->abs_dbias, C_OUT,
-                                         TOL_SUM);
-    hx_verdict_add(&v, "dx", &dx);
-    hx_verdict_add(&v, "dw", &dw);
-    hx_verdict_add(&v, "dbias", &dbias);
+    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_ABS, NULL,
+                    TOL_REL_L2, TOL_ABS);
+    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
+                    pb->abs_dbias, 0, TOL_SUM);
     return v;
 }
 
-static double problem_bytes(const problem *pb, int scope)
+/* model.h's counts; the conv's FLOPs once in the forward, three times in a training step
+ * (forward, input gradient, weight gradient); the epilogue's few FLOPs a byte leave bytes in
+ * charge */
+static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flops[N_SCOPES])
 {
     const shape *s = &pb->sh;
-    switch (scope) {
-    case SCOPE_EPI_FWD: return epilogue_bytes(s);
-    case SCOPE_MODEL_FWD: return model_bytes(s);
-    case SCOPE_EPI_FWDBWD: return epilogue_fwdbwd_bytes(s);
-    default: return train_step_bytes(s);
-    }
-}
-
-/* the conv's FLOPs: once in the forward, three times in a training step (forward, input
- * gradient, weight gradient); the epilogue's few FLOPs a byte leave bytes in charge */
-static double problem_flops(const problem *pb, int scope)
-{
-    return scope == SCOPE_MODEL_FWD ? conv_flops(&pb->sh)
-           : scope == SCOPE_TRAIN   ? 3.0 * conv_flops(&pb->sh)
-                                    : 0.0;
+    bytes[SCOPE_EPI_FWD] = epilogue_bytes(s), bytes[SCOPE_MODEL_FWD] = model_bytes(s);
+    bytes[SCOPE_EPI_FWDBWD] = epilogue_fwdbwd_bytes(s), bytes[SCOPE_TRAIN] = train_step_bytes(s);
+    flops[SCOPE_MODEL_FWD] = conv_flops(s), flops[SCOPE_TRAIN] = 3.0 * conv_flops(s);
 }
 
 /* ------------------------------------------------------------------- CPU checks (CI too) */
@@ -733,16 +704,11 @@ static void dump(problem *pb, const char *dir, const char *id, int scope)
         npy_save_or_exit(dir, name, pb->host_out, 5, ys);
         return;
     }
-    snprintf(name, sizeof name, "grad_conv_out_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dc, 5, cs);
-    snprintf(name, sizeof name, "grad_bias_%s", id);
-    npy_save_or_exit(dir, name, &pb->host_db, 4, bs);
-    snprintf(name, sizeof name, "grad_conv_weight_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dw, 5, ws);
-    snprintf(name, sizeof name, "grad_conv_bias_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dbias, 1, cbs);
-    snprintf(name, sizeof name, "grad_x_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dx, 5, xs);
+    npy_save_id_or_exit(dir, "grad_conv_out", id, pb->host_dc, 5, cs);
+    npy_save_id_or_exit(dir, "grad_bias", id, &pb->host_db, 4, bs);
+    npy_save_id_or_exit(dir, "grad_conv_weight", id, pb->host_dw, 5, ws);
+    npy_save_id_or_exit(dir, "grad_conv_bias", id, pb->host_dbias, 1, cbs);
+    npy_save_id_or_exit(dir, "grad_x", id, pb->host_dx, 5, xs);
 }
 
 const hx_chapter chapter_machinery = {
@@ -772,8 +738,7 @@ const hx_chapter chapter_machinery = {
     problem_ctx,
     problem_poison,
     problem_verify,
-    problem_bytes,
-    problem_flops,
+    problem_counts,
     cpu_checks,
     test_shapes,
     (int)(sizeof test_shapes / sizeof test_shapes[0]),

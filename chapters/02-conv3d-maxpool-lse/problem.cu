@@ -35,11 +35,9 @@ static shape shape_of(const int64_t *dims)
 static const char *shape_problem(const int64_t *dims)
 {
     static char why[256];
-    if (dims[1] != C_IN) {
-        snprintf(why, sizeof why, "this model has %d input channels, --shape says %lld", C_IN,
-                 (long long)dims[1]);
-        return why;
-    }
+    const char *bad = hx_channels_problem(dims, C_IN);
+    if (bad)
+        return bad;
     if (dims[2] < 2 || dims[3] < 2 || dims[4] < 2) {
         snprintf(why, sizeof why, "max pooling with kernel 2 needs D, H and W of at least 2");
         return why;
@@ -48,15 +46,7 @@ static const char *shape_problem(const int64_t *dims)
         snprintf(why, sizeof why, "batch and depth must be at most 65535 (grid limits)");
         return why;
     }
-    double conv = (double)dims[0] * C_OUT * dims[2] * dims[3] * dims[4];
-    if (conv >= 2147483647.0) {
-        snprintf(why, sizeof why,
-                 "the conv output would have %.0f elements; this chapter indexes with 32-bit ints "
-                 "(at most 2^31 - 1): use a smaller batch",
-                 conv);
-        return why;
-    }
-    return NULL;
+    return hx_index_problem((double)dims[0] * C_OUT * dims[2] * dims[3] * dims[4], "the conv output");
 }
 
 static void cudnn_setup(cudnn_ctx *cc, const shape *s, const run_ctx *r)
@@ -221,62 +211,43 @@ static void problem_poison(problem *pb, int scope)
     }
 }
 
-static verify_result verify_scaled(const float *out, const double *ref, size_t n)
-{
-    return verify_f32_scaled(out, ref, n, TOL_REL_L2, TOL_ABS);
-}
-
 static hx_verdict problem_verify(problem *pb, int scope)
 {
     const run_ctx *r = &pb->r;
     const shape *s = &pb->sh;
     int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
     hx_verdict v = {1, 1, HASH_INIT, ""};
-    CUDA_CHECK(cudaMemcpy(pb->host_out, r->y, 4 * out_elems(s), cudaMemcpyDeviceToHost));
-    verify_result y = verify_scaled(pb->host_out, whole ? pb->ref_model : pb->ref_epilogue, out_elems(s));
-    hx_verdict_add(&v, "y", &y);
+    hx_check_output(&v, "y", r->y, pb->host_out, out_elems(s),
+                    whole ? pb->ref_model : pb->ref_epilogue, HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
     v.hash = hash_f32(v.hash, pb->host_out, out_elems(s));
     /* the cuDNN conv may be nondeterministic, and with it the whole model's y and dc */
     v.deterministic = !whole || pb->cudnn.conv.fwd_det;
     if (scope == SCOPE_EPI_FWD || scope == SCOPE_MODEL_FWD)
         return v;
     problem_bwd_refs(pb);
-    CUDA_CHECK(cudaMemcpy(pb->host_dc, r->dc, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
-    verify_result dc = verify_scaled(pb->host_dc, pb->ref_dc, conv_elems(s));
-    hx_verdict_add(&v, "dc", &dc);
+    hx_check_output(&v, "dc", r->dc, pb->host_dc, conv_elems(s), pb->ref_dc, HX_SCALED, NULL,
+                    TOL_REL_L2, TOL_ABS);
     v.hash = hash_f32(v.hash, pb->host_dc, conv_elems(s));
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
-    CUDA_CHECK(cudaMemcpy(pb->host_dx, r->dx, 4 * x_elems(s), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_dw, r->dw, 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_dbias, r->dbias, 4 * C_OUT, cudaMemcpyDeviceToHost));
-    verify_result dx = verify_scaled(pb->host_dx, pb->ref_dx, x_elems(s));
-    verify_result dw = verify_sum_f32(pb->host_dw, pb->ref_dw, pb->abs_dw, N_WEIGHT, TOL_SUM);
-    verify_result db = verify_sum_f32(pb->host_dbias, pb->ref_dbias, pb->abs_dbias, C_OUT, TOL_SUM);
-    hx_verdict_add(&v, "dx", &dx);
-    hx_verdict_add(&v, "dw", &dw);
-    hx_verdict_add(&v, "dbias", &db);
+    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
+                    TOL_REL_L2, TOL_ABS);
+    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
+                    pb->abs_dbias, 0, TOL_SUM);
     return v;
 }
 
-static double problem_bytes(const problem *pb, int scope)
+/* model.h's counts; the conv's FLOPs once in the forward, three times in a training step
+ * (forward, backward data, backward filter); the epilogue's few FLOPs a byte leave bytes in
+ * charge */
+static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flops[N_SCOPES])
 {
     const shape *s = &pb->sh;
-    switch (scope) {
-    case SCOPE_EPI_FWD: return epilogue_bytes(s);
-    case SCOPE_MODEL_FWD: return model_bytes(s);
-    case SCOPE_EPI_FWDBWD: return epilogue_fwdbwd_bytes(s);
-    default: return train_step_bytes(s);
-    }
-}
-
-/* the conv's FLOPs: once in the forward, three times in a training step (forward, backward data,
- * backward filter); the epilogue's few FLOPs a byte leave bytes in charge */
-static double problem_flops(const problem *pb, int scope)
-{
-    return scope == SCOPE_MODEL_FWD ? conv_flops(&pb->sh)
-           : scope == SCOPE_TRAIN   ? 3.0 * conv_flops(&pb->sh)
-                                    : 0.0;
+    bytes[SCOPE_EPI_FWD] = epilogue_bytes(s), bytes[SCOPE_MODEL_FWD] = model_bytes(s);
+    bytes[SCOPE_EPI_FWDBWD] = epilogue_fwdbwd_bytes(s), bytes[SCOPE_TRAIN] = train_step_bytes(s);
+    flops[SCOPE_MODEL_FWD] = conv_flops(s), flops[SCOPE_TRAIN] = 3.0 * conv_flops(s);
 }
 
 /* ------------------------------------------------------------------- CPU checks (CI too) */
@@ -522,7 +493,6 @@ static void dump(problem *pb, const char *dir, const char *id, int scope)
     int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_OUT, C_IN, KS, KS, KS};
     int64_t bs[1] = {C_OUT}, cs[5] = {s->n, C_OUT, s->d, s->h, s->w};
     int64_t ys[5] = {s->n, 1, s->pd, s->ph, s->pw};
-    char name[64];
     if (!id) {
         npy_save_or_exit(dir, "x", pb->x, 5, xs);
         npy_save_or_exit(dir, "conv_weight", pb->weight, 5, ws);
@@ -532,18 +502,13 @@ static void dump(problem *pb, const char *dir, const char *id, int scope)
         return;
     }
     if (scope != SCOPE_TRAIN) {
-        snprintf(name, sizeof name, "out_%s", id);
-        npy_save_or_exit(dir, name, pb->host_out, 5, ys);
+        npy_save_id_or_exit(dir, "out", id, pb->host_out, 5, ys);
         return;
     }
-    snprintf(name, sizeof name, "grad_conv_out_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dc, 5, cs);
-    snprintf(name, sizeof name, "grad_conv_weight_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dw, 5, ws);
-    snprintf(name, sizeof name, "grad_conv_bias_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dbias, 1, bs);
-    snprintf(name, sizeof name, "grad_x_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dx, 5, xs);
+    npy_save_id_or_exit(dir, "grad_conv_out", id, pb->host_dc, 5, cs);
+    npy_save_id_or_exit(dir, "grad_conv_weight", id, pb->host_dw, 5, ws);
+    npy_save_id_or_exit(dir, "grad_conv_bias", id, pb->host_dbias, 1, bs);
+    npy_save_id_or_exit(dir, "grad_x", id, pb->host_dx, 5, xs);
 }
 
 const hx_chapter chapter_machinery = {
@@ -568,8 +533,7 @@ const hx_chapter chapter_machinery = {
     problem_ctx,
     problem_poison,
     problem_verify,
-    problem_bytes,
-    problem_flops,
+    problem_counts,
     cpu_checks,
     test_shapes,
     (int)(sizeof test_shapes / sizeof test_shapes[0]),

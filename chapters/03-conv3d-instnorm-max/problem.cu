@@ -44,11 +44,9 @@ static shape shape_of(const int64_t *dims)
 static const char *shape_problem(const int64_t *dims)
 {
     static char why[256];
-    if (dims[1] != C_IN) {
-        snprintf(why, sizeof why, "this model has %d input channels, --shape says %lld", C_IN,
-                 (long long)dims[1]);
-        return why;
-    }
+    const char *bad = hx_channels_problem(dims, C_IN);
+    if (bad)
+        return bad;
     if (dims[2] < 3 || dims[3] < 3 || dims[4] < 3) {
         snprintf(why, sizeof why, "a 3x3x3 convolution without padding needs D, H and W of at least 3");
         return why;
@@ -63,16 +61,10 @@ static const char *shape_problem(const int64_t *dims)
         snprintf(why, sizeof why, "batch must be at most 65535 (grid limits)");
         return why;
     }
-    double conv = (double)dims[0] * C_OUT * (dims[2] - 2) * (dims[3] - 2) * (dims[4] - 2);
-    double in = (double)dims[0] * C_IN * dims[2] * dims[3] * dims[4];
-    if (conv >= 2147483647.0 || in >= 2147483647.0) {
-        snprintf(why, sizeof why,
-                 "the conv output would have %.0f elements; this chapter indexes with 32-bit ints "
-                 "(at most 2^31 - 1): use a smaller batch",
-                 conv);
-        return why;
-    }
-    return NULL;
+    bad = hx_index_problem((double)dims[0] * C_IN * dims[2] * dims[3] * dims[4], "the input");
+    return bad ? bad
+               : hx_index_problem((double)dims[0] * C_OUT * (dims[2] - 2) * (dims[3] - 2) *
+                                      (dims[4] - 2), "the conv output");
 }
 
 /* ------------------------------------------------------------------ inputs and buffers */
@@ -277,10 +269,8 @@ static hx_verdict problem_verify(problem *pb, int scope)
     /* the cuDNN conv may be nondeterministic, and with it what a whole-model run computes */
     v.deterministic = !whole || pb->cudnn.fwd_det;
     if (scope != SCOPE_STATS) {
-        CUDA_CHECK(cudaMemcpy(pb->host_out, r->y, 4 * ny, cudaMemcpyDeviceToHost));
-        verify_result y = verify_f32_scaled(pb->host_out, whole ? pb->ref_model : pb->ref_epilogue,
-                                            ny, TOL_REL_L2, TOL_ABS);
-        hx_verdict_add(&v, "y", &y);
+        hx_check_output(&v, "y", r->y, pb->host_out, ny, whole ? pb->ref_model : pb->ref_epilogue,
+                        HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
         v.hash = hash_f32(v.hash, pb->host_out, ny);
     }
     verify_result st = verify_stats(pb, whole ? pb->stats_model : pb->stats_epi);
@@ -304,42 +294,30 @@ static hx_verdict problem_verify(problem *pb, int scope)
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
     /* the conv's gradients against the double conv backward of this run's dc */
-    CUDA_CHECK(cudaMemcpy(pb->host_dx, r->dx, 4 * x_elems(s), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_dw, r->dw, 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_dbias, r->dbias, 4 * C_OUT, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < nc; i++)
         pb->dcd[i] = pb->host_dc[i];
     conv3d_geom g = conv_geom(s);
     conv3d_backward_ref(&g, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
                         pb->abs_dw, pb->abs_dbias);
-    verify_result dx = verify_f32_scaled(pb->host_dx, pb->ref_dx, x_elems(s), TOL_REL_L2, TOL_ABS);
-    verify_result dw = verify_sum_f32(pb->host_dw, pb->ref_dw, pb->abs_dw, N_WEIGHT, TOL_SUM);
-    verify_result db = verify_sum_f32(pb->host_dbias, pb->ref_dbias, pb->abs_dbias, C_OUT, TOL_SUM);
-    hx_verdict_add(&v, "dx", &dx);
-    hx_verdict_add(&v, "dw", &dw);
-    hx_verdict_add(&v, "dbias", &db);
+    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
+                    TOL_REL_L2, TOL_ABS);
+    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
+                    pb->abs_dbias, 0, TOL_SUM);
     return v;
 }
 
-static double problem_bytes(const problem *pb, int scope)
+/* model.h's counts; the conv's FLOPs once in the forward, three times in a training step
+ * (forward, backward data, backward filter); the epilogue's few FLOPs a byte leave bytes in
+ * charge */
+static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flops[N_SCOPES])
 {
     const shape *s = &pb->sh;
-    switch (scope) {
-    case SCOPE_EPI_FWD: return epilogue_bytes(s);
-    case SCOPE_MODEL_FWD: return model_bytes(s);
-    case SCOPE_EPI_FWDBWD: return epilogue_fwdbwd_bytes(s);
-    case SCOPE_STATS: return stats_bytes(s);
-    default: return train_step_bytes(s);
-    }
-}
-
-/* the conv's FLOPs: once in the forward, three times in a training step (forward, backward data,
- * backward filter); the epilogue's few FLOPs a byte leave bytes in charge */
-static double problem_flops(const problem *pb, int scope)
-{
-    return scope == SCOPE_MODEL_FWD ? conv_flops(&pb->sh)
-           : scope == SCOPE_TRAIN   ? 3.0 * conv_flops(&pb->sh)
-                                    : 0.0;
+    bytes[SCOPE_EPI_FWD] = epilogue_bytes(s), bytes[SCOPE_MODEL_FWD] = model_bytes(s);
+    bytes[SCOPE_EPI_FWDBWD] = epilogue_fwdbwd_bytes(s), bytes[SCOPE_TRAIN] = train_step_bytes(s);
+    bytes[SCOPE_STATS] = stats_bytes(s);
+    flops[SCOPE_MODEL_FWD] = conv_flops(s), flops[SCOPE_TRAIN] = 3.0 * conv_flops(s);
 }
 
 /* ------------------------------------------------------------------- CPU checks (CI too) */
@@ -806,16 +784,11 @@ static void dump(problem *pb, const char *dir, const char *id, int scope)
         npy_save_or_exit(dir, name, pb->host_out, 4, ys);
         return;
     }
-    snprintf(name, sizeof name, "grad_conv_out_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dc, 5, cs);
-    snprintf(name, sizeof name, "grad_m_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dm, 4, ms);
-    snprintf(name, sizeof name, "grad_conv_weight_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dw, 5, ws);
-    snprintf(name, sizeof name, "grad_conv_bias_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dbias, 1, bs);
-    snprintf(name, sizeof name, "grad_x_%s", id);
-    npy_save_or_exit(dir, name, pb->host_dx, 5, xs);
+    npy_save_id_or_exit(dir, "grad_conv_out", id, pb->host_dc, 5, cs);
+    npy_save_id_or_exit(dir, "grad_m", id, pb->host_dm, 4, ms);
+    npy_save_id_or_exit(dir, "grad_conv_weight", id, pb->host_dw, 5, ws);
+    npy_save_id_or_exit(dir, "grad_conv_bias", id, pb->host_dbias, 1, bs);
+    npy_save_id_or_exit(dir, "grad_x", id, pb->host_dx, 5, xs);
 }
 
 const hx_chapter chapter_machinery = {
@@ -844,8 +817,7 @@ const hx_chapter chapter_machinery = {
     problem_ctx,
     problem_poison,
     problem_verify,
-    problem_bytes,
-    problem_flops,
+    problem_counts,
     cpu_checks,
     test_shapes,
     (int)(sizeof test_shapes / sizeof test_shapes[0]),
