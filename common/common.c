@@ -190,13 +190,6 @@ double logsumexp_ref(const double *v, int n, size_t stride)
     return m + log(sum);
 }
 
-void verify_print(FILE *f, const verify_result *v)
-{
-    fprintf(f, "rel_l2 %.2e  max_abs %.2e at %zu", v->rel_l2, v->max_abs, v->max_idx);
-    if (v->nonfinite)
-        fprintf(f, "  (%zu non-finite)", v->nonfinite);
-}
-
 /* ------------------------------------------------------------------ random */
 
 void rng_seed(rng_state *r, uint64_t seed) { r->s = seed; }

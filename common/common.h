@@ -99,8 +99,6 @@ verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, d
                                 double tol_abs);
 /* The log of the sum of exp(v[i * stride]) over i < n, as m + log sum exp(v - m), m the max */
 double logsumexp_ref(const double *v, int n, size_t stride);
-/* One line: "rel_l2 1.2e-07  max_abs 3.0e-07 at 1234" (and the non-finite count if any). */
-void verify_print(FILE *f, const verify_result *v);
 
 /* ------------------------------------------------------------------ random */
 

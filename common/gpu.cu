@@ -1,7 +1,6 @@
 /* gpu.cu: the CUDA half of the shared library. See gpu.h for what each function promises. */
 #include "gpu.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
