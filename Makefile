@@ -19,15 +19,48 @@
 # ARCH: the visible GPU's own (native), sm_90 when none is visible; e.g. make ARCH=sm_80.
 # Versions that need Hopper (thread-block clusters) are compiled only for sm_90 and are skipped,
 # with the reason, on other GPUs and builds.
+# CUDNN: cuDNN is optional. Found (cudnn.h and libcudnn.so in CUDNN_HOME, in nvcc's toolkit, or
+# in the system's folders), it gives the library baselines and fast conv inputs; without it
+# (or with make CUDNN=0) the conv is common/conv.cu's direct kernels and the cuDNN baselines
+# print "skipped: built without cuDNN".
 
 NVCC ?= nvcc
 CC ?= gcc
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 ARCH ?= $(if $(HAVE_GPU),native,sm_90)
 
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+CUDNN_ROOTS := $(CUDNN_HOME) $(CUDA_HOME) /usr/local /usr
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+cudnn_h_in = $(wildcard $(1)/include/cudnn.h $(1)/include/$(MULTIARCH)/cudnn.h)
+cudnn_lib_in = $(wildcard $(1)/lib64/libcudnn.so $(1)/lib/libcudnn.so $(1)/lib/$(MULTIARCH)/libcudnn.so)
+CUDNN_ROOT := $(firstword $(foreach d,$(CUDNN_ROOTS),$(if $(and $(call cudnn_h_in,$(d)),$(call cudnn_lib_in,$(d))),$(d))))
+CUDNN_H := $(if $(CUDNN_ROOT),$(firstword $(call cudnn_h_in,$(CUDNN_ROOT))))
+CUDNN_LIB := $(if $(CUDNN_ROOT),$(firstword $(call cudnn_lib_in,$(CUDNN_ROOT))))
+ifeq ($(CUDNN),0)
+  CUDNN_SAYS := cuDNN: off (CUDNN=0): the conv runs common/conv.cu's direct kernels
+else ifneq ($(and $(CUDNN_H),$(CUDNN_LIB)),)
+  override CUDNN := 1
+  CUDNN_SAYS := cuDNN: $(CUDNN_H), $(CUDNN_LIB)
+else ifeq ($(CUDNN),1)
+  $(error CUDNN=1, but no cudnn.h and libcudnn.so in $(CUDNN_ROOTS) (set CUDNN_HOME))
+else
+  override CUDNN := 0
+  CUDNN_SAYS := cuDNN: not found in $(CUDNN_ROOTS) (set CUDNN_HOME): building without it; the conv runs common/conv.cu's direct kernels
+endif
+ifeq ($(MAKELEVEL),0)
+  $(info $(CUDNN_SAYS))
+endif
+CUDNN_FLAGS := -DHAVE_CUDNN=$(CUDNN)
+ifeq ($(CUDNN),1)
+  CUDNN_FLAGS += -I$(dir $(CUDNN_H))
+  CUDNN_LDLIBS := -L$(dir $(CUDNN_LIB)) -Xlinker -rpath,$(dir $(CUDNN_LIB)) -lcudnn
+endif
+
 CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Icommon -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
-LDLIBS := -lcudnn -lgomp -lm
+NVFLAGS += $(CUDNN_FLAGS)
+LDLIBS := $(CUDNN_LDLIBS) -lgomp -lm
 
 CHAPTERS := 01 02 03
 ch_srcs = $(wildcard chapters/$(1)-*/*.cu)
@@ -49,15 +82,18 @@ SMALL_03 := 2x3x4x5x6
 SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
-COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/harness.o
-COMMON_HDRS := common/common.h common/conv_ref.h common/gpu.h common/harness.h $(wildcard common/*.cuh)
+COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o
+COMMON_HDRS := common/common.h common/conv_ref.h common/gpu.h common/conv.h common/harness.h \
+               $(wildcard common/*.cuh)
 .SECONDEXPANSION:
+# the chapter objects come from a pattern chain: keep them, so a second make rebuilds nothing
+.PRECIOUS: build/obj/%.o
 
 .PHONY: all test bench plots sanitize clean golden peers check-pytorch record profile
 all: $(BINS) build/test_common build/gpu-tag
 
-# objects remember the ARCH they were compiled for: a stamp per ARCH, the others removed
-ARCH_STAMP := build/arch-$(ARCH)
+# objects remember the ARCH and the CUDNN they were compiled for: one stamp, the others removed
+ARCH_STAMP := build/arch-$(ARCH)-cudnn$(CUDNN)
 $(ARCH_STAMP):
 	@mkdir -p build && rm -f build/arch-* && touch $@
 
@@ -69,7 +105,7 @@ build/conv_ref.o: common/conv_ref.c common/conv_ref.h
 	@mkdir -p build
 	$(CC) $(CFLAGS) -fopenmp -c -o $@ $<
 
-build/gpu.o build/harness.o: build/%.o: common/%.cu $(COMMON_HDRS) $(ARCH_STAMP)
+build/gpu.o build/conv.o build/harness.o: build/%.o: common/%.cu $(COMMON_HDRS) $(ARCH_STAMP)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
 build/test_common: common/test_common.c build/common.o build/conv_ref.o
@@ -119,7 +155,7 @@ record: $(BINS) build/gpu-tag
 plots:
 	@sh plots/render.sh
 
-SANITIZERS := memcheck racecheck synccheck initcheck
+SANITIZERS ?= memcheck racecheck synccheck initcheck
 sanitize: $(BINS)
 	@set -e; $(foreach c,$(CHAPTERS),for tool in $(SANITIZERS); do \
 	    log=build/sanitize-$(c)-$$tool.log; \

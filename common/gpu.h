@@ -3,20 +3,17 @@
  *
  *   CUDA_CHECK(call)   every runtime call: file, line and the CUDA error string, then exit 1
  *   LAUNCH_CHECK()     after every kernel launch (launch configuration errors)
- *   CUDNN_CHECK(call)  every cuDNN call (the chapters' baseline convolutions)
  *   gpu_count()        0 when there is no device or no driver, never an exit
  *   device_info_get()  name, SMs, L2, fp32 peak, and the measured device-to-device copy ceiling
  *   gpu_code_arch()    the sm_XY this build's device code is, as loaded (skips Hopper versions)
  *   gpu_alloc()        cudaMalloc that names the bytes and the tensor when memory runs out
  *   gpu_poison()       fill with NaN so an element a kernel forgot to write fails verification
  *   gpu_time()         CUDA events, warm-up, L2 flushed before every repetition, min/median/max
- *   cudnn_conv3d_*()   cuDNN's Conv3d and its gradients, the chapters' library baseline
  */
 #ifndef GPU_H
 #define GPU_H
 
 #include <cuda_runtime.h>
-#include <cudnn.h>
 
 #include "common.h"
 
@@ -27,8 +24,6 @@ extern "C" {
 #define CUDA_CHECK(call) cuda_check_((call), #call, __FILE__, __LINE__)
 #define LAUNCH_CHECK() cuda_check_(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 void cuda_check_(cudaError_t e, const char *what, const char *file, int line);
-#define CUDNN_CHECK(call) cudnn_check_((call), #call, __FILE__, __LINE__)
-void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line);
 
 /* Number of usable CUDA devices: 0 when cudaGetDeviceCount fails (no driver, no device). */
 int gpu_count(void);
@@ -87,62 +82,6 @@ typedef void (*launch_fn)(const void *ctx);
  * and summarised by stats_from_samples. Checks launch errors after every call.
  */
 timing gpu_time(launch_fn fn, const void *ctx, int reps);
-
-/* ------------------------------------------------------------ cuDNN convolution */
-/*
- * The library baseline every chapter with a Conv3d measures against: PyTorch's Conv3d (cross-
- * correlation, stride `stride`, dilation 1, zero padding `pad` on every side), float32 NCDHW tensors,
- * weights C_out x C_in x k x k x k, through cuDNN's legacy API. CUDNN_FMA_MATH keeps it off
- * TF32 (strict fp32, as PyTorch with allow_tf32 = False). Each direction uses the fastest
- * fp32 algorithm cudnnFind...Ex measures on the given buffers (what torch.backends.cudnn.
- * benchmark = True does), with a zeroed workspace large enough for every algorithm (at most
- * 2 GiB) and a zeroed dy (FindEx reads it). *_det: whether that algorithm is deterministic.
- * cuDNN documentation: "cudnnFindConvolutionForwardAlgorithmEx" and the backward ones.
- */
-typedef struct {
-    cudnnHandle_t handle;
-    cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* input, output, bias 1 x C_out x 1 x 1 x 1 */
-    cudnnTensorDescriptor_t xb_desc;                /* 1 x C_in x 1 x 1 x 1: a transposed conv's bias */
-    cudnnFilterDescriptor_t w_desc;
-    cudnnConvolutionDescriptor_t conv_desc;
-    cudnnConvolutionFwdAlgo_t fwd_algo;
-    cudnnConvolutionBwdDataAlgo_t dx_algo;
-    cudnnConvolutionBwdFilterAlgo_t dw_algo;
-    int fwd_det, dx_det, dw_det;
-    void *workspace;
-    size_t workspace_bytes;
-} cudnn_conv3d;
-
-/* x_dims: N, C_in, D, H, W; y, dy: N x c_out x ((D + 2 pad - k) / stride + 1) x ...; dx like x;
- * dw like the weights. The buffers are only used to time the algorithms (dy is zeroed, y, dx and
- * dw are overwritten; x and w must hold finite values); exits 1 with a message when cuDNN has no
- * fp32 algorithm for a direction. */
-void cudnn_conv3d_setup(cudnn_conv3d *cc, const int x_dims[5], int c_out, int k, int pad,
-                        int stride, const float *x, const float *w, float *y, float *dy, float *dx,
-                        float *dw);
-/* y = conv(x, w) + bias (bias: c_out floats, or NULL for none), on the default stream */
-void cudnn_conv3d_forward(const cudnn_conv3d *cc, const float *x, const float *w, const float *bias,
-                        float *y);
-/* dx = the gradient of the conv with respect to x, given dy (backward data) */
-void cudnn_conv3d_backward_data(const cudnn_conv3d *cc, const float *w, const float *dy, float *dx);
-/* dw = the gradient with respect to the weights, given x and dy (backward filter) */
-void cudnn_conv3d_backward_filter(const cudnn_conv3d *cc, const float *x, const float *dy,
-                                  float *dw);
-/*
- * The same conv read the other way round. PyTorch's ConvTranspose3d(in_channels = c_out,
- * out_channels = C_in, k, stride, padding = pad) is this conv's gradient with respect to its
- * input, and its weight (in x out x k^3) is this conv's filter. So, with the conv set up on the
- * transposed conv's output shape as x_dims:
- *   out = convT(in, w) + bias      cudnn_conv_transpose3d_forward (in: y-shaped, out: x-shaped,
- *                                  bias: C_in floats)
- *   d in                           cudnn_conv3d_forward(cc, d out, w, NULL, d in)
- *   d w                            cudnn_conv3d_backward_filter(cc, d out, in, d w)
- *   d bias                         cudnn_conv_transpose3d_backward_bias(cc, d out, d bias)
- */
-void cudnn_conv_transpose3d_forward(const cudnn_conv3d *cc, const float *w, const float *in,
-                                    const float *bias, float *out);
-void cudnn_conv_transpose3d_backward_bias(const cudnn_conv3d *cc, const float *dout, float *dbias);
-void cudnn_conv3d_destroy(cudnn_conv3d *cc);
 
 #ifdef __cplusplus
 }

@@ -17,8 +17,10 @@
  *                    that must be deterministic compared bit for bit)
  *
  * A version that needs what this GPU or this build lacks (thread-block clusters need sm_90
- * hardware and sm_90 code in the binary) is skipped with one line that says why, in the table
- * and in --test.
+ * hardware and sm_90 code in the binary; a cuDNN baseline needs a build with cuDNN) is skipped
+ * with one line that says why, in the table and in --test. In a build without cuDNN the library
+ * conv is common/conv.cu's direct kernels: a timed row that ran them is marked (scope "*" in the
+ * table, "[direct conv; no cuDNN]" after the name in the CSV), since it times a slow stand-in.
  *
  * The chapter's own types stay opaque here: `struct problem` (host data, references, device
  * buffers) and `struct run_ctx` (what a launcher reads) are defined by each chapter.
@@ -26,7 +28,7 @@
 #ifndef HARNESS_H
 #define HARNESS_H
 
-#include "gpu.h"
+#include "conv.h"
 
 /* The scopes a version can be timed in; their names are the CSV's `scope` column. */
 enum {
@@ -42,7 +44,8 @@ extern const char *const scope_name[N_SCOPES];
 
 /* What a version needs beyond sm_80 (hx_version.needs). */
 enum {
-    NEEDS_SM90 = 1, /* thread-block clusters, distributed shared memory, TMA bulk copies */
+    NEEDS_SM90 = 1,  /* thread-block clusters, distributed shared memory, TMA bulk copies */
+    NEEDS_CUDNN = 2, /* a cuDNN baseline (beyond the conv, which has a direct fallback) */
 };
 
 typedef struct problem problem; /* each chapter defines struct problem */
@@ -55,7 +58,7 @@ typedef struct {
     const char *title; /* one line, at most 52 characters */
     /* queues the version's kernels for one of its scopes on the default stream */
     void (*launch)(const run_ctx *r, int scope);
-    unsigned needs;    /* NEEDS_SM90, or 0 */
+    unsigned needs;    /* NEEDS_SM90 | NEEDS_CUDNN, or 0 */
 } hx_version;
 
 /* What a verification of one run found. */

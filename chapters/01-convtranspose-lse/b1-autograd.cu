@@ -16,7 +16,7 @@
  *
  * The training step (every b version): the conv, the epilogue forward and backward, then the
  * conv's gradients. b1 and b2 take them from cuDNN, through the Conv3d the transposed conv is
- * the input gradient of (common/gpu.h): dx = that Conv3d's forward of dc, dw = its backward
+ * the input gradient of (common/conv.h): dx = that Conv3d's forward of dc, dw = its backward
  * filter with dc as its input and x as its output gradient, dbias = the backward bias of dc.
  * b3 replaces the conv forward, dw and dbias with its own kernels.
  */
@@ -85,19 +85,19 @@ static void b1_backward(const run_ctx *r)
     k_logsumexp_backward<<<g, 256>>>(r->c, t[T_Z], ds, r->dc, n, r->sh.s); /* dc */
 }
 
-void cudnn_dx(const run_ctx *r)
+void lib_dx(const run_ctx *r)
 {
-    cudnn_conv3d_forward(&r->cudnn->conv, r->dc, r->weight, NULL, r->dx);
+    lib_conv3d_forward(&r->lib->conv, r->dc, r->weight, NULL, r->dx);
 }
 
-void cudnn_dw(const run_ctx *r)
+void lib_dw(const run_ctx *r)
 {
-    cudnn_conv3d_backward_filter(&r->cudnn->conv, r->dc, r->x, r->dw);
+    lib_conv3d_backward_filter(&r->lib->conv, r->dc, r->x, r->dw);
 }
 
-void cudnn_dbias(const run_ctx *r)
+void lib_dbias(const run_ctx *r)
 {
-    cudnn_conv_transpose3d_backward_bias(&r->cudnn->conv, r->dc, r->dbias);
+    lib_conv_transpose3d_backward_bias(&r->lib->conv, r->dc, r->dbias);
 }
 
 void b1_launch(const run_ctx *r, int scope)
@@ -107,5 +107,5 @@ void b1_launch(const run_ctx *r, int scope)
     v1_epilogue(r);
     b1_backward(r);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), cudnn_dw(r), cudnn_dbias(r);
+        lib_dx(r), lib_dw(r), lib_dbias(r);
 }

@@ -104,5 +104,5 @@ void b2_launch(const run_ctx *r, int scope)
     v4_epilogue(r);
     b2_backward(r);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), cudnn_dw(r), cudnn_dbias(r);
+        lib_dx(r), lib_dw(r), lib_dbias(r);
 }

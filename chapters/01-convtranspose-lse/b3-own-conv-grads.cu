@@ -152,5 +152,5 @@ void b3_launch(const run_ctx *r, int scope)
     v4_epilogue(r);
     b2_backward(r);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), own_dw(r), own_dbias(r);
+        lib_dx(r), own_dw(r), own_dbias(r);
 }

@@ -86,13 +86,13 @@ static inline double conv_flops(const shape *s)
     return 2.0 * s->n * C_OUT * C_IN * (3.0 * s->d - 2) * (3.0 * s->h - 2) * (3.0 * s->w - 2);
 }
 
-/* cuDNN's transposed conv and its gradients (common/gpu.h: the Conv3d whose input gradient it
+/* the library transposed conv and its gradients (common/conv.h: the Conv3d whose input gradient it
  * is, set up on the transposed conv's output shape) */
 typedef struct {
-    cudnn_conv3d conv;
+    lib_conv3d conv;
     int forward_ran; /* conv_forward ran since the last poison: y went through cuDNN's algorithm,
                         which may be nondeterministic (cc.dx_det) */
-} cudnn_ctx;
+} lib_ctx;
 
 #define N_TMP 8 /* v1's and b1's intermediates, N S floats each: */
 enum { T_Z, T_ZP3, T_T, T_ZT, T_A, T_S, T_X1, T_X2 }; /* z, z + 3, t, z t, a, s; b1's scratch */
@@ -114,7 +114,7 @@ struct run_ctx {
     int n_partials;   /* b1's db: blocks of stage 1 */
     float *partials2; /* b3's dbias */
     float *dw_by_co;  /* b3's dw in [co][ci][k] order, before the reorder */
-    cudnn_ctx *cudnn;
+    lib_ctx *lib;
 };
 
 /* reference.cu: the CPU reference in double */
@@ -144,9 +144,9 @@ void v5_host(const shape *s, const float *x, const float *w, const float *bias, 
              float *y);
 void v6_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
-void cudnn_dx(const run_ctx *r);       /* the training step's conv gradients through cuDNN */
-void cudnn_dw(const run_ctx *r);
-void cudnn_dbias(const run_ctx *r);
+void lib_dx(const run_ctx *r);       /* the training step's conv gradients through cuDNN */
+void lib_dw(const run_ctx *r);
+void lib_dbias(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);    /* b3's epilogue backward too */
 /* the two stages of common/reduce.cuh as one call each (b2-fused-backward.cu): sum_channels

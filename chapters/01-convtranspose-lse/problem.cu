@@ -27,7 +27,7 @@ struct problem {
     float *x, *weight, *conv_bias, b, *g; /* host */
     double *xd, *wd, *cbd;                /* the same in double, for the reference */
     run_ctx r;                            /* device */
-    cudnn_ctx cudnn;
+    lib_ctx lib;
     float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT], host_db;
     double *ref_c;        /* the reference transposed conv */
     double *ref_model;    /* y from the reference conv */
@@ -60,20 +60,20 @@ static const char *shape_problem(const int64_t *dims)
                                 (2.0 * dims[4] - 1), "the conv output");
 }
 
-/* cuDNN's transposed conv is set up as the Conv3d whose input gradient it is (common/gpu.h), on
+/* The library's transposed conv is set up as the Conv3d whose input gradient it is (common/conv.h), on
  * the transposed conv's output shape: 16 channels in, 3 out, kernel 3, padding 1, stride 2.
  * cudnnFind times its algorithms on the buffers it is given and writes some of them: dc (zeroed
  * here) stands for that conv's input, dx for its output and output gradient (both x-shaped), c
  * for its input gradient. Never the real input x. */
-static void cudnn_setup(problem *pb)
+static void lib_setup(problem *pb)
 {
     const shape *s = &pb->sh;
     run_ctx *r = &pb->r;
     int cdims[5] = {s->n, C_OUT, s->od, s->oh, s->ow};
     CUDA_CHECK(cudaMemset(r->dc, 0, sizeof(float) * conv_elems(s)));
-    cudnn_conv3d_setup(&pb->cudnn.conv, cdims, C_IN, KS, 1, 2, r->dc, r->weight, r->dx, r->dx,
+    lib_conv3d_setup(&pb->lib.conv, cdims, C_IN, KS, 1, 2, r->dc, r->weight, r->dx, r->dx,
                        r->c, r->dw);
-    r->cudnn = &pb->cudnn;
+    r->lib = &pb->lib;
 }
 
 /* Uploads x (after the caller changed it), runs the cuDNN conv, computes both references. */
@@ -156,7 +156,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     CUDA_CHECK(cudaMemcpy(cb, pb->conv_bias, 4 * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, &pb->b, 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(g, pb->g, 4 * ny, cudaMemcpyHostToDevice));
-    cudnn_setup(pb);
+    lib_setup(pb);
     problem_refresh(pb);
     return pb;
 }
@@ -164,7 +164,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
 static void problem_destroy(problem *pb)
 {
     run_ctx *r = &pb->r;
-    cudnn_conv3d_destroy(&pb->cudnn.conv);
+    lib_conv3d_destroy(&pb->lib.conv);
     const void *dev[] = {r->x, r->weight, r->conv_bias, r->b, r->g, r->c, r->y, r->dc, r->db,
                          r->dx, r->dw, r->dbias, r->partials, r->partials2, r->dw_by_co};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -239,7 +239,7 @@ static void problem_poison(problem *pb, int scope)
         gpu_poison(pb->r.dw, N_WEIGHT);
         gpu_poison(pb->r.dbias, C_OUT);
     }
-    pb->cudnn.forward_ran = 0;
+    pb->lib.forward_ran = 0;
 }
 
 static hx_verdict problem_verify(problem *pb, int scope)
@@ -257,7 +257,7 @@ static hx_verdict problem_verify(problem *pb, int scope)
     v.hash = hash_f32(v.hash, pb->host_out, ny);
     /* cuDNN's transposed conv may be nondeterministic, and with it everything after it; v5, v6
      * and b3 compute the conv themselves */
-    v.deterministic = !pb->cudnn.forward_ran || pb->cudnn.conv.dx_det;
+    v.deterministic = !pb->lib.forward_ran || pb->lib.conv.dx_det;
     if (scope == SCOPE_EPI_FWD || scope == SCOPE_MODEL_FWD)
         return v;
     if (whole)
@@ -574,8 +574,8 @@ static void shape_checks(problem *pb, int t)
                "keeps fewer than 10%% inside when b is outside about (-0.54, 1.46): try another "
                "--seed\n", 100 * (1 - inside));
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "cuDNN transposed conv (algo %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
-          (int)pb->cudnn.conv.dx_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
+    check(vc.pass, "%s transposed conv (algo %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
+          pb->lib.conv.backend, pb->lib.conv.dx_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
     /* b3's own transposed conv, into the same buffer; then the cuDNN output back */
     gpu_poison(pb->r.c, conv_elems(s));
     b3_conv_forward(&pb->r);
@@ -650,21 +650,25 @@ static void set_case(problem *pb, int k)
 /* ---------------------------------------------------------------- after the table; --dump */
 
 static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
-static void time_dx(const void *r) { cudnn_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { cudnn_dw((const run_ctx *)r); }
-static void time_dbias(const void *r) { cudnn_dbias((const run_ctx *)r); }
+static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
+static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
+static void time_dbias(const void *r) { lib_dbias((const run_ctx *)r); }
 static void time_own_conv(const void *r) { b3_conv_forward((const run_ctx *)r); }
 static void time_own_dw(const void *r) { own_dw((const run_ctx *)r); }
 static void time_own_dbias(const void *r) { own_dbias((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
-    const cudnn_conv3d *cc = &pb->cudnn.conv;
+    const lib_conv3d *cc = &pb->lib.conv;
     (void)dev;
+    if (!HAVE_CUDNN) {
+        printf("cuDNN's ConvTranspose3d and its gradients alone: skipped: %s\n", NO_CUDNN);
+        return;
+    }
     timing tc = gpu_time(time_conv, &pb->r, reps);
     printf("cuDNN ConvTranspose3d alone (cudnnConvolutionBackwardData algo %d, %s, + bias): "
            "median %.4f ms [%.4f - %.4f]\n",
-           (int)cc->dx_algo, cc->dx_det ? "deterministic" : "nondeterministic", tc.median_ms,
+           cc->dx_algo, cc->dx_det ? "deterministic" : "nondeterministic", tc.median_ms,
            tc.min_ms, tc.max_ms);
     if (only)
         return;
@@ -675,7 +679,7 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
     printf("in the training step, median ms: cuDNN dx (Conv3d forward, algo %d) %.4f, dw "
            "(backward filter, algo %d, %s) %.4f, dbias (backward bias) %.4f; b3's own: "
            "transposed conv %.4f, dw %.4f, dbias %.4f\n",
-           (int)cc->fwd_algo, tx.median_ms, (int)cc->dw_algo,
+           cc->fwd_algo, tx.median_ms, cc->dw_algo,
            cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
            oc.median_ms, ow.median_ms, ob.median_ms);
 }

@@ -21,11 +21,11 @@
 #include "tail.cuh"
 
 /* cuDNN's ConvTranspose3d + bias, the strict-fp32 algorithm cudnnFind measured fastest: the
- * input gradient of the Conv3d it transposes (common/gpu.h) */
+ * input gradient of the Conv3d it transposes (common/conv.h) */
 void conv_forward(const run_ctx *r)
 {
-    cudnn_conv_transpose3d_forward(&r->cudnn->conv, r->weight, r->x, r->conv_bias, r->c);
-    r->cudnn->forward_ran = 1;
+    lib_conv_transpose3d_forward(&r->lib->conv, r->weight, r->x, r->conv_bias, r->c);
+    r->lib->forward_ran = 1;
 }
 
 __global__ void k_logsumexp_naive(const float *__restrict__ c, float *__restrict__ z, int n_pos,

@@ -66,17 +66,11 @@ static void b1_backward(const run_ctx *r)
                                                                     s->d, s->h, s->w);
 }
 
-void cudnn_dx(const run_ctx *r) { cudnn_conv3d_backward_data(&r->cudnn->conv, r->weight, r->dc, r->dx); }
+void lib_dx(const run_ctx *r) { lib_conv3d_backward_data(&r->lib->conv, r->weight, r->dc, r->dx); }
 
-void cudnn_dw(const run_ctx *r) { cudnn_conv3d_backward_filter(&r->cudnn->conv, r->x, r->dc, r->dw); }
+void lib_dw(const run_ctx *r) { lib_conv3d_backward_filter(&r->lib->conv, r->x, r->dc, r->dw); }
 
-void cudnn_dbias(const run_ctx *r)
-{
-    const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
-    CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->conv.handle, &one, cc->conv.y_desc, r->dc, &zero,
-                                             cc->conv.b_desc, r->dbias));
-}
+void lib_dbias(const run_ctx *r) { lib_conv3d_backward_bias(&r->lib->conv, r->dc, r->dbias); }
 
 /* dbias deterministically (common/reduce.cuh): per channel, blocks sum slices of every sample's
  * plane into one partial each; one block per channel then adds its partials in a fixed order */
@@ -93,5 +87,5 @@ void b1_launch(const run_ctx *r, int scope)
     v1_saving(r);
     b1_backward(r);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), cudnn_dw(r), cudnn_dbias(r);
+        lib_dx(r), lib_dw(r), lib_dbias(r);
 }

@@ -82,5 +82,5 @@ void b2_launch(const run_ctx *r, int scope)
     k_epilogue_backward_fused<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK>>>(r->c, r->g, r->dc, n,
                                                                           s->d, s->h, s->w);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), cudnn_dw(r), own_dbias(r);
+        lib_dx(r), lib_dw(r), own_dbias(r);
 }

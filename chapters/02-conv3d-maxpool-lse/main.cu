@@ -37,7 +37,7 @@
 
 static const hx_version versions[] = {
     {"v1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "eager-like: cuDNN conv, naive pool, LSE, relu", v1_launch, 0},
-    {"v2", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v1 with cuDNN's pooling (library baseline)", v2_launch, 0},
+    {"v2", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v1 with cuDNN's pooling (library baseline)", v2_launch, NEEDS_CUDNN},
     {"v3", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "one fused kernel, float2 windows, two-pass LSE", v3_launch, 0},
     {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, online LSE: c read once", v4_launch, 0},
     {"v5", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, 4 outputs a thread, 16-byte loads", v5_launch, 0},

@@ -71,12 +71,15 @@ static inline double conv_flops(const shape *s)
     return 2.0 * s->n * C_OUT * C_IN * KVOL * (double)s->sc;
 }
 
-/* cuDNN: the conv and its gradients (common/gpu.h), and the pooling baseline of v2 */
+/* the library: the conv and its gradients (common/conv.h), and v2's pooling baseline (cuDNN's;
+ * a build without cuDNN skips v2) */
 typedef struct {
-    cudnn_conv3d conv;
+    lib_conv3d conv;
+#if HAVE_CUDNN
     cudnnTensorDescriptor_t p_desc; /* the pooled tensor */
     cudnnPoolingDescriptor_t pool_desc;
-} cudnn_ctx;
+#endif
+} lib_ctx;
 
 /* Everything a launcher reads, on the device */
 struct run_ctx {
@@ -91,7 +94,7 @@ struct run_ctx {
     const float *g;                 /* dL/dy */
     float *dc, *dx, *dw, *dbias;    /* the gradients */
     float *partials;                /* the deterministic bias sum's stage-1 partials */
-    cudnn_ctx *cudnn;
+    lib_ctx *lib;
 };
 
 /* reference.cu: the CPU reference in double (section 2 of the lesson) */
@@ -112,9 +115,9 @@ void v5_epilogue(const run_ctx *r);    /* b2's forward */
 void v1_saving(const run_ctx *r);      /* b1's forward: v1 keeping the argmax, z and y */
 void b1_launch(const run_ctx *r, int scope);
 void b2_launch(const run_ctx *r, int scope);
-void cudnn_dx(const run_ctx *r);       /* the training step's conv gradients */
-void cudnn_dw(const run_ctx *r);
-void cudnn_dbias(const run_ctx *r);
+void lib_dx(const run_ctx *r);       /* the training step's conv gradients */
+void lib_dw(const run_ctx *r);
+void lib_dbias(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 #define DBIAS_BLOCKS 64
 

@@ -19,7 +19,7 @@ struct problem {
     float *x, *weight, *bias, *g; /* host */
     double *xd, *wd, *bd;
     run_ctx r;
-    cudnn_ctx cudnn;
+    lib_ctx lib;
     float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
     double *ref_c, *ref_model, *ref_epilogue;
     int have_bwd_refs;
@@ -49,19 +49,21 @@ static const char *shape_problem(const int64_t *dims)
     return hx_index_problem((double)dims[0] * C_OUT * dims[2] * dims[3] * dims[4], "the conv output");
 }
 
-static void cudnn_setup(cudnn_ctx *cc, const shape *s, const run_ctx *r)
+static void lib_setup(lib_ctx *cc, const shape *s, const run_ctx *r)
 {
     int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
+    lib_conv3d_setup(&cc->conv, xd, C_OUT, KS, 1, 1, r->x, r->weight, r->c, r->dc, r->dx, r->dw);
+#if HAVE_CUDNN
     int pdim[5] = {s->n, C_OUT, s->pd, s->ph, s->pw};
     int pstr[5] = {C_OUT * s->s, s->s, s->ph * s->pw, s->pw, 1};
     int win[3] = {2, 2, 2}, zero3[3] = {0, 0, 0};
-    cudnn_conv3d_setup(&cc->conv, xd, C_OUT, KS, 1, 1, r->x, r->weight, r->c, r->dc, r->dx, r->dw);
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->p_desc));
     CUDNN_CHECK(cudnnCreatePoolingDescriptor(&cc->pool_desc));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->p_desc, CUDNN_DATA_FLOAT, 5, pdim, pstr));
     /* floor mode like PyTorch: cuDNN's output extent is 1 + (L - 2) / 2 = floor(L / 2) */
     CUDNN_CHECK(cudnnSetPoolingNdDescriptor(cc->pool_desc, CUDNN_POOLING_MAX,
                                             CUDNN_NOT_PROPAGATE_NAN, 3, win, zero3, win));
+#endif
 }
 
 /* uploads x, runs the cuDNN conv, computes the forward references. y's reference comes from the
@@ -140,8 +142,8 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(g, pb->g, 4 * ny, cudaMemcpyHostToDevice));
     gpu_poison(r->c, nc);
-    cudnn_setup(&pb->cudnn, s, r);
-    r->cudnn = &pb->cudnn;
+    lib_setup(&pb->lib, s, r);
+    r->lib = &pb->lib;
     problem_refresh(pb);
     return pb;
 }
@@ -149,9 +151,11 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
 static void problem_destroy(problem *pb)
 {
     run_ctx *r = &pb->r;
-    cudnnDestroyTensorDescriptor(pb->cudnn.p_desc);
-    cudnnDestroyPoolingDescriptor(pb->cudnn.pool_desc);
-    cudnn_conv3d_destroy(&pb->cudnn.conv);
+#if HAVE_CUDNN
+    cudnnDestroyTensorDescriptor(pb->lib.p_desc);
+    cudnnDestroyPoolingDescriptor(pb->lib.pool_desc);
+#endif
+    lib_conv3d_destroy(&pb->lib.conv);
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->c, r->y, r->p, r->dp, r->idx, r->z,
                          r->dz, r->dc, r->dx, r->dw, r->dbias, r->partials};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
@@ -221,7 +225,7 @@ static hx_verdict problem_verify(problem *pb, int scope)
                     whole ? pb->ref_model : pb->ref_epilogue, HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
     v.hash = hash_f32(v.hash, pb->host_out, out_elems(s));
     /* the cuDNN conv may be nondeterministic, and with it the whole model's y and dc */
-    v.deterministic = !whole || pb->cudnn.conv.fwd_det;
+    v.deterministic = !whole || pb->lib.conv.fwd_det;
     if (scope == SCOPE_EPI_FWD || scope == SCOPE_MODEL_FWD)
         return v;
     problem_bwd_refs(pb);
@@ -425,8 +429,8 @@ static void shape_checks(problem *pb, int t)
     const shape *s = &pb->sh;
     (void)t;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "cuDNN conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
-          (int)pb->cudnn.conv.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
+    check(vc.pass, "%s conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
+          pb->lib.conv.backend, pb->lib.conv.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
 }
 
 /* extremes: the input x 1000, then planted conv outputs near +100, near -100 (relu cuts every
@@ -461,28 +465,32 @@ static void set_case(problem *pb, int k)
 
 /* ---------------------------------------------------------------- after the table; --dump */
 
-static void time_dx(const void *r) { cudnn_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { cudnn_dw((const run_ctx *)r); }
-static void time_dbias_cudnn(const void *r) { cudnn_dbias((const run_ctx *)r); }
+static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
+static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
+static void time_dbias_lib(const void *r) { lib_dbias((const run_ctx *)r); }
 static void time_dbias_own(const void *r) { own_dbias((const run_ctx *)r); }
 static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
     const shape *s = &pb->sh;
-    const cudnn_conv3d *cc = &pb->cudnn.conv;
+    const lib_conv3d *cc = &pb->lib.conv;
     (void)dev;
+    if (!HAVE_CUDNN) {
+        printf("cuDNN's Conv3d and its gradients alone: skipped: %s\n", NO_CUDNN);
+        return;
+    }
     timing tc = gpu_time(time_conv, &pb->r, reps);
     printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f TFLOP/s\n",
-           (int)cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic", tc.median_ms,
+           cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic", tc.median_ms,
            tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
     if (only)
         return;
     timing tx = gpu_time(time_dx, &pb->r, reps), tw = gpu_time(time_dw, &pb->r, reps);
-    timing tb = gpu_time(time_dbias_cudnn, &pb->r, reps), to = gpu_time(time_dbias_own, &pb->r, reps);
+    timing tb = gpu_time(time_dbias_lib, &pb->r, reps), to = gpu_time(time_dbias_own, &pb->r, reps);
     printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
            "(backward filter, algo %d, %s) %.4f; dbias: cuDNN %.4f, ours %.4f\n",
-           (int)cc->dx_algo, tx.median_ms, (int)cc->dw_algo,
+           cc->dx_algo, tx.median_ms, cc->dw_algo,
            cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
            to.median_ms);
 }

@@ -21,8 +21,9 @@
  */
 #include "model.h"
 
-/* cuDNN's Conv3d + bias, the strict-fp32 algorithm cudnnFind measured fastest (common/gpu.h) */
-void conv_forward(const run_ctx *r) { cudnn_conv3d_forward(&r->cudnn->conv, r->x, r->weight, r->bias, r->c); }
+/* the library Conv3d + bias (common/conv.h): cuDNN's fastest strict-fp32 algorithm by cudnnFind,
+ * or, in a build without cuDNN, the direct kernel */
+void conv_forward(const run_ctx *r) { lib_conv3d_forward(&r->lib->conv, r->x, r->weight, r->bias, r->c); }
 
 /* one thread per pooled value: its 8-element window's max (the first maximum); idx, if not
  * NULL, receives the argmax (0..7), as autograd saves it for the backward */
@@ -104,11 +105,15 @@ void v1_saving(const run_ctx *r)
 
 void v2_launch(const run_ctx *r, int scope)
 {
+#if HAVE_CUDNN /* the version table marks v2 NEEDS_CUDNN: a build without it never calls this */
     const float one = 1.0f, zero = 0.0f;
-    const cudnn_ctx *cc = r->cudnn;
+    const lib_ctx *cc = r->lib;
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
     CUDNN_CHECK(cudnnPoolingForward(cc->conv.handle, cc->pool_desc, &one, cc->conv.y_desc, r->c,
                                     &zero, cc->p_desc, r->p));
     lse_relu_naive(r);
+#else
+    (void)r, (void)scope;
+#endif
 }

@@ -97,5 +97,5 @@ void b1_launch(const run_ctx *r, int scope)
     v1_saving(r);
     b1_backward(r);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), cudnn_dw(r), own_dbias(r);
+        lib_dx(r), lib_dw(r), own_dbias(r);
 }

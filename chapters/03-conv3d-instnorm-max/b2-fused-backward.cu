@@ -163,5 +163,5 @@ void b2_launch(const run_ctx *r, int scope)
     v9_epilogue(r);
     b2_backward(r);
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), own_dw(r), own_dbias(r);
+        lib_dx(r), own_dw(r), own_dbias(r);
 }

@@ -133,5 +133,5 @@ void b3_launch(const run_ctx *r, int scope)
         b2_backward(r);
     }
     if (scope == SCOPE_TRAIN)
-        cudnn_dx(r), own_dw(r), own_dbias(r);
+        lib_dx(r), own_dw(r), own_dbias(r);
 }

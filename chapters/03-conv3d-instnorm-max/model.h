@@ -116,7 +116,7 @@ struct run_ctx {
     float *bpart, *dm_part1, *dm_part2, *db_part, *dw_part; /* partial sums */
     const float *g;                     /* dL/dy */
     float *dc, *dx, *dw, *dbias, *dm;   /* the gradients */
-    const cudnn_conv3d *cudnn;
+    const lib_conv3d *lib;
 };
 
 /* reference.cu: the CPU reference in double (and the backward's derivation) */
@@ -175,8 +175,8 @@ void b3_launch(const run_ctx *r, int scope);
 /* training-grads.cu: the deterministic per-channel sums and the conv's gradients */
 void channel_dot(const run_ctx *r, const float *a, const float *b, float *partials);
 void channel_totals(const float *p1, const float *p2, int count, float *out);
-void cudnn_dx(const run_ctx *r);
-void cudnn_dw(const run_ctx *r);
+void lib_dx(const run_ctx *r);
+void lib_dw(const run_ctx *r);
 void own_dw(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 

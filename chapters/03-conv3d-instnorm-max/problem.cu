@@ -22,7 +22,7 @@ struct problem {
     float *x, *weight, *bias, m[C_OUT], *g; /* host */
     double *xd, *wd, *bd, md[C_OUT];
     run_ctx r;
-    cudnn_conv3d cudnn;
+    lib_conv3d lib;
     int clusters_run; /* this GPU and this build run the cluster versions (sm_90) */
     float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
     float host_dm[C_OUT], *host_stats;     /* host_stats: mean, then rstd, of every (n, c) */
@@ -186,8 +186,8 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     CUDA_CHECK(cudaMemcpy(x, pb->x, 4 * nx, cudaMemcpyHostToDevice));
     gpu_poison(r->c, nc);
     int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
-    cudnn_conv3d_setup(&pb->cudnn, xd, C_OUT, KS, 0, 1, x, w, r->c, r->dc, r->dx, r->dw);
-    r->cudnn = &pb->cudnn;
+    lib_conv3d_setup(&pb->lib, xd, C_OUT, KS, 0, 1, x, w, r->c, r->dc, r->dx, r->dw);
+    r->lib = &pb->lib;
     /* v11's resident clusters: asked only where the cluster kernels can run */
     r->pipe_clusters = pb->clusters_run ? v11_resident_clusters(r) : 0;
     problem_refresh(pb);
@@ -197,7 +197,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
 static void problem_destroy(problem *pb)
 {
     run_ctx *r = &pb->r;
-    cudnn_conv3d_destroy(&pb->cudnn);
+    lib_conv3d_destroy(&pb->lib);
     const void *dev[] = {r->x, r->weight, r->bias, r->m, r->g, r->c, r->y, r->t[0], r->t[1],
                          r->t[2], r->t[3], r->t[4], r->idx, r->mean, r->rstd, r->part2, r->means,
                          r->wpart, r->bpart, r->dm_part1, r->dm_part2, r->db_part, r->dw_part,
@@ -267,7 +267,7 @@ static hx_verdict problem_verify(problem *pb, int scope)
     int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
     hx_verdict v = {1, 1, HASH_INIT, ""};
     /* the cuDNN conv may be nondeterministic, and with it what a whole-model run computes */
-    v.deterministic = !whole || pb->cudnn.fwd_det;
+    v.deterministic = !whole || pb->lib.fwd_det;
     if (scope != SCOPE_STATS) {
         hx_check_output(&v, "y", r->y, pb->host_out, ny, whole ? pb->ref_model : pb->ref_epilogue,
                         HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
@@ -662,8 +662,8 @@ static void shape_checks(problem *pb, int t)
 {
     const shape *s = &pb->sh;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "cuDNN conv (algo %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
-          (int)pb->cudnn.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
+    check(vc.pass, "%s conv (algo %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
+          pb->lib.backend, pb->lib.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
     if (s->s > 12600)
         printf("      S = %d: cluster versions %s (they need %zu bytes of shared memory a block, "
                "%zu allowed)\n", s->s, cluster_fits(&pb->r, 0) ? "run" : "fall back",
@@ -714,26 +714,32 @@ static void set_case(problem *pb, int k)
 /* ---------------------------------------------------------------- after the table; --dump */
 
 static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
-static void time_dx(const void *r) { cudnn_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { cudnn_dw((const run_ctx *)r); }
+static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
+static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
 static void time_dw_own(const void *r) { own_dw((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
     const shape *s = &pb->sh;
-    const cudnn_conv3d *cc = &pb->cudnn;
+    const lib_conv3d *cc = &pb->lib;
     const run_ctx *r = &pb->r;
-    timing tc = gpu_time(time_conv, r, reps);
-    printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f TFLOP/s\n",
-           (int)cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic", tc.median_ms,
-           tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
+    if (!HAVE_CUDNN) {
+        printf("cuDNN's Conv3d and its gradients alone: skipped: %s\n", NO_CUDNN);
+    } else {
+        timing tc = gpu_time(time_conv, r, reps);
+        printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
+               "TFLOP/s\n", cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic",
+               tc.median_ms, tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
+    }
     if (!only) {
-        timing tx = gpu_time(time_dx, r, reps), tw = gpu_time(time_dw, r, reps);
-        timing to = gpu_time(time_dw_own, r, reps);
-        printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
-               "(backward filter, algo %d, %s) %.4f; our dw (b2, b3) %.4f\n",
-               (int)cc->dx_algo, tx.median_ms, (int)cc->dw_algo,
-               cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms, to.median_ms);
+        if (HAVE_CUDNN) {
+            timing tx = gpu_time(time_dx, r, reps), tw = gpu_time(time_dw, r, reps);
+            timing to = gpu_time(time_dw_own, r, reps);
+            printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
+                   "(backward filter, algo %d, %s) %.4f; our dw (b2, b3) %.4f\n", cc->dx_algo,
+                   tx.median_ms, cc->dw_algo, cc->dw_det ? "deterministic" : "nondeterministic",
+                   tw.median_ms, to.median_ms);
+        }
         welford_errors(pb);
         const double *e0 = pb->welford_err[0], *e1 = pb->welford_err[1];
         printf("statistics of a = c m + offset, worst relative error of rstd over the %zu slices: "

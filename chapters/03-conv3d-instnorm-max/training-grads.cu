@@ -50,9 +50,9 @@ void own_dbias(const run_ctx *r)
     channel_totals(r->db_part, NULL, DOT_BLOCKS, r->dbias);
 }
 
-void cudnn_dx(const run_ctx *r) { cudnn_conv3d_backward_data(r->cudnn, r->weight, r->dc, r->dx); }
+void lib_dx(const run_ctx *r) { lib_conv3d_backward_data(r->lib, r->weight, r->dc, r->dx); }
 
-void cudnn_dw(const run_ctx *r) { cudnn_conv3d_backward_filter(r->cudnn, r->x, r->dc, r->dw); }
+void lib_dw(const run_ctx *r) { lib_conv3d_backward_filter(r->lib, r->x, r->dc, r->dw); }
 
 __global__ void __launch_bounds__(256)
 k_dw_partials(const float *__restrict__ x, const float *__restrict__ dc,

@@ -39,8 +39,9 @@
  */
 #include "model.h"
 
-/* cuDNN's Conv3d + bias, the fastest fp32 algorithm cudnnFind measured (common/gpu.h) */
-void conv_forward(const run_ctx *r) { cudnn_conv3d_forward(r->cudnn, r->x, r->weight, r->bias, r->c); }
+/* the library Conv3d + bias (common/conv.h): cuDNN's fastest fp32 algorithm by cudnnFind, or,
+ * in a build without cuDNN, the direct kernel */
+void conv_forward(const run_ctx *r) { lib_conv3d_forward(r->lib, r->x, r->weight, r->bias, r->c); }
 
 __global__ void k_scale(const float *__restrict__ in, const float *__restrict__ m,
                         float *__restrict__ out, int total, int S)

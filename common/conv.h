@@ -1,0 +1,105 @@
+/*
+ * conv.h: the library convolution every chapter's epilogue versions read and its training steps
+ * differentiate through (host code; the kernels are in conv.cu).
+ *
+ * PyTorch's Conv3d: cross-correlation, dilation 1, zero padding `pad` and stride `stride` on
+ * every side, float32 NCDHW tensors, weights C_out x C_in x k x k x k (torch.nn.functional.conv3d):
+ *
+ *   y[n][co][o] = bias[co] + sum over ci and the k^3 taps t of w[co][ci][t] x[n][ci][o stride + t - pad]
+ *
+ * Two backends, chosen when the program is built (the Makefile's CUDNN, HAVE_CUDNN here):
+ *   cuDNN   (HAVE_CUDNN 1) the library baseline: cuDNN's legacy API with CUDNN_FMA_MATH (strict
+ *           fp32, as PyTorch with allow_tf32 = False). Each direction runs the fastest fp32
+ *           algorithm cudnnFind...Ex measures on the given buffers (what torch.backends.cudnn.
+ *           benchmark = True does), with a zeroed workspace large enough for every algorithm (at
+ *           most 2 GiB). cuDNN documentation: "cudnnFindConvolutionForwardAlgorithmEx" and the
+ *           backward ones.
+ *   direct  (HAVE_CUDNN 0) conv.cu's own kernels, so a machine with only the CUDA toolkit runs
+ *           every chapter: one thread per output (forward) or per input (backward data) looping
+ *           over the taps, the weight gradient as per-block partial sums added in a fixed order.
+ *           Correct and deterministic, untuned: a stand-in, not a baseline.
+ *           lib_conv3d_direct_calls() counts their launches, so the harness can mark every
+ *           timed row that ran them.
+ *
+ * The transposed view: PyTorch's ConvTranspose3d(in_channels = c_out, out_channels = C_in, k,
+ * stride, padding = pad) is this conv's gradient with respect to its input, and its weight
+ * (in x out x k^3) is this conv's filter. With the conv set up on the transposed conv's output
+ * shape as x_dims:
+ *   out = convT(in, w) + bias      lib_conv_transpose3d_forward (in: y-shaped, out: x-shaped,
+ *                                  bias: C_in floats)
+ *   d in                           lib_conv3d_forward(cc, d out, w, NULL, d in)
+ *   d w                            lib_conv3d_backward_filter(cc, d out, in, d w)
+ *   d bias                         lib_conv_transpose3d_backward_bias(cc, d out, d bias)
+ */
+#ifndef CONV_H
+#define CONV_H
+
+#include "gpu.h"
+
+#ifndef HAVE_CUDNN
+#error "HAVE_CUDNN must be 0 or 1: the Makefile sets it (make CUDNN=0 builds without cuDNN)"
+#endif
+/* why a baseline that needs cuDNN is skipped in a build without it */
+#define NO_CUDNN "built without cuDNN"
+
+#if HAVE_CUDNN
+#include <cudnn.h>
+#define CUDNN_CHECK(call) cudnn_check_((call), #call, __FILE__, __LINE__)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if HAVE_CUDNN
+void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line);
+#endif
+
+typedef struct {
+    int x_dims[5], y_dims[5]; /* N, C, D, H, W of the input and of the output */
+    int k, pad, stride;
+    const char *backend;      /* "cuDNN" or "direct" */
+    int fwd_algo, dx_algo, dw_algo; /* cuDNN's algorithm numbers; -1 for the direct kernels */
+    int fwd_det, dx_det, dw_det;    /* whether that algorithm is deterministic */
+    float *partials;          /* the direct kernels' per-block sums (dw, dbias) */
+    int dw_split;             /* blocks a (co, ci) pair's weight gradient is split over */
+    int sm_count;             /* the direct kernels' grids */
+#if HAVE_CUDNN
+    cudnnHandle_t handle;
+    cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* input, output, bias 1 x C_out x 1 x 1 x 1 */
+    cudnnTensorDescriptor_t xb_desc;                /* 1 x C_in x 1 x 1 x 1: a transposed conv's bias */
+    cudnnFilterDescriptor_t w_desc;
+    cudnnConvolutionDescriptor_t conv_desc;
+    void *workspace;
+    size_t workspace_bytes;
+#endif
+} lib_conv3d;
+
+/* x_dims: N, C_in, D, H, W; y, dy: N x c_out x ((D + 2 pad - k) / stride + 1) x ...; dx like x;
+ * dw like the weights. The buffers are only used to time cuDNN's algorithms (dy is zeroed, y, dx
+ * and dw are overwritten; x and w must hold finite values). Exits 1 with a message when cuDNN has
+ * no fp32 algorithm for a direction, or (direct) when k is above 3. */
+void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride,
+                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
+/* y = conv(x, w) + bias (bias: c_out floats, or NULL for none), on the default stream */
+void lib_conv3d_forward(const lib_conv3d *cc, const float *x, const float *w, const float *bias,
+                        float *y);
+/* dx = the gradient of the conv with respect to x, given dy (backward data) */
+void lib_conv3d_backward_data(const lib_conv3d *cc, const float *w, const float *dy, float *dx);
+/* dw = the gradient with respect to the weights, given x and dy (backward filter) */
+void lib_conv3d_backward_filter(const lib_conv3d *cc, const float *x, const float *dy, float *dw);
+/* dbias[co] = the sum of dy over n and every output position (backward bias) */
+void lib_conv3d_backward_bias(const lib_conv3d *cc, const float *dy, float *dbias);
+/* the transposed view (above) */
+void lib_conv_transpose3d_forward(const lib_conv3d *cc, const float *w, const float *in,
+                                  const float *bias, float *out);
+void lib_conv_transpose3d_backward_bias(const lib_conv3d *cc, const float *dout, float *dbias);
+void lib_conv3d_destroy(lib_conv3d *cc);
+
+/* Launches of the direct kernels since the program started (0 in a cuDNN build). */
+long lib_conv3d_direct_calls(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
