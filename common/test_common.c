@@ -311,6 +311,73 @@ static void test_conv_ref(void)
     }
 }
 
+/* Conv2d as the depth-1 Conv3d (conv2d_geom_make): against Conv2d's own definition written with
+ * 2-D indices, y[n][co][oh][ow] = b[co] + sum over ci, kh, kw of x[n][ci][ih][iw] w[co][ci][kh][kw]
+ * (ih = oh + kh - pad, iw = ow + kw - pad, in range), and its backward against central
+ * differences. Awkward extents: a batch of 1, one input channel, an output of one row (H = 3,
+ * no padding), an input of width 1 (with padding 1), primes elsewhere. */
+static void test_conv2d_ref(void)
+{
+    static const int cases[2][7] = {
+        /* n, c_in, c_out, h, w, k, pad */
+        {1, 1, 3, 3, 7, 3, 0}, /* output 1 x 5 */
+        {2, 3, 5, 7, 1, 3, 1}, /* output 7 x 1 */
+    };
+    for (int t = 0; t < 2; t++) {
+        const int *q = cases[t];
+        int N = q[0], CI = q[1], CO = q[2], H = q[3], W = q[4], K = q[5], P = q[6];
+        conv3d_geom g = conv2d_geom_make(N, CI, CO, H, W, K, P);
+        int OH = H + 2 * P - K + 1, OW = W + 2 * P - K + 1;
+        int shape_ok = g.d == 1 && g.kd == 1 && g.pd == 0 && g.od == 1 && g.kh == K && g.kw == K &&
+                       g.ph == P && g.pw == P && g.oh == OH && g.ow == OW;
+        size_t nx = (size_t)N * CI * H * W, nw = (size_t)CO * CI * K * K;
+        size_t ny = (size_t)N * CO * OH * OW;
+        double *x = (double *)host_alloc(8 * nx), *w = (double *)host_alloc(8 * nw), b[5];
+        double *y = (double *)host_alloc(8 * ny), *dy = (double *)host_alloc(8 * ny);
+        double *dx = (double *)host_alloc(8 * nx), *dw = (double *)host_alloc(8 * nw), db[5];
+        rng_state r;
+        rng_seed(&r, 17 + t);
+        for (size_t i = 0; i < nx; i++)
+            x[i] = rng_uniform(&r) - 0.5;
+        for (size_t i = 0; i < nw; i++)
+            w[i] = rng_uniform(&r) - 0.5;
+        for (int i = 0; i < CO; i++)
+            b[i] = rng_uniform(&r) - 0.5;
+        for (size_t i = 0; i < ny; i++)
+            dy[i] = rng_normal(&r);
+        conv3d_ref(&g, x, w, b, y);
+        double worst = 0.0;
+        for (int n = 0; n < N; n++)
+            for (int co = 0; co < CO; co++)
+                for (int oh = 0; oh < OH; oh++)
+                    for (int ow = 0; ow < OW; ow++) {
+                        double acc = b[co];
+                        for (int ci = 0; ci < CI; ci++)
+                            for (int kh = 0; kh < K; kh++)
+                                for (int kw = 0; kw < K; kw++) {
+                                    int ih = oh + kh - P, iw = ow + kw - P;
+                                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                                        acc += x[(((size_t)n * CI + ci) * H + ih) * W + iw] *
+                                               w[(((size_t)co * CI + ci) * K + kh) * K + kw];
+                                }
+                        size_t o = (((size_t)n * CO + co) * OH + oh) * OW + ow;
+                        worst = fmax(worst, fabs(acc - y[o]));
+                    }
+        check(shape_ok && worst < 1e-12,
+              "conv2d (depth-1 conv3d_ref) %dx%dx%dx%d -> %dx%dx%dx%d, padding %d = the 2-D "
+              "definition summed directly, max diff %.1e", N, CI, H, W, N, CO, OH, OW, P, worst);
+        conv3d_backward_ref(&g, x, w, dy, dx, dw, db, NULL, NULL);
+        conv_loss_ctx L = {g, x, w, b, y, dy, 0};
+        double ex = gradcheck(conv_loss, &L, x, nx, dx, 1e-6, NULL);
+        double ew = gradcheck(conv_loss, &L, w, nw, dw, 1e-6, NULL);
+        double eb = gradcheck(conv_loss, &L, b, CO, db, 1e-6, NULL);
+        check(ex < 1e-7 && ew < 1e-7 && eb < 1e-7,
+              "conv2d backward (padding %d) = central differences: dx %.1e dw %.1e dbias %.1e", P,
+              ex, ew, eb);
+        free(x), free(w), free(y), free(dy), free(dx), free(dw);
+    }
+}
+
 static void test_rng(void)
 {
     rng_state a, b;
@@ -379,6 +446,7 @@ int main(void)
     test_cli();
     test_gpu_tag();
     test_conv_ref();
+    test_conv2d_ref();
     test_report_csv();
     test_rng();
     test_gradcheck();
