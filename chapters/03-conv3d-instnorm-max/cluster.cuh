@@ -31,6 +31,8 @@
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
+#include "model.h"
+#include "sums.cuh"
 #include "welford.cuh"
 
 namespace cg = cooperative_groups;
@@ -124,7 +126,7 @@ __device__ static inline void fill_slice(float *vals, int cap, const float *__re
  * channel w of this block's slice exactly on its own (its mean, then its centred squares, both
  * from shared memory, so the second pass costs no DRAM) and publishes (count, mean, M2); one
  * cluster barrier; then every block reads the CL blocks' triples for each channel through
- * distributed shared memory and merges them with Chan's formula (welford.cuh) in rank order, so
+ * distributed shared memory and merges them with Chan's formula (common/welford.cuh) in rank order, so
  * all blocks end with the same bits. row_bars (v10): warp w first waits for row w to land.
  * parity alternates the published triples between samples (v11), so a block may write the
  * next sample's while a slower peer still reads this one's. */

@@ -24,7 +24,8 @@
  *                               v4  first add during the global load (kernel 4)
  *                               v5  the last warp by shuffles (kernel 5)
  *                               v6  many elements a thread, one block a slice (kernel 7)
- *   welford.cuh                 Welford's update and Chan's merge
+ *   slice-welford.cuh           Welford's update and Chan's merge (common/welford.cuh), a
+ *                               thread's share of a slice
  *   v7-welford.cu               v7  v6 with Welford + Chan instead of sum and sum of squares
  *   v8-cub.cu                   v8  v7 with CUB's BlockReduce (the library baseline)
  *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)

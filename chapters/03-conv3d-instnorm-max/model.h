@@ -97,7 +97,7 @@ __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v 
 #define DOT_BLOCKS 64   /* b1 and dbias: blocks a channel in the deterministic channel sums */
 #define DW_CHUNK 512    /* our dw: positions a block */
 
-struct welford; /* (count, mean, M2): welford.cuh */
+struct welford; /* (count, mean, M2): common/welford.cuh */
 
 /* Everything a launcher reads, on the device */
 struct run_ctx {

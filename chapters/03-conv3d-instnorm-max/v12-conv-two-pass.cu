@@ -10,7 +10,7 @@
  *   pass 1 (k_conv_stats): a block computes the conv at CONV_TILE positions of one sample into
  *     shared memory, then warp w reduces channel w exactly (the tile's mean, then its centred
  *     squares) and writes (count, mean, M2); k_merge_tiles merges a slice's tiles by Chan's
- *     formula (welford.cuh) in order, scaling by m (a = c m: mean by m, M2 by m^2);
+ *     formula (common/welford.cuh) in order, scaling by m (a = c m: mean by m, M2 by m^2);
  *   pass 2 (k_conv_apply): a thread per position recomputes the 16 conv values and writes y.
  * Bytes: x read twice (50 MB) and y written, 0.02 ms; the FLOPs bound it.
  * Prediction: at least twice the conv, 2 x 0.062 = 0.125 ms at the FMA peak.
@@ -19,6 +19,7 @@
  */
 #include "conv.cuh"
 #include "model.h"
+#include "sums.cuh"
 #include "welford.cuh"
 
 /* pass 1: one position a thread (CONV_TILE = 512 = CL_THREADS), 32 KB of static shared memory

@@ -4,7 +4,7 @@
  * Defect of v2..v6: var = E[a^2] - mean^2 cancels. With a slice's mean large against its
  * spread, a^2's float sum carries rounding errors larger than the variance itself.
  * Change: each thread runs Welford's update over its values, then the block merges the
- * threads' (count, mean, M2) with Chan's formula (welford.cuh): by warp shuffles, then one warp
+ * threads' (count, mean, M2) with Chan's formula (common/welford.cuh): by warp shuffles, then one warp
  * over the warps' results.
  * Prediction: as fast as v6 (memory-bound, 0.035 ms of bytes), exact where v6 cancels.
  * Measured: v7's statistics 0.0518 ms, 8% slower than v6's (a division per element). What it
@@ -18,7 +18,7 @@
  * rounding: 1000 m is stored to 2^-24 relative, 6e-5 m absolute, against a spread of 0.17 m.
  */
 #include "model.h"
-#include "welford.cuh"
+#include "slice-welford.cuh"
 
 __global__ void __launch_bounds__(MANY_BLOCK)
 k_stats_welford(const float *__restrict__ a, const float *__restrict__ m, float *__restrict__ mean,

@@ -13,7 +13,7 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "model.h"
-#include "welford.cuh"
+#include "slice-welford.cuh"
 
 struct chan_op {
     __device__ welford operator()(const welford &a, const welford &b) const { return chan_merge(a, b); }
