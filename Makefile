@@ -62,7 +62,7 @@ NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Icommon -Xcompiler -Wall,-Wno
 NVFLAGS += $(CUDNN_FLAGS)
 LDLIBS := $(CUDNN_LDLIBS) -lgomp -lm
 
-CHAPTERS := 01 02 03
+CHAPTERS := 01 02 03 04
 ch_srcs = $(wildcard chapters/$(1)-*/*.cu)
 ch_objs = $(patsubst chapters/%.cu,build/obj/%.o,$(call ch_srcs,$(1)))
 
@@ -80,6 +80,9 @@ SWEEP_02 := $(foreach b,1 2 4,$(b)x32x32x128x128)
 SHAPE_03 := 128x3x16x32x32
 SMALL_03 := 2x3x4x5x6
 SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
+SHAPE_04 := 128x8x128x128
+SMALL_04 := 2x8x5x7
+SWEEP_04 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x8x128x128)
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o
@@ -182,6 +185,7 @@ PYTHON ?= python3
 CHECK_SHAPE_01 := 3x3x5x6x7
 CHECK_SHAPE_02 := 2x32x5x6x7
 CHECK_SHAPE_03 := 3x3x5x6x7
+CHECK_SHAPE_04 := 3x8x9x11
 golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden
 peers:

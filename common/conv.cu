@@ -11,20 +11,41 @@ static long direct_calls;
 
 long lib_conv3d_direct_calls(void) { return direct_calls; }
 
-/* the geometry both backends start from */
-static void geometry(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride)
+/* the geometry both backends start from: kernel k[d] and padding pad[d] per spatial dim */
+static void geometry(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                     const int pad[3], int stride)
 {
     memset(cc, 0, sizeof *cc);
     memcpy(cc->x_dims, x_dims, sizeof cc->x_dims);
     cc->y_dims[0] = x_dims[0];
     cc->y_dims[1] = c_out;
-    for (int i = 2; i < 5; i++) {
-        cc->y_dims[i] = (x_dims[i] + 2 * pad - k) / stride + 1;
-        if (x_dims[i] + 2 * pad < k)
+    for (int i = 0; i < 3; i++) {
+        cc->y_dims[2 + i] = (x_dims[2 + i] + 2 * pad[i] - k[i]) / stride + 1;
+        if (x_dims[2 + i] + 2 * pad[i] < k[i])
             die(1, "conv: an input extent of %d with padding %d is smaller than the kernel %d",
-                x_dims[i], pad, k);
+                x_dims[2 + i], pad[i], k[i]);
+        cc->k[i] = k[i], cc->pad[i] = pad[i];
     }
-    cc->k = k, cc->pad = pad, cc->stride = stride;
+    cc->stride = stride;
+}
+
+static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                  const int pad[3], int stride, const float *x, const float *w, float *y,
+                  float *dy, float *dx, float *dw);
+
+void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride,
+                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw)
+{
+    int kk[3] = {k, k, k}, pp[3] = {pad, pad, pad};
+    setup(cc, x_dims, c_out, kk, pp, stride, x, w, y, dy, dx, dw);
+}
+
+void lib_conv2d_setup(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad, int stride,
+                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw)
+{
+    int xd[5] = {x_dims[0], x_dims[1], 1, x_dims[2], x_dims[3]};
+    int kk[3] = {1, k, k}, pp[3] = {0, pad, pad};
+    setup(cc, xd, c_out, kk, pp, stride, x, w, y, dy, dx, dw);
 }
 
 static size_t elems(const int dims[5])
@@ -63,8 +84,9 @@ static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
         out_det = (perf)[pick_].determinism == CUDNN_DETERMINISTIC;                                \
     } while (0)
 
-void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride,
-                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw)
+static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                  const int pad[3], int stride, const float *x, const float *w, float *y,
+                  float *dy, float *dx, float *dw)
 {
     geometry(cc, x_dims, c_out, k, pad, stride);
     cc->backend = "cuDNN";
@@ -74,8 +96,8 @@ void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int
     int ys[5] = {yd[1] * yd[2] * yd[3] * yd[4], yd[2] * yd[3] * yd[4], yd[3] * yd[4], yd[4], 1};
     int bd[5] = {1, c_out, 1, 1, 1}, bs[5] = {c_out, 1, 1, 1, 1};
     int xbd[5] = {1, ci, 1, 1, 1}, xbs[5] = {ci, 1, 1, 1, 1};
-    int wdims[5] = {c_out, ci, k, k, k};
-    int pads[3] = {pad, pad, pad}, strides[3] = {stride, stride, stride}, one3[3] = {1, 1, 1};
+    int wdims[5] = {c_out, ci, k[0], k[1], k[2]};
+    int strides[3] = {stride, stride, stride}, one3[3] = {1, 1, 1};
     CUDNN_CHECK(cudnnCreate(&cc->handle));
     CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
@@ -90,7 +112,7 @@ void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->xb_desc, CUDNN_DATA_FLOAT, 5, xbd, xbs));
     CUDNN_CHECK(
         cudnnSetFilterNdDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 5, wdims));
-    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, pads, strides, one3,
+    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, cc->pad, strides, one3,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
     size_t need = 0, bytes = 0;
@@ -206,13 +228,15 @@ void lib_conv3d_destroy(lib_conv3d *cc)
 typedef struct {
     int n, ci, d, h, w;    /* input */
     int co, od, oh, ow;    /* output */
-    int k, pad, stride;
+    int kd, kh, kw;        /* kernel */
+    int pd, ph, pw, stride;
 } conv_dims;
 
 static conv_dims dims_of(const lib_conv3d *cc)
 {
     const int *x = cc->x_dims, *y = cc->y_dims;
-    conv_dims g = {x[0], x[1], x[2], x[3], x[4], y[1], y[2], y[3], y[4], cc->k, cc->pad, cc->stride};
+    conv_dims g = {x[0], x[1], x[2], x[3], x[4], y[1], y[2], y[3], y[4], cc->k[0], cc->k[1],
+                   cc->k[2], cc->pad[0], cc->pad[1], cc->pad[2], cc->stride};
     return g;
 }
 
@@ -231,19 +255,20 @@ static __global__ void k_direct_forward(conv_dims g, const float *__restrict__ x
         float acc = bias ? bias[co] : 0.0f;
         for (int ci = 0; ci < g.ci; ci++) {
             const float *xs = x + ((size_t)n * g.ci + ci) * g.d * g.h * g.w;
-            const float *ws = w + ((size_t)co * g.ci + ci) * g.k * g.k * g.k;
-            for (int kz = 0; kz < g.k; kz++) {
-                int iz = oz * g.stride - g.pad + kz;
+            const float *ws = w + ((size_t)co * g.ci + ci) * g.kd * g.kh * g.kw;
+            for (int kz = 0; kz < g.kd; kz++) {
+                int iz = oz * g.stride - g.pd + kz;
                 if (iz < 0 || iz >= g.d)
                     continue;
-                for (int ky = 0; ky < g.k; ky++) {
-                    int iy = oy * g.stride - g.pad + ky;
+                for (int ky = 0; ky < g.kh; ky++) {
+                    int iy = oy * g.stride - g.ph + ky;
                     if (iy < 0 || iy >= g.h)
                         continue;
-                    for (int kx = 0; kx < g.k; kx++) {
-                        int ix = ox * g.stride - g.pad + kx;
+                    for (int kx = 0; kx < g.kw; kx++) {
+                        int ix = ox * g.stride - g.pw + kx;
                         if (ix >= 0 && ix < g.w)
-                            acc += ws[(kz * g.k + ky) * g.k + kx] * xs[((size_t)iz * g.h + iy) * g.w + ix];
+                            acc += ws[(kz * g.kh + ky) * g.kw + kx] *
+                                   xs[((size_t)iz * g.h + iy) * g.w + ix];
                     }
                 }
             }
@@ -268,19 +293,20 @@ static __global__ void k_direct_backward_data(conv_dims g, const float *__restri
         float acc = bias ? bias[ci] : 0.0f;
         for (int co = 0; co < g.co; co++) {
             const float *ds = dy + ((size_t)n * g.co + co) * g.od * g.oh * g.ow;
-            const float *ws = w + ((size_t)co * g.ci + ci) * g.k * g.k * g.k;
-            for (int kz = 0; kz < g.k; kz++) {
-                int tz = iz + g.pad - kz, oz = tz / g.stride;
+            const float *ws = w + ((size_t)co * g.ci + ci) * g.kd * g.kh * g.kw;
+            for (int kz = 0; kz < g.kd; kz++) {
+                int tz = iz + g.pd - kz, oz = tz / g.stride;
                 if (tz < 0 || tz % g.stride || oz >= g.od)
                     continue;
-                for (int ky = 0; ky < g.k; ky++) {
-                    int ty = iy + g.pad - ky, oy = ty / g.stride;
+                for (int ky = 0; ky < g.kh; ky++) {
+                    int ty = iy + g.ph - ky, oy = ty / g.stride;
                     if (ty < 0 || ty % g.stride || oy >= g.oh)
                         continue;
-                    for (int kx = 0; kx < g.k; kx++) {
-                        int tx = ix + g.pad - kx, ox = tx / g.stride;
+                    for (int kx = 0; kx < g.kw; kx++) {
+                        int tx = ix + g.pw - kx, ox = tx / g.stride;
                         if (tx >= 0 && tx % g.stride == 0 && ox < g.ow)
-                            acc += ws[(kz * g.k + ky) * g.k + kx] * ds[((size_t)oz * g.oh + oy) * g.ow + ox];
+                            acc += ws[(kz * g.kh + ky) * g.kw + kx] *
+                                   ds[((size_t)oz * g.oh + oy) * g.ow + ox];
                     }
                 }
             }
@@ -290,15 +316,15 @@ static __global__ void k_direct_backward_data(conv_dims g, const float *__restri
 }
 
 /* dw[co][ci][k] = sum over n and output positions o of dy[n][co][o] x[n][ci][o s + k - p].
- * Block (pair, j), pair = co C_in + ci, adds every gridDim.y-th chunk of the positions, all k^3
+ * Block (pair, j), pair = co C_in + ci, adds every gridDim.y-th chunk of the positions, all the
  * taps at once in registers (dy read once a position), and writes one partial a tap:
- * partials[(pair k^3 + tap) gridDim.y + j]; k_segment_sums adds them in a fixed order. */
+ * partials[(pair taps + tap) gridDim.y + j]; k_segment_sums adds them in a fixed order. */
 static __global__ void k_direct_backward_filter(conv_dims g, const float *__restrict__ x,
                                                 const float *__restrict__ dy,
                                                 float *__restrict__ partials)
 {
     int pair = blockIdx.x, co = pair / g.ci, ci = pair % g.ci, split = gridDim.y;
-    int kvol = g.k * g.k * g.k;
+    int taps = g.kd * g.kh * g.kw;
     size_t positions = (size_t)g.n * g.od * g.oh * g.ow;
     float acc[KMAX * KMAX * KMAX];
 #pragma unroll
@@ -312,14 +338,14 @@ static __global__ void k_direct_backward_filter(conv_dims g, const float *__rest
         const float *xs = x + ((size_t)n * g.ci + ci) * g.d * g.h * g.w;
 #pragma unroll
         for (int kz = 0; kz < KMAX; kz++) {
-            int iz = oz * g.stride - g.pad + kz;
+            int iz = oz * g.stride - g.pd + kz;
 #pragma unroll
             for (int ky = 0; ky < KMAX; ky++) {
-                int iy = oy * g.stride - g.pad + ky;
+                int iy = oy * g.stride - g.ph + ky;
 #pragma unroll
                 for (int kx = 0; kx < KMAX; kx++) {
-                    int ix = ox * g.stride - g.pad + kx;
-                    if (kz < g.k && ky < g.k && kx < g.k && iz >= 0 && iz < g.d && iy >= 0 &&
+                    int ix = ox * g.stride - g.pw + kx;
+                    if (kz < g.kd && ky < g.kh && kx < g.kw && iz >= 0 && iz < g.d && iy >= 0 &&
                         iy < g.h && ix >= 0 && ix < g.w)
                         acc[(kz * KMAX + ky) * KMAX + kx] += d * xs[((size_t)iz * g.h + iy) * g.w + ix];
                 }
@@ -332,26 +358,29 @@ static __global__ void k_direct_backward_filter(conv_dims g, const float *__rest
         for (int ky = 0; ky < KMAX; ky++)
 #pragma unroll
             for (int kx = 0; kx < KMAX; kx++) {
-                if (kz >= g.k || ky >= g.k || kx >= g.k) /* the same for every thread */
+                if (kz >= g.kd || ky >= g.kh || kx >= g.kw) /* the same for every thread */
                     continue;
                 float v = block_sum(acc[(kz * KMAX + ky) * KMAX + kx]);
                 if (threadIdx.x == 0)
-                    partials[((size_t)pair * kvol + (kz * g.k + ky) * g.k + kx) * split + blockIdx.y] = v;
+                    partials[((size_t)pair * taps + (kz * g.kh + ky) * g.kw + kx) * split +
+                             blockIdx.y] = v;
             }
 }
 
-void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride,
-                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw)
+static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                  const int pad[3], int stride, const float *x, const float *w, float *y,
+                  float *dy, float *dx, float *dw)
 {
     (void)x, (void)w, (void)y, (void)dy, (void)dx, (void)dw; /* nothing to time */
     geometry(cc, x_dims, c_out, k, pad, stride);
-    if (k > KMAX)
-        die(1, "conv: the direct kernels (a build without cuDNN) take kernels up to %d, not %d",
-            KMAX, k);
+    for (int i = 0; i < 3; i++)
+        if (k[i] > KMAX)
+            die(1, "conv: the direct kernels (a build without cuDNN) take kernels up to %d, not %d",
+                KMAX, k[i]);
     cc->backend = "direct";
     cc->fwd_algo = cc->dx_algo = cc->dw_algo = -1;
     cc->fwd_det = cc->dx_det = cc->dw_det = 1;
-    int sms = 0, pairs = c_out * x_dims[1];
+    int sms = 0, pairs = c_out * x_dims[1], taps = k[0] * k[1] * k[2];
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cc->sm_count = sms;
     /* about four blocks an SM in the weight gradient, none with fewer than 2048 positions */
@@ -361,7 +390,7 @@ void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int
     if (cc->dw_split < 1)
         cc->dw_split = 1;
     int channels = c_out > x_dims[1] ? c_out : x_dims[1];
-    size_t dw_part = (size_t)pairs * k * k * k * cc->dw_split, b_part = (size_t)channels * SUM_BLOCKS;
+    size_t dw_part = (size_t)pairs * taps * cc->dw_split, b_part = (size_t)channels * SUM_BLOCKS;
     cc->partials = (float *)gpu_alloc(sizeof(float) * (dw_part > b_part ? dw_part : b_part),
                                       "the direct conv's partial sums");
 }
@@ -390,11 +419,11 @@ void lib_conv3d_backward_data(const lib_conv3d *cc, const float *w, const float 
 void lib_conv3d_backward_filter(const lib_conv3d *cc, const float *x, const float *dy, float *dw)
 {
     conv_dims g = dims_of(cc);
-    int kvol = g.k * g.k * g.k;
+    int taps = g.kd * g.kh * g.kw;
     k_direct_backward_filter<<<dim3(g.co * g.ci, cc->dw_split), DIRECT_BLOCK>>>(g, x, dy,
                                                                                 cc->partials);
     LAUNCH_CHECK();
-    k_segment_sums<<<g.co * g.ci * kvol, 64>>>(cc->partials, NULL, cc->dw_split, dw);
+    k_segment_sums<<<g.co * g.ci * taps, 64>>>(cc->partials, NULL, cc->dw_split, dw);
     LAUNCH_CHECK();
     direct_calls++;
 }

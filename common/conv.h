@@ -57,7 +57,7 @@ void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line)
 
 typedef struct {
     int x_dims[5], y_dims[5]; /* N, C, D, H, W of the input and of the output */
-    int k, pad, stride;
+    int k[3], pad[3], stride; /* kernel and zero padding per spatial dim (D, H, W) */
     const char *backend;      /* "cuDNN" or "direct" */
     int fwd_algo, dx_algo, dw_algo; /* cuDNN's algorithm numbers; -1 for the direct kernels */
     int fwd_det, dx_det, dw_det;    /* whether that algorithm is deterministic */
@@ -80,6 +80,10 @@ typedef struct {
  * and dw are overwritten; x and w must hold finite values). Exits 1 with a message when cuDNN has
  * no fp32 algorithm for a direction, or (direct) when k is above 3. */
 void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride,
+                      const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
+/* Conv2d(k, padding pad, stride) on N x C_in x H x W (x_dims[4]) as the depth-1 Conv3d with a
+ * 1 x k x k kernel: the same functions below then serve it (weights C_out x C_in x k x k). */
+void lib_conv2d_setup(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad, int stride,
                       const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
 /* y = conv(x, w) + bias (bias: c_out floats, or NULL for none), on the default stream */
 void lib_conv3d_forward(const lib_conv3d *cc, const float *x, const float *w, const float *bias,

@@ -7,6 +7,9 @@
  *     v > m:  s = s exp(m - v) + 1, m = v        otherwise:  s = s + exp(v - m)
  * Start from m = -INFINITY, s = 0; the logsumexp is m + log(s). __expf: about 2 ulp on the
  * arguments here (CUDA C Programming Guide, "Intrinsic Functions"), within the chapters' 1e-5.
+ *
+ * k_logsumexp_naive is the other way, the one the eager versions start from (PyTorch's logsumexp
+ * is amax, then the sum of exp(v - max)): two passes over the channels, expf and logf.
  */
 #ifndef LSE_CUH
 #define LSE_CUH
@@ -20,6 +23,29 @@ __device__ static inline void lse_online(float v, float *m, float *s)
         *m = v;
     } else {
         *s += e; /* also where d is NaN: the NaN propagates into s */
+    }
+}
+
+/* out[n][q] = logsumexp over the CHANNELS of in[n][.][q], in an N x CHANNELS x s tensor; one
+ * thread a position (n_pos = N s), two passes: the max, then the sum of exp(v - max). CHANNELS
+ * is a template parameter: with the trip count known the compiler unrolls the passes (a
+ * runtime count measured 11% slower in chapter 1's v1, 5% in chapter 2's, on the H100). The
+ * kernel is static: every file that includes this header gets its own copy. */
+template <int CHANNELS>
+static __global__ void k_logsumexp_naive(const float *__restrict__ in, float *__restrict__ out,
+                                         int n_pos, int s)
+{
+    const int channels = CHANNELS;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
+        int n = i / s, q = i - n * s;
+        const float *v = in + (size_t)n * channels * s + q;
+        float m = v[0];
+        for (int ch = 1; ch < channels; ch++)
+            m = fmaxf(m, v[(size_t)ch * s]);
+        float sum = 0.0f;
+        for (int ch = 0; ch < channels; ch++)
+            sum += expf(v[(size_t)ch * s] - m);
+        out[i] = m + logf(sum);
     }
 }
 

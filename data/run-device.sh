@@ -12,19 +12,25 @@
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
+#   dram       Nsight Compute's DRAM bytes (read, written) of every statistics and apply kernel
+#              of chapter 4's v4 and v5 at 32x8x128x128 (c 130 MB, 2.6 L2s), L2 not flushed between kernels
+#              (--cache-control none): whether the apply's read of c comes from DRAM or L2
 #   nocudnn    a build without cuDNN (make CUDNN=0): make test, memcheck and initcheck on the
 #              small shapes, and make chapter-N for every
 #              chapter (into data/<gpu>-mine/, not the recorded data); run it last, the next
 #              stage's build is the cuDNN one again
 #   chapters   make chapter-N for every chapter (data/<gpu>-mine/: compare with data/<gpu>/)
 #   (none given: test record check sanitize sm80)
+# ONLY="4" (chapter numbers, space-separated) limits chapters, check, record, sanitize and
+# nocudnn's chapter runs to those chapters; test always runs every chapter.
 set -uo pipefail
 OUT=${OUT:-build/out-pack}
 LOGS=build/out
 mkdir -p "$OUT" "$LOGS"
 stages=${*:-test record check sanitize sm80}
 status=0
-CHAPTER_NUMBERS=$(sed -n 's/^CHAPTERS := //p' Makefile | sed 's/\<0//g') # "1 2 3"
+CHAPTER_NUMBERS=${ONLY:-$(sed -n 's/^CHAPTERS := //p' Makefile | sed 's/\<0//g')} # "1 2 3 4"
+ONLY_MAKE=${ONLY:+CHAPTERS=$(for c in $ONLY; do printf '0%s ' $c; done)}
 step() { # step NAME COMMAND...: run, log to $LOGS/NAME.log, one summary line
     local name=$1; shift
     local t0=$SECONDS
@@ -38,20 +44,23 @@ step build make -s -j16 all ARCH=sm_90
 for s in $stages; do
     case $s in
     test) step test make -s test ARCH=sm_90 ;;
-    sanitize) step sanitize make -s sanitize ARCH=sm_90 ;;
-    record) step record make -s record ARCH=sm_90 ;;
+    sanitize) step sanitize make -s sanitize ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
+    record) step record make -s record ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     check) for c in $CHAPTER_NUMBERS; do step check$c make -s check-pytorch CH=$c ARCH=sm_90; done ;;
     sm80) step sm80-build make -s -j16 all ARCH=sm_80
           step sm80-test make -s test ARCH=sm_80
           step sm80-ch03 build/ch03 --shape 4x3x16x32x32 --reps 5 ;;
     nocudnn) step nocudnn-build make -s -j16 all ARCH=sm_90 CUDNN=0
              step nocudnn-test make -s test ARCH=sm_90 CUDNN=0
-             step nocudnn-memcheck make -s sanitize ARCH=sm_90 CUDNN=0 SANITIZERS="memcheck initcheck"
+             step nocudnn-memcheck make -s sanitize ARCH=sm_90 CUDNN=0 SANITIZERS="memcheck initcheck" ${ONLY_MAKE:+"$ONLY_MAKE"}
              for c in $CHAPTER_NUMBERS; do step nocudnn-ch$c make -s chapter-$c ARCH=sm_90 CUDNN=0
                  cp "$(sh common/datadir.sh)/ch0$c.csv" "$LOGS/nocudnn-ch0$c.csv"; done
              step build make -s -j16 all ARCH=sm_90 ;;
     chapters) for c in $CHAPTER_NUMBERS; do step chapter-$c make -s chapter-$c ARCH=sm_90
                   cp "$(sh common/datadir.sh)/ch0$c.csv" "$LOGS/chapter-ch0$c.csv"; done ;;
+    dram) for v in v4 v5; do step dram-$v ncu --cache-control none --metrics \
+              dram__bytes_read.sum,dram__bytes_write.sum --kernel-name regex:'k_(stats|apply)' \
+              --launch-count 4 build/ch04 --version $v --reps 1 --shape 32x8x128x128; done ;;
     ncu) step ncu make -s profile CH=${NCU_CH:-3} V=${NCU_V:-v1} ARCH=sm_90 NCU_ARGS="${NCU_ARGS:-}" ;;
     *) echo "unknown stage $s"; status=1 ;;
     esac

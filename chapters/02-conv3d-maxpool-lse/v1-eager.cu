@@ -19,6 +19,7 @@
  * issued, against the epilogue's 0.18 ms floor; a fused conv must first match cuDNN's implicit
  * GEMM (model.h).
  */
+#include "lse.cuh"
 #include "model.h"
 
 /* the library Conv3d + bias (common/conv.h): cuDNN's fastest strict-fp32 algorithm by cudnnFind,
@@ -49,23 +50,6 @@ __global__ void k_maxpool_naive(const float *__restrict__ c, float *__restrict__
     }
 }
 
-/* one thread per output position, two passes over the 64 channels of p */
-__global__ void k_logsumexp_naive(const float *__restrict__ p, float *__restrict__ z, int n_pos,
-                                  int s)
-{
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
-        int n = i / s, q = i - n * s;
-        const float *v = p + (size_t)n * C_OUT * s + q;
-        float m = v[0];
-        for (int ch = 1; ch < C_OUT; ch++)
-            m = fmaxf(m, v[(size_t)ch * s]);
-        float sum = 0.0f;
-        for (int ch = 0; ch < C_OUT; ch++)
-            sum += expf(v[(size_t)ch * s] - m);
-        z[i] = m + logf(sum);
-    }
-}
-
 __global__ void k_relu(const float *__restrict__ a, float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
@@ -76,7 +60,7 @@ __global__ void k_relu(const float *__restrict__ a, float *__restrict__ o, int n
 static void lse_relu_naive(const run_ctx *r)
 {
     int n = (int)out_elems(&r->sh), g = grid_for(n, 256, r->sm_count);
-    k_logsumexp_naive<<<g, 256>>>(r->p, r->z, n, r->sh.s);
+    k_logsumexp_naive<C_OUT><<<g, 256>>>(r->p, r->z, n, r->sh.s);
     k_relu<<<g, 256>>>(r->z, r->y, n);
 }
 

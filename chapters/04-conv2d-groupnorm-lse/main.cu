@@ -1,0 +1,61 @@
+/*
+ * Chapter 4: KernelBench level 2, model #92, in CUDA C
+ *
+ *     y = logsumexp_c( c + HardSwish( tanh( GroupNorm_16(c) ) ) ),  c = Conv2d(x)
+ *
+ * What this chapter teaches: the warp shuffle, and where the layout puts a reduction. GroupNorm
+ * needs a mean and a variance over each group's 4 x 15876 values (254 KB, more than an SM's
+ * shared memory) before any output, and the logsumexp then needs all 64 channels of a position.
+ * The statistics are reduced in registers across a warp (__shfl_down_sync, __shfl_xor_sync)
+ * instead of chapter 3's shared-memory tree; CUB is the library baseline; the elementwise tail
+ * folds into one pass with the online logsumexp; and since the statistics must see all of c
+ * before the first output, the second read of c is made to come from L2 instead of DRAM.
+ *
+ * Read in this order (the chapter README lists the same):
+ *   model.h                the model, its shapes, its bytes and FLOPs, the floors they imply
+ *   reference.cu           the CPU reference in double, the backward derived term by term, and
+ *                          its checks (definition, central differences, a check that can fail)
+ *   group-welford.cuh      a thread's Welford share of a group; v2's merge by warp shuffles
+ *   v1-eager.cu            v1  eager-like: library conv, statistics by a shared-memory tree,
+ *                              then a kernel per op (gn, tanh, HardSwish, add, logsumexp)
+ *   v2-warp-stats.cu       v2  the statistics by warp shuffles: one barrier instead of nine
+ *   v3-cub-stats.cu        v3  the statistics by CUB's BlockReduce (the library baseline)
+ *   apply.cuh              the epilogue at a position: one FMA for GroupNorm, online logsumexp
+ *   v4-fused-apply.cu      v4  v2's statistics, then one kernel for the rest (c read twice)
+ *   v5-l2-chunks.cu        v5  chunks of samples that fit L2: the second read of c from L2
+ *   b1-autograd.cu         b1  autograd-like backward: v1 saving, a kernel per op
+ *   b2-fused-backward.cu   b2  v4, then three recomputing kernels (group sums by shuffles)
+ *   problem.cu             host machinery (inputs, buffers, verification, tests): skip it
+ *
+ * Scopes: v1..v3 run as the statistics alone (stats), on the conv output (epilogue_fwd) and as
+ * the whole model, the library conv first (model_fwd); v4 and v5 in the last two. Each backward
+ * version runs as epilogue forward + backward and as a training step (the library conv, the
+ * pair, then dx, dw and dbias).
+ *
+ *   make chapter-4                 verify and time every version at the KernelBench shape
+ *   build/ch04 --version v5        one version
+ *   build/ch04 --test              CPU checks + every version on awkward shapes and extreme values
+ *   build/ch04 --shape 3x8x9x11 --dump out/   tensors for a PyTorch check
+ */
+#include "model.h"
+
+#define FWD (SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD))
+#define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
+
+static const hx_version versions[] = {
+    {"v1", FWD | SC(SCOPE_STATS), "eager-like: smem-tree stats, a kernel per op", v1_launch, 0},
+    {"v2", FWD | SC(SCOPE_STATS), "stats: warp shuffles, one barrier", v2_launch, 0},
+    {"v3", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v3_launch, 0},
+    {"v4", FWD, "fused apply: v2 stats + one kernel (c read twice)", v4_launch, 0},
+    {"v5", FWD, "L2 chunks: split stats, apply from L2", v5_launch, 0},
+    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
+    {"b2", BWD, "fused: v4, then three recomputing kernels", b2_launch, 0},
+};
+
+int main(int argc, char **argv)
+{
+    hx_chapter ch = chapter_machinery;
+    ch.versions = versions;
+    ch.n_versions = (int)(sizeof versions / sizeof versions[0]);
+    return hx_main(argc, argv, &ch);
+}

@@ -1,0 +1,458 @@
+/*
+ * problem.cu: chapter 4's host machinery, for the harness (common/harness.h): the inputs and
+ * parameters, the device buffers, the library conv's setup, the references, what each scope
+ * writes and how it is verified (the statistics included), the CPU checks, the awkward shapes
+ * and extreme values, the notes after the table, the dump. Nothing here is a lesson; the
+ * versions are in the v*.cu and b*.cu files.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "welford.cuh"
+
+#define TOL_REL_L2 1e-5
+#define TOL_ABS 1e-4
+#define TOL_STATS 1e-4 /* mean against |mean| + std (its scale), rstd against itself */
+#define TOL_SUM 1e-5   /* reduced results against their error scale (reference.cu) */
+
+struct problem {
+    shape sh;
+    float *x, *weight, *bias, gamma[C_OUT], beta[C_OUT], *g; /* host */
+    double *xd, *wd, *bd, gd[C_OUT], bed[C_OUT];
+    run_ctx r;
+    lib_conv3d lib;
+    float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
+    float host_dgamma[C_OUT], host_dbeta[C_OUT], *host_stats; /* mean, then rstd, per (n, G) */
+    double *ref_c, *ref_model, *ref_epilogue;
+    double *stats_model, *stats_epi, *stats_scale;
+    int have_bwd_refs;
+    bwd_ref bref;
+    double *dcd, *ref_dx, ref_dw[N_WEIGHT], abs_dw[N_WEIGHT], ref_dbias[C_OUT], abs_dbias[C_OUT];
+};
+
+static shape shape_of(const int64_t *dims) { return make_shape((int)dims[0], (int)dims[2], (int)dims[3]); }
+
+static const char *shape_problem(const int64_t *dims)
+{
+    static char why[256];
+    const char *bad = hx_channels_problem(dims, C_IN);
+    if (bad)
+        return bad;
+    if (dims[2] < 3 || dims[3] < 3) {
+        snprintf(why, sizeof why, "a 3x3 convolution without padding needs H and W of at least 3");
+        return why;
+    }
+    if (dims[0] > 65535) {
+        snprintf(why, sizeof why, "batch must be at most 65535 (grid limits)");
+        return why;
+    }
+    bad = hx_index_problem((double)dims[0] * C_IN * dims[2] * dims[3], "the input");
+    return bad ? bad
+               : hx_index_problem((double)dims[0] * C_OUT * (dims[2] - 2) * (dims[3] - 2),
+                                  "the conv output");
+}
+
+/* ------------------------------------------------------------------ inputs and buffers */
+
+/* the epilogue's references from host_c (the GPU's conv output, or a planted one) */
+static void epilogue_refs(problem *pb)
+{
+    size_t ns = seg_count(&pb->sh);
+    epilogue_ref(&pb->sh, pb->host_c, NULL, pb->gd, pb->bed, GN_EPS, pb->ref_epilogue, pb->stats_epi,
+                 pb->stats_epi + ns);
+    pb->have_bwd_refs = 0;
+}
+
+/* uploads x, runs the library conv, computes the forward references: the model's from the
+ * double conv, the epilogue's (and the backward's) from the GPU's float conv output, which
+ * shape_checks compares with the double conv */
+static void problem_refresh(problem *pb)
+{
+    const shape *s = &pb->sh;
+    size_t ns = seg_count(s);
+    CUDA_CHECK(cudaMemcpy((void *)pb->r.x, pb->x, 4 * x_elems(s), cudaMemcpyHostToDevice));
+    conv_forward(&pb->r);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(pb->host_c, pb->r.c, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < x_elems(s); i++)
+        pb->xd[i] = pb->x[i];
+    for (int i = 0; i < N_WEIGHT; i++)
+        pb->wd[i] = pb->weight[i];
+    for (int i = 0; i < C_OUT; i++)
+        pb->bd[i] = pb->bias[i], pb->gd[i] = pb->gamma[i], pb->bed[i] = pb->beta[i];
+    conv3d_geom g = conv_geom(s);
+    conv3d_ref(&g, pb->xd, pb->wd, pb->bd, pb->ref_c);
+    epilogue_ref(s, NULL, pb->ref_c, pb->gd, pb->bed, GN_EPS, pb->ref_model, pb->stats_model,
+                 pb->stats_model + ns);
+    epilogue_refs(pb);
+}
+
+static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
+{
+    problem *pb = (problem *)calloc(1, sizeof *pb);
+    if (!pb)
+        die(1, "out of host memory");
+    shape sh = shape_of(dims);
+    const shape *s = &sh;
+    pb->sh = sh;
+    size_t nx = x_elems(s), nc = conv_elems(s), ny = out_elems(s), ns = seg_count(s);
+    int tiles = ceil_div(s->s, APPLY_BLOCK);
+    pb->x = (float *)host_alloc(4 * nx), pb->xd = (double *)host_alloc(8 * nx);
+    pb->weight = (float *)host_alloc(4 * N_WEIGHT), pb->wd = (double *)host_alloc(8 * N_WEIGHT);
+    pb->bias = (float *)host_alloc(4 * C_OUT), pb->bd = (double *)host_alloc(8 * C_OUT);
+    pb->g = (float *)host_alloc(4 * ny);
+    pb->host_out = (float *)host_alloc(4 * ny), pb->host_c = (float *)host_alloc(4 * nc);
+    pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
+    pb->host_stats = (float *)host_alloc(8 * ns);
+    pb->ref_c = (double *)host_alloc(8 * nc);
+    pb->ref_model = (double *)host_alloc(8 * ny), pb->ref_epilogue = (double *)host_alloc(8 * ny);
+    pb->stats_model = (double *)host_alloc(16 * ns), pb->stats_epi = (double *)host_alloc(16 * ns);
+    pb->stats_scale = (double *)host_alloc(16 * ns);
+    pb->bref.dc = (double *)host_alloc(8 * nc);
+    pb->bref.abs_dc = (double *)host_alloc(8 * nc);
+    pb->dcd = (double *)host_alloc(8 * nc), pb->ref_dx = (double *)host_alloc(8 * nx);
+    rng_state rng, rng_g;
+    rng_seed(&rng, seed);
+    fill_uniform(pb->x, nx, 0.0, 1.0, &rng);                                    /* torch.rand */
+    init_conv_params(pb->weight, N_WEIGHT, pb->bias, C_OUT, C_IN * KVOL, &rng); /* fan_in 72 */
+    /* GroupNorm starts at gamma = 1, beta = 0; learned values are anything: test with those */
+    for (int c = 0; c < C_OUT; c++) {
+        pb->gamma[c] = (float)(1.5 * (2.0 * rng_uniform(&rng) - 1.0));
+        pb->beta[c] = (float)(2.0 * rng_uniform(&rng) - 1.0);
+    }
+    rng_seed(&rng_g, seed ^ 0x5DEECE66Dull);
+    fill_normal(pb->g, ny, &rng_g);
+
+    run_ctx *r = &pb->r;
+    r->sh = sh;
+    r->sm_count = dev->sm_count;
+    double sample_bytes = 4.0 * C_OUT * s->s;
+    r->chunk = (int)(L2_SHARE * (double)dev->l2_bytes / (2.0 * sample_bytes));
+    r->chunk = r->chunk < 1 ? 1 : (r->chunk > s->n ? s->n : r->chunk);
+    int chunks = ceil_div(s->n, r->chunk);
+    r->stats_done = (cudaEvent_t *)host_alloc(sizeof(cudaEvent_t) * chunks);
+    r->applied = (cudaEvent_t *)host_alloc(sizeof(cudaEvent_t) * chunks);
+    for (int k = 0; k < chunks; k++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&r->stats_done[k], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&r->applied[k], cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaStreamCreate(&r->stream[0])); /* blocking: ordered with the legacy stream */
+    CUDA_CHECK(cudaStreamCreate(&r->stream[1]));
+    float *x = (float *)gpu_alloc(4 * nx, "input x"), *w = (float *)gpu_alloc(4 * N_WEIGHT, "weight");
+    float *b = (float *)gpu_alloc(4 * C_OUT, "bias"), *g = (float *)gpu_alloc(4 * ny, "g");
+    float *gm = (float *)gpu_alloc(4 * C_OUT, "gamma"), *bt = (float *)gpu_alloc(4 * C_OUT, "beta");
+    r->x = x, r->weight = w, r->bias = b, r->g = g, r->gamma = gm, r->beta = bt;
+    r->c = (float *)gpu_alloc(4 * nc, "conv output");
+    r->y = (float *)gpu_alloc(4 * ny, "output y");
+    const char *tn[4] = {"gn (v1)", "t (v1)", "h (v1)", "r (v1)"};
+    for (int i = 0; i < 4; i++)
+        r->t[i] = (float *)gpu_alloc(4 * nc, tn[i]);
+    r->mean = (float *)gpu_alloc(4 * ns, "mean"), r->rstd = (float *)gpu_alloc(4 * ns, "rstd");
+    r->wpart = (welford *)gpu_alloc(sizeof(welford) * ns * SPLIT, "v5 partial statistics");
+    size_t bp = ns * tiles * N_BSUMS;
+    if (bp < (size_t)s->n * C_OUT * 2)
+        bp = (size_t)s->n * C_OUT * 2;
+    r->bpart = (float *)gpu_alloc(4 * bp, "backward partials");
+    r->m1 = (float *)gpu_alloc(4 * ns, "mean(dxh)"), r->m2 = (float *)gpu_alloc(4 * ns, "mean(dxh xh)");
+    r->dc = (float *)gpu_alloc(4 * nc, "dL/dc");
+    r->dx = (float *)gpu_alloc(4 * nx, "dL/dx");
+    r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
+    r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
+    r->dgamma = (float *)gpu_alloc(4 * C_OUT, "dL/dgamma");
+    r->dbeta = (float *)gpu_alloc(4 * C_OUT, "dL/dbeta");
+    CUDA_CHECK(cudaMemcpy(w, pb->weight, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(gm, pb->gamma, 4 * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(bt, pb->beta, 4 * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g, pb->g, 4 * ny, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(x, pb->x, 4 * nx, cudaMemcpyHostToDevice));
+    gpu_poison(r->c, nc);
+    int xd[4] = {s->n, C_IN, s->h, s->w};
+    lib_conv2d_setup(&pb->lib, xd, C_OUT, KS, 0, 1, x, w, r->c, r->dc, r->dx, r->dw);
+    r->lib = &pb->lib;
+    problem_refresh(pb);
+    return pb;
+}
+
+static void problem_destroy(problem *pb)
+{
+    run_ctx *r = &pb->r;
+    lib_conv3d_destroy(&pb->lib);
+    for (int k = 0; k < ceil_div(pb->sh.n, r->chunk); k++) {
+        CUDA_CHECK(cudaEventDestroy(r->stats_done[k]));
+        CUDA_CHECK(cudaEventDestroy(r->applied[k]));
+    }
+    free(r->stats_done), free(r->applied);
+    CUDA_CHECK(cudaStreamDestroy(r->stream[0]));
+    CUDA_CHECK(cudaStreamDestroy(r->stream[1]));
+    const void *dev[] = {r->x, r->weight, r->bias, r->g, r->gamma, r->beta, r->c, r->y, r->t[0],
+                         r->t[1], r->t[2], r->t[3], r->mean, r->rstd, r->wpart, r->bpart, r->m1,
+                         r->m2, r->dc, r->dx, r->dw, r->dbias, r->dgamma, r->dbeta};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CUDA_CHECK(cudaFree((void *)dev[i]));
+    void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
+                    pb->host_c, pb->host_dc, pb->host_dx, pb->host_stats, pb->ref_c,
+                    pb->ref_model, pb->ref_epilogue, pb->stats_model, pb->stats_epi,
+                    pb->stats_scale, pb->bref.dc, pb->bref.abs_dc, pb->dcd, pb->ref_dx};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    free(pb);
+}
+
+static const run_ctx *problem_ctx(const problem *pb) { return &pb->r; }
+
+/* ------------------------------------------------------------ what a scope writes, verified */
+
+/* every scope writes the statistics (the stats scope nothing else); the forward ones y; the
+ * backward ones dc, dgamma, dbeta; a training step also dx, dw, dbias */
+static void problem_poison(problem *pb, int scope)
+{
+    const shape *s = &pb->sh;
+    gpu_poison(pb->r.mean, seg_count(s));
+    gpu_poison(pb->r.rstd, seg_count(s));
+    if (scope != SCOPE_STATS)
+        gpu_poison(pb->r.y, out_elems(s));
+    if (scope == SCOPE_EPI_FWDBWD || scope == SCOPE_TRAIN) {
+        gpu_poison(pb->r.dc, conv_elems(s));
+        gpu_poison(pb->r.dgamma, C_OUT);
+        gpu_poison(pb->r.dbeta, C_OUT);
+    }
+    if (scope == SCOPE_TRAIN) {
+        gpu_poison(pb->r.dx, x_elems(s));
+        gpu_poison(pb->r.dw, N_WEIGHT);
+        gpu_poison(pb->r.dbias, C_OUT);
+    }
+}
+
+/* the saved statistics against the reference's: each mean within TOL_STATS of |mean| + std
+ * (its scale), each rstd within TOL_STATS of itself */
+static verify_result verify_stats(problem *pb, const double *ref)
+{
+    size_t ns = seg_count(&pb->sh);
+    CUDA_CHECK(cudaMemcpy(pb->host_stats, pb->r.mean, 4 * ns, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(pb->host_stats + ns, pb->r.rstd, 4 * ns, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < ns; i++) {
+        pb->stats_scale[i] = fabs(ref[i]) + 1.0 / ref[ns + i];
+        pb->stats_scale[ns + i] = ref[ns + i];
+    }
+    return verify_sum_f32(pb->host_stats, ref, pb->stats_scale, 2 * ns, TOL_STATS);
+}
+
+static hx_verdict problem_verify(problem *pb, int scope)
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    size_t nc = conv_elems(s), ny = out_elems(s), ns = seg_count(s);
+    int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
+    hx_verdict v = {1, 1, HASH_INIT, ""};
+    /* the library conv may be nondeterministic, and with it what a whole-model run computes */
+    v.deterministic = !whole || pb->lib.fwd_det;
+    if (scope != SCOPE_STATS) {
+        hx_check_output(&v, "y", r->y, pb->host_out, ny, whole ? pb->ref_model : pb->ref_epilogue,
+                        HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
+        v.hash = hash_f32(v.hash, pb->host_out, ny);
+    }
+    verify_result st = verify_stats(pb, whole ? pb->stats_model : pb->stats_epi);
+    hx_verdict_add(&v, "mean,rstd", &st);
+    v.hash = hash_f32(v.hash, pb->host_stats, 2 * ns);
+    if (scope != SCOPE_EPI_FWDBWD && scope != SCOPE_TRAIN)
+        return v;
+    /* the backward from the GPU's conv output (the epilogue's input in both scopes) */
+    if (!pb->have_bwd_refs) {
+        epilogue_backward_ref(s, pb->host_c, NULL, pb->gd, pb->bed, pb->g, &pb->bref);
+        pb->have_bwd_refs = 1;
+    }
+    hx_check_output(&v, "dc", r->dc, pb->host_dc, nc, pb->bref.dc, HX_SUM, pb->bref.abs_dc, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dgamma", r->dgamma, pb->host_dgamma, C_OUT, pb->bref.dgamma, HX_SUM,
+                    pb->bref.abs_dgamma, 0, TOL_SUM);
+    hx_check_output(&v, "dbeta", r->dbeta, pb->host_dbeta, C_OUT, pb->bref.dbeta, HX_SUM,
+                    pb->bref.abs_dbeta, 0, TOL_SUM);
+    v.hash = hash_f32(hash_f32(hash_f32(v.hash, pb->host_dc, nc), pb->host_dgamma, C_OUT),
+                      pb->host_dbeta, C_OUT);
+    if (scope == SCOPE_EPI_FWDBWD)
+        return v;
+    /* the conv's gradients against the double conv backward of this run's dc */
+    for (size_t i = 0; i < nc; i++)
+        pb->dcd[i] = pb->host_dc[i];
+    conv3d_geom g = conv_geom(s);
+    conv3d_backward_ref(&g, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
+                        pb->abs_dw, pb->abs_dbias);
+    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
+                    TOL_REL_L2, TOL_ABS);
+    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
+                    pb->abs_dbias, 0, TOL_SUM);
+    return v;
+}
+
+/* model.h's counts; the conv's FLOPs once in the forward, three times in a training step */
+static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flops[N_SCOPES])
+{
+    const shape *s = &pb->sh;
+    bytes[SCOPE_EPI_FWD] = epilogue_bytes(s), bytes[SCOPE_MODEL_FWD] = model_bytes(s);
+    bytes[SCOPE_EPI_FWDBWD] = epilogue_fwdbwd_bytes(s), bytes[SCOPE_TRAIN] = train_step_bytes(s);
+    bytes[SCOPE_STATS] = stats_bytes(s);
+    flops[SCOPE_MODEL_FWD] = conv_flops(s), flops[SCOPE_TRAIN] = 3.0 * conv_flops(s);
+}
+
+/* ------------------------------------------------- GPU checks: shapes, cases */
+
+static const int64_t test_shapes[][CLI_MAX_DIMS] = {
+    /* N x 8 x H x W; S = (H-2)(W-2) positions, a group 4 S values */
+    {1, 8, 3, 3},     /* S = 1: a group of 4 values, one a channel */
+    {2, 8, 5, 7},     /* S = 15: odd, most threads idle */
+    {3, 8, 3, 35},    /* S = 33: a warp and one */
+    {2, 8, 18, 18},   /* S = 256 = APPLY_BLOCK */
+    {1, 8, 19, 19},   /* S = 289 = 17^2, one past a block */
+    {5, 8, 41, 47},   /* S = 1755: several apply tiles, a partial last one */
+    {1, 8, 128, 128}, /* S = 15876: the KernelBench sample */
+    {13, 8, 128, 128}, /* v5: 13 samples in chunks of the L2 (3 on an H100: 3, 3, 3, 3, 1) */
+};
+#define EXTREME_SHAPE 5 /* the extreme values run on 5x8x41x47 */
+
+/* the library conv the epilogues read, against the reference */
+static void shape_checks(problem *pb, int t)
+{
+    const shape *s = &pb->sh;
+    (void)t;
+    verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
+    check(vc.pass, "%s conv (algo %d) = reference on %dx8x%dx%d, rel_l2 %.1e", pb->lib.backend,
+          pb->lib.fwd_algo, s->n, s->h, s->w, vc.rel_l2);
+}
+
+/* extremes: the input x 1000 (c in the thousands: tanh saturates, the logsumexp's terms span
+ * thousands), a planted c of +-100 by group (alternating signs), and a constant group (variance
+ * zero: rstd = 1 / sqrt(eps), xh = 0) */
+static const hx_case cases[] = {
+    {"x*1000", ~0u, NULL},
+    {"c ~ +-100", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_STATS), NULL},
+    {"c const/G", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_STATS), NULL},
+    {NULL, 0, NULL},
+};
+
+static void set_case(problem *pb, int k)
+{
+    const shape *s = &pb->sh;
+    if (k == 0) {
+        for (size_t i = 0; i < x_elems(s); i++)
+            pb->x[i] *= 1000.0f;
+        problem_refresh(pb);
+        return;
+    }
+    rng_state rng;
+    rng_seed(&rng, 7 + k);
+    size_t m = (size_t)CPG * s->s;
+    for (size_t i = 0; i < conv_elems(s); i++) {
+        size_t seg = i / m;
+        if (k == 1)
+            pb->host_c[i] = (float)((seg % 2 ? 100.0 : -100.0) + 8.0 * (rng_uniform(&rng) - 0.5));
+        else /* every value of a group the same, a different constant a group */
+            pb->host_c[i] = (float)(0.25 * (double)(seg % 7) - 0.5);
+    }
+    CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
+    epilogue_refs(pb);
+}
+
+/* ---------------------------------------------------------------- after the table; --dump */
+
+static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
+static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
+static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
+
+static void notes(problem *pb, const device_info *dev, int reps, const char *only)
+{
+    const shape *s = &pb->sh;
+    const lib_conv3d *cc = &pb->lib;
+    const run_ctx *r = &pb->r;
+    if (!HAVE_CUDNN) {
+        printf("cuDNN's Conv2d and its gradients alone: skipped: %s\n", NO_CUDNN);
+    } else {
+        timing tc = gpu_time(time_conv, r, reps);
+        printf("cuDNN Conv2d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
+               "TFLOP/s\n", cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic",
+               tc.median_ms, tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
+        if (!only) {
+            timing tx = gpu_time(time_dx, r, reps), tw = gpu_time(time_dw, r, reps);
+            printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
+                   "(backward filter, algo %d, %s) %.4f\n", cc->dx_algo, tx.median_ms,
+                   cc->dw_algo, cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms);
+        }
+    }
+    printf("v5: chunks of %d samples (%.1f MB of c; two chunks within %.0f%% of the %.0f MB L2)\n",
+           r->chunk, 4.0 * C_OUT * s->s * r->chunk / 1e6, 100.0 * L2_SHARE, dev->l2_bytes / 1e6);
+    printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; c read twice %.1f MB -> %.4f ms; "
+           "epilogue fwd+bwd %.1f MB -> %.4f ms; the conv: %.2f GFLOP -> %.4f ms at %.1f TFLOP/s\n",
+           dev->copy_gbps, epilogue_bytes(s) / 1e6, epilogue_bytes(s) / (dev->copy_gbps * 1e6),
+           (epilogue_bytes(s) + 4.0 * conv_elems(s)) / 1e6,
+           (epilogue_bytes(s) + 4.0 * conv_elems(s)) / (dev->copy_gbps * 1e6),
+           epilogue_fwdbwd_bytes(s) / 1e6, epilogue_fwdbwd_bytes(s) / (dev->copy_gbps * 1e6),
+           conv_flops(s) / 1e9, conv_flops(s) / (dev->fp32_tflops * 1e9), dev->fp32_tflops);
+}
+
+static void dump(problem *pb, const char *dir, const char *id, int scope)
+{
+    const shape *s = &pb->sh;
+    int64_t xs[4] = {s->n, C_IN, s->h, s->w}, ws[4] = {C_OUT, C_IN, KS, KS};
+    int64_t bs[1] = {C_OUT}, cs[4] = {s->n, C_OUT, s->oh, s->ow}, ys[4] = {s->n, 1, s->oh, s->ow};
+    if (!id) {
+        npy_save_or_exit(dir, "x", pb->x, 4, xs);
+        npy_save_or_exit(dir, "conv_weight", pb->weight, 4, ws);
+        npy_save_or_exit(dir, "conv_bias", pb->bias, 1, bs);
+        npy_save_or_exit(dir, "gamma", pb->gamma, 1, bs);
+        npy_save_or_exit(dir, "beta", pb->beta, 1, bs);
+        npy_save_or_exit(dir, "conv_out", pb->host_c, 4, cs);
+        npy_save_or_exit(dir, "grad_output", pb->g, 4, ys);
+        return;
+    }
+    if (scope != SCOPE_TRAIN) {
+        char name[64];
+        snprintf(name, sizeof name, scope == SCOPE_MODEL_FWD ? "out_%s_model" : "out_%s", id);
+        npy_save_or_exit(dir, name, pb->host_out, 4, ys);
+        return;
+    }
+    npy_save_id_or_exit(dir, "grad_conv_out", id, pb->host_dc, 4, cs);
+    npy_save_id_or_exit(dir, "grad_gamma", id, pb->host_dgamma, 1, bs);
+    npy_save_id_or_exit(dir, "grad_beta", id, pb->host_dbeta, 1, bs);
+    npy_save_id_or_exit(dir, "grad_conv_weight", id, pb->host_dw, 4, ws);
+    npy_save_id_or_exit(dir, "grad_conv_bias", id, pb->host_dbias, 1, bs);
+    npy_save_id_or_exit(dir, "grad_x", id, pb->host_dx, 4, xs);
+}
+
+const hx_chapter chapter_machinery = {
+    "04",
+    "Conv2d -> GroupNorm -> tanh -> HardSwish -> + c -> LogSumExp (KernelBench level 2, #92)",
+    "\nChapter 4, KernelBench level 2 model #92:\n"
+    "  Conv2d(8->64, k3, no padding) -> GroupNorm(16 groups, affine) -> tanh -> HardSwish ->\n"
+    "  residual (+ the conv output) -> logsumexp over the 64 channels, keepdim. --shape is\n"
+    "  N x 8 x H x W (default 128x8x128x128), H, W >= 3; the output is N x 1 x (H-2) x (W-2).\n"
+    "  Limits: batch <= 65535, conv output < 2^31 elements.\n"
+    "  --dump DIR writes x.npy, conv_weight.npy (64,8,3,3), conv_bias.npy, gamma.npy, beta.npy\n"
+    "  (64 each), conv_out.npy (the library conv output the epilogue versions read),\n"
+    "  grad_output.npy; then out_v1.npy .. out_v5.npy (the epilogue from conv_out) and from\n"
+    "  each backward version's training step (b1, b2) grad_conv_out_bK.npy, grad_gamma_bK.npy,\n"
+    "  grad_beta_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n",
+    4,
+    {128, 8, 128, 128},
+    NULL, /* main.cu's version table */
+    0,
+    shape_problem,
+    problem_create,
+    problem_destroy,
+    problem_ctx,
+    problem_poison,
+    problem_verify,
+    problem_counts,
+    reference_checks,
+    test_shapes,
+    (int)(sizeof test_shapes / sizeof test_shapes[0]),
+    shape_checks,
+    cases,
+    set_case,
+    EXTREME_SHAPE,
+    notes,
+    dump,
+};
