@@ -85,6 +85,13 @@ verify_result hx_check_output(hx_verdict *out, const char *name, const float *de
                               size_t n, const double *ref, hx_bound bound, const double *abs_sum,
                               double tol_rel, double tol);
 
+/* A normalisation's saved statistics, checked (chapters 3 and 4): copies n means and n rstds
+ * from the device into host (2n floats, the means first) and compares them with ref (double,
+ * the same layout): each mean within tol of |mean| + 1 / rstd (the mean plus a standard
+ * deviation: its scale), each rstd within tol of itself (verify_sum_f32 with those scales, 2n
+ * doubles of room in scale). Adds the result to out as "mean,rstd". */
+verify_result hx_check_stats(hx_verdict *out, const float *mean, const float *rstd, float *host,
+                             double *scale, size_t n, const double *ref, double tol);
 /* The shape checks every chapter's shape_problem starts from; each returns NULL or the reason.
  * hx_channels_problem: dims[1] must be the model's c_in. hx_index_problem: a tensor of `elems`
  * elements must be indexable with 32-bit ints, as the chapters' kernels do. */

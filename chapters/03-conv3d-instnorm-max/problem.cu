@@ -28,7 +28,7 @@ struct problem {
     float host_dm[C_OUT], *host_stats;     /* host_stats: mean, then rstd, of every (n, c) */
     double *ref_c, *ref_model, *ref_epilogue;
     double *stats_model, *stats_epi;       /* the same layout, in double */
-    double *stats_scale;                   /* each statistic's scale (verify_stats) */
+    double *stats_scale;                   /* each statistic's scale (hx_check_stats) */
     int have_bwd_refs;
     bwd_ref bref;
     double *dcd, *ref_dx, ref_dw[N_WEIGHT], abs_dw[N_WEIGHT], ref_dbias[C_OUT], abs_dbias[C_OUT];
@@ -237,20 +237,6 @@ static void problem_poison(problem *pb, int scope)
     }
 }
 
-/* the saved statistics against the reference's: each mean within TOL_STATS of |mean| + std
- * (its scale), each rstd within TOL_STATS of itself */
-static verify_result verify_stats(problem *pb, const double *ref)
-{
-    size_t ns = seg_count(&pb->sh);
-    CUDA_CHECK(cudaMemcpy(pb->host_stats, pb->r.mean, 4 * ns, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_stats + ns, pb->r.rstd, 4 * ns, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < ns; i++) {
-        pb->stats_scale[i] = fabs(ref[i]) + 1.0 / ref[ns + i];
-        pb->stats_scale[ns + i] = ref[ns + i];
-    }
-    return verify_sum_f32(pb->host_stats, ref, pb->stats_scale, 2 * ns, TOL_STATS);
-}
-
 static void problem_bwd_refs(problem *pb)
 {
     if (pb->have_bwd_refs)
@@ -273,8 +259,8 @@ static hx_verdict problem_verify(problem *pb, int scope)
                         HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
         v.hash = hash_f32(v.hash, pb->host_out, ny);
     }
-    verify_result st = verify_stats(pb, whole ? pb->stats_model : pb->stats_epi);
-    hx_verdict_add(&v, "mean,rstd", &st);
+    hx_check_stats(&v, r->mean, r->rstd, pb->host_stats, pb->stats_scale, ns,
+                   whole ? pb->stats_model : pb->stats_epi, TOL_STATS);
     v.hash = hash_f32(v.hash, pb->host_stats, 2 * ns);
     if (scope != SCOPE_EPI_FWDBWD && scope != SCOPE_TRAIN)
         return v;

@@ -226,20 +226,6 @@ static void problem_poison(problem *pb, int scope)
     }
 }
 
-/* the saved statistics against the reference's: each mean within TOL_STATS of |mean| + std
- * (its scale), each rstd within TOL_STATS of itself */
-static verify_result verify_stats(problem *pb, const double *ref)
-{
-    size_t ns = seg_count(&pb->sh);
-    CUDA_CHECK(cudaMemcpy(pb->host_stats, pb->r.mean, 4 * ns, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(pb->host_stats + ns, pb->r.rstd, 4 * ns, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < ns; i++) {
-        pb->stats_scale[i] = fabs(ref[i]) + 1.0 / ref[ns + i];
-        pb->stats_scale[ns + i] = ref[ns + i];
-    }
-    return verify_sum_f32(pb->host_stats, ref, pb->stats_scale, 2 * ns, TOL_STATS);
-}
-
 static hx_verdict problem_verify(problem *pb, int scope)
 {
     const run_ctx *r = &pb->r;
@@ -254,8 +240,8 @@ static hx_verdict problem_verify(problem *pb, int scope)
                         HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
         v.hash = hash_f32(v.hash, pb->host_out, ny);
     }
-    verify_result st = verify_stats(pb, whole ? pb->stats_model : pb->stats_epi);
-    hx_verdict_add(&v, "mean,rstd", &st);
+    hx_check_stats(&v, r->mean, r->rstd, pb->host_stats, pb->stats_scale, ns,
+                   whole ? pb->stats_model : pb->stats_epi, TOL_STATS);
     v.hash = hash_f32(v.hash, pb->host_stats, 2 * ns);
     if (scope != SCOPE_EPI_FWDBWD && scope != SCOPE_TRAIN)
         return v;
