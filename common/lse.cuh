@@ -8,6 +8,9 @@
  * Start from m = -INFINITY, s = 0; the logsumexp is m + log(s). __expf: about 2 ulp on the
  * arguments here (CUDA C Programming Guide, "Intrinsic Functions"), within the chapters' 1e-5.
  *
+ * lse_merge joins two such partial results over disjoint sets of values (chapter 4's threads that
+ * each fold a slice of a position's channels): the larger max, the other sum rescaled to it.
+ *
  * k_logsumexp_naive is the other way, the one the eager versions start from (PyTorch's logsumexp
  * is amax, then the sum of exp(v - max)): two passes over the channels, expf and logf.
  */
@@ -24,6 +27,14 @@ __device__ static inline void lse_online(float v, float *m, float *s)
     } else {
         *s += e; /* also where d is NaN: the NaN propagates into s */
     }
+}
+
+/* (m, s) of the union of two partial logsumexps (m, s) and (m2, s2); at least one max finite */
+__device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
+{
+    float mm = fmaxf(*m, m2);
+    *s = *s * __expf(*m - mm) + s2 * __expf(m2 - mm);
+    *m = mm;
 }
 
 /* out[n][q] = logsumexp over the CHANNELS of in[n][.][q], in an N x CHANNELS x s tensor; one

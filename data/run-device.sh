@@ -12,8 +12,9 @@
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
-#   dram       Nsight Compute's DRAM bytes (read, written) of every statistics and apply kernel
-#              of chapter 4's v4 and v5 at 32x8x128x128 (c 130 MB, 2.6 L2s), L2 not flushed between kernels
+#   dram       Nsight Compute's DRAM bytes (read, written) and time of every statistics, apply and
+#              team kernel of chapter 4's v4, v5, v6 and b3 at 32x8x128x128 (c 130 MB, 2.6 L2s),
+#              L2 not flushed between kernels
 #              (--cache-control none): whether the apply's read of c comes from DRAM or L2
 #   nocudnn    a build without cuDNN (make CUDNN=0): make test, memcheck and initcheck on the
 #              small shapes, and make chapter-N for every
@@ -58,8 +59,9 @@ for s in $stages; do
              step build make -s -j16 all ARCH=sm_90 ;;
     chapters) for c in $CHAPTER_NUMBERS; do step chapter-$c make -s chapter-$c ARCH=sm_90
                   cp "$(sh common/datadir.sh)/ch0$c.csv" "$LOGS/chapter-ch0$c.csv"; done ;;
-    dram) for v in v4 v5; do step dram-$v ncu --cache-control none --metrics \
-              dram__bytes_read.sum,dram__bytes_write.sum --kernel-name regex:'k_(stats|apply)' \
+    dram) for v in v4 v5 v6 b3; do step dram-$v ncu --cache-control none --metrics \
+              dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+              --kernel-name regex:'k_(stats|apply|team)' \
               --launch-count 4 build/ch04 --version $v --reps 1 --shape 32x8x128x128; done ;;
     ncu) step ncu make -s profile CH=${NCU_CH:-3} V=${NCU_V:-v1} ARCH=sm_90 NCU_ARGS="${NCU_ARGS:-}" ;;
     *) echo "unknown stage $s"; status=1 ;;

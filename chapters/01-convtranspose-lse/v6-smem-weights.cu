@@ -36,24 +36,8 @@
 
 #include "model.h"
 #include "parity.cuh"
+#include "sfu.cuh"
 #include "tail.cuh"
-
-#define LOG2E_F 1.4426950408889634f
-#define LN2_F 0.6931471805599453f
-
-__device__ static inline float ex2_approx(float v)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
-
-__device__ static inline float lg2_approx(float v)
-{
-    float r;
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
 
 /* the online update of common/lse.cuh, in base 2 */
 __device__ static inline void lse2_online(float v, float *m, float *s)

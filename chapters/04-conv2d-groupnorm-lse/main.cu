@@ -23,12 +23,15 @@
  *   apply.cuh              the epilogue at a position: one FMA for GroupNorm, online logsumexp
  *   v4-fused-apply.cu      v4  v2's statistics, then one kernel for the rest (c read twice)
  *   v5-l2-chunks.cu        v5  chunks of samples that fit L2: the second read of c from L2
+ *   team.cuh               one launch for the batch: teams of blocks, a barrier a sample
+ *   v6-persistent.cu       v6  v5's idea in one persistent launch: no launches a chunk
  *   b1-autograd.cu         b1  autograd-like backward: v1 saving, a kernel per op
  *   b2-fused-backward.cu   b2  v4, then three recomputing kernels (group sums by shuffles)
+ *   b3-l2-backward.cu      b3  v6, then the backward in v6's shape: c from DRAM once
  *   problem.cu             host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v3 run as the statistics alone (stats), on the conv output (epilogue_fwd) and as
- * the whole model, the library conv first (model_fwd); v4 and v5 in the last two. Each backward
+ * the whole model, the library conv first (model_fwd); v4..v6 in the last two. Each backward
  * version runs as epilogue forward + backward and as a training step (the library conv, the
  * pair, then dx, dw and dbias).
  *
@@ -48,8 +51,10 @@ static const hx_version versions[] = {
     {"v3", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v3_launch, 0},
     {"v4", FWD, "fused apply: v2 stats + one kernel (c read twice)", v4_launch, 0},
     {"v5", FWD, "L2 chunks: split stats, apply from L2", v5_launch, 0},
+    {"v6", FWD, "persistent teams: one launch, c's second read from L2", v6_launch, 0},
     {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
     {"b2", BWD, "fused: v4, then three recomputing kernels", b2_launch, 0},
+    {"b3", BWD, "persistent teams: v6, then the backward in teams", b3_launch, 0},
 };
 
 int main(int argc, char **argv)

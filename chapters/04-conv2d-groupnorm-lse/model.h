@@ -159,7 +159,8 @@ __device__ static inline float hardswish_grad_on_tanh(float t) { return (2.0f * 
 #define STATS_BLOCK 512 /* v1..v5: threads a group's statistics (16 warps) */
 #define APPLY_BLOCK 256 /* v1's tail, v4, v5, b2: positions a block */
 #define SPLIT 8         /* v5: blocks a group's statistics are split over */
-#define L2_SHARE 0.5    /* v5: the part of L2 a chunk of samples' c may fill */
+#define L2_SHARE 0.5    /* v5: the part of L2 two chunks of samples may fill */
+#define TEAM_L2_SHARE 0.65 /* v6, b3: the part of L2 the teams' samples may fill (v6-persistent.cu) */
 #define N_BSUMS 10      /* b2's sums a block: mean(dxh), mean(dxh xh), dgamma and dbeta of 4 channels */
 
 struct welford; /* (count, mean, M2): common/welford.cuh */
@@ -177,7 +178,11 @@ struct run_ctx {
     float *y;                                    /* output, N x S */
     float *t[4];                                 /* v1's and b1's N x 64 x S intermediates */
     float *mean, *rstd;                          /* per (n, group): every forward writes them */
+    int teams, team_ctas, team_grid;             /* v6, b3: teams of team_ctas blocks (team.cuh) */
+    unsigned *arrived;                           /* v6, b3: team barrier counters, 2 N */
     struct welford *wpart;                       /* v5: N x 16 x SPLIT partial statistics */
+    float2 *gpart;                               /* v6, b3: N x 16 x team_ctas partial sums */
+    float *pparam;                               /* b3: team_grid x 64 x (dgamma, dbeta) */
     float *bpart;                                /* b1, b2: partial sums */
     float *m1, *m2;                              /* per (n, group): mean(dxh), mean(dxh xh) */
     const float *g;                              /* dL/dy */
@@ -200,12 +205,22 @@ void v3_launch(const run_ctx *r, int scope);
 void v4_epilogue(const run_ctx *r);  /* b2's forward */
 void v4_launch(const run_ctx *r, int scope);
 void v5_launch(const run_ctx *r, int scope);
+void team_plan(run_ctx *r, size_t l2_bytes); /* v6, b3: the grid and its teams, once */
+void team_launch(const void *kernel, const run_ctx *r, void **args);
+void v6_epilogue(const run_ctx *r);  /* b3's forward */
+void v6_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_launch(const run_ctx *r, int scope);
+int b3_blocks_per_sm(void);
+void b3_launch(const run_ctx *r, int scope);
 /* the training step's conv gradients from dc (b1-autograd.cu) */
 void lib_dx(const run_ctx *r);
 void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);
+/* dgamma, dbeta from `count` partials laid out count x 64 x (dgamma, dbeta), added in order;
+ * block ch, any block size (b1-autograd.cu; b1, b3) */
+__global__ void k_param_sums(const float *__restrict__ part, float *__restrict__ dgamma,
+                             float *__restrict__ dbeta, int count);
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */

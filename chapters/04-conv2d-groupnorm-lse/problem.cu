@@ -138,6 +138,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
         CUDA_CHECK(cudaEventCreateWithFlags(&r->stats_done[k], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&r->applied[k], cudaEventDisableTiming));
     }
+    team_plan(r, dev->l2_bytes);
     CUDA_CHECK(cudaStreamCreate(&r->stream[0])); /* blocking: ordered with the legacy stream */
     CUDA_CHECK(cudaStreamCreate(&r->stream[1]));
     float *x = (float *)gpu_alloc(4 * nx, "input x"), *w = (float *)gpu_alloc(4 * N_WEIGHT, "weight");
@@ -151,6 +152,9 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
         r->t[i] = (float *)gpu_alloc(4 * nc, tn[i]);
     r->mean = (float *)gpu_alloc(4 * ns, "mean"), r->rstd = (float *)gpu_alloc(4 * ns, "rstd");
     r->wpart = (welford *)gpu_alloc(sizeof(welford) * ns * SPLIT, "v5 partial statistics");
+    r->gpart = (float2 *)gpu_alloc(sizeof(float2) * ns * r->team_ctas, "v6, b3 partial sums");
+    r->pparam = (float *)gpu_alloc(4 * (size_t)r->team_grid * C_OUT * 2, "b3 partial dgamma, dbeta");
+    r->arrived = (unsigned *)gpu_alloc(sizeof(unsigned) * 2 * s->n, "team barrier counters");
     size_t bp = ns * tiles * N_BSUMS;
     if (bp < (size_t)s->n * C_OUT * 2)
         bp = (size_t)s->n * C_OUT * 2;
@@ -188,8 +192,9 @@ static void problem_destroy(problem *pb)
     CUDA_CHECK(cudaStreamDestroy(r->stream[0]));
     CUDA_CHECK(cudaStreamDestroy(r->stream[1]));
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->gamma, r->beta, r->c, r->y, r->t[0],
-                         r->t[1], r->t[2], r->t[3], r->mean, r->rstd, r->wpart, r->bpart, r->m1,
-                         r->m2, r->dc, r->dx, r->dw, r->dbias, r->dgamma, r->dbeta};
+                         r->t[1], r->t[2], r->t[3], r->mean, r->rstd, r->wpart, r->gpart, r->pparam,
+                         r->arrived, r->bpart, r->m1, r->m2, r->dc, r->dx, r->dw, r->dbias,
+                         r->dgamma, r->dbeta};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
@@ -370,6 +375,10 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
     }
     printf("v5: chunks of %d samples (%.1f MB of c; two chunks within %.0f%% of the %.0f MB L2)\n",
            r->chunk, 4.0 * C_OUT * s->s * r->chunk / 1e6, 100.0 * L2_SHARE, dev->l2_bytes / 1e6);
+    printf("v6, b3: %d teams of %d blocks (%d resident on %d SMs); a team keeps two samples' c "
+           "(%.1f MB) in L2%s\n", r->teams, r->team_ctas, r->team_grid, dev->sm_count,
+           2 * 4.0 * C_OUT * s->s / 1e6,
+           getenv("CH04_TEAMS") ? " (teams set by CH04_TEAMS)" : "");
     printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; c read twice %.1f MB -> %.4f ms; "
            "epilogue fwd+bwd %.1f MB -> %.4f ms; the conv: %.2f GFLOP -> %.4f ms at %.1f TFLOP/s\n",
            dev->copy_gbps, epilogue_bytes(s) / 1e6, epilogue_bytes(s) / (dev->copy_gbps * 1e6),
@@ -418,9 +427,11 @@ const hx_chapter chapter_machinery = {
     "  Limits: batch <= 65535, conv output < 2^31 elements.\n"
     "  --dump DIR writes x.npy, conv_weight.npy (64,8,3,3), conv_bias.npy, gamma.npy, beta.npy\n"
     "  (64 each), conv_out.npy (the library conv output the epilogue versions read),\n"
-    "  grad_output.npy; then out_v1.npy .. out_v5.npy (the epilogue from conv_out) and from\n"
-    "  each backward version's training step (b1, b2) grad_conv_out_bK.npy, grad_gamma_bK.npy,\n"
-    "  grad_beta_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n",
+    "  grad_output.npy; then out_v1.npy .. out_v6.npy (the epilogue from conv_out) and from\n"
+    "  each backward version's training step (b1..b3) grad_conv_out_bK.npy, grad_gamma_bK.npy,\n"
+    "  grad_beta_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n"
+    "  CH04_TEAMS=T in the environment sets v6's and b3's number of teams (the sweep in\n"
+    "  v6-persistent.cu); by default it follows from the L2's size.\n",
     4,
     {128, 8, 128, 128},
     NULL, /* main.cu's version table */

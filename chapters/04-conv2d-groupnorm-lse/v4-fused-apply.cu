@@ -9,9 +9,9 @@
  * Prediction: c read twice (statistics, apply) and y written: 1048 MB, 0.35 ms at the ~3000
  * GB/s ceiling; the apply does a tanhf and an __expf a value, about 20 instructions, against
  * 4 bytes: memory-bound.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3836 ms, 6.5x faster than v1
- * and 91% of the 0.351 ms two-read bound (2.17x the one-read floor of 0.177 ms). The whole model
- * 1.53 ms. Nsight Compute at 32x8x128x128 (c 130 MB, beyond L2; data/run-device.sh dram): the
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3842 ms, 6.5x faster than v1
+ * and 92% of the 0.352 ms two-read bound (2.16x the one-read floor of 0.178 ms). The whole model
+ * 1.55 ms. Nsight Compute at 32x8x128x128 (c 130 MB, beyond L2; data/run-device.sh dram): the
  * apply reads 125.0 MB from DRAM, the statistics 124.5 MB: c crosses DRAM twice.
  */
 #include "apply.cuh"

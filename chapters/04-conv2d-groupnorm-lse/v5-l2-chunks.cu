@@ -13,18 +13,18 @@
  * 16 x 8 partials in a fixed order before its positions (Chan's formula, common/welford.cuh),
  * so the result does not depend on timing. A chunk has K S positions, too few threads to hide
  * L2's latency one a position, so the apply gives each position 4 threads (16 channels each)
- * and merges their partial logsumexps.
+ * and merges their partial logsumexps (common/lse.cuh's lse_merge).
  * Prediction: c from DRAM once and y written: 528 MB, 0.18 ms at the ceiling, if the apply of
  * each chunk hides under the next chunk's statistics; about 0.2 ms with 43 chunks' launches.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): c does cross DRAM once. Nsight
  * Compute at 32x8x128x128 (data/run-device.sh dram): a chunk's statistics read 12.2 MB from DRAM
- * (its 3 samples' c), its apply 14 KB and 512 B: the second read comes from L2. But the time is
- * 0.748 ms, twice v4's 0.384: the prediction missed. 43 chunks of two launches joined by events
- * cost (0.748 - 0.177) / 43 = 13 us a chunk over the floor, more than the 4 us a chunk's 12 MB
+ * (its 3 samples' c), its apply under 15 KB: the second read comes from L2. But the time is
+ * 0.760 ms, twice v4's 0.384: the prediction missed. 43 chunks of two launches joined by events
+ * cost (0.760 - 0.178) / 43 = 14 us a chunk over the floor, more than the 4 us a chunk's 12 MB
  * take at the ceiling. What is left for v5 to meet the 0.25 ms target: fewer, larger steps (a
  * persistent kernel walking the chunks with a grid-wide barrier between its statistics and its
  * apply, or the chunks captured in a CUDA graph), so the per-chunk cost falls under the DRAM time
- * it hides.
+ * it hides: v6.
  */
 #include "apply.cuh"
 #include "group-welford.cuh"
@@ -39,14 +39,6 @@ k_stats_split(const float *__restrict__ c, welford *__restrict__ part, int seg0,
     w = block_welford(w);
     if (threadIdx.x == 0)
         part[(size_t)seg * SPLIT + j] = w;
-}
-
-/* (m, s) of two partial logsumexps merged: the larger max, the other's sum rescaled to it */
-__device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
-{
-    float mm = fmaxf(*m, m2);
-    *s = *s * __expf(*m - mm) + s2 * __expf(m2 - mm);
-    *m = mm;
 }
 
 /* block (tile, sample n0 + blockIdx.y): 64 positions, each by 4 threads (a quarter of the

@@ -1,0 +1,77 @@
+/*
+ * team.cuh: one launch that walks the batch in teams of blocks (v6, b3)
+ *
+ * v5 showed that a chunk of samples small enough for L2 is too little work for a launch: 43
+ * chunks of two launches and two events cost 14 us a chunk. Here the whole batch is one
+ * launch. Its grid is as many blocks as the GPU holds at once (the occupancy API: 2 blocks of
+ * 512 threads an SM, 264 on the H100), cut into `teams` teams of `ctas` blocks; team j takes
+ * samples j, j + teams, j + 2 teams, ... For each sample the team's blocks first read it from
+ * DRAM for the statistics, meet at a barrier, then read it again for the outputs; between the
+ * two the team has read only its current samples, so they are still in L2. The teams do not
+ * wait for one another: while one waits at its barrier or reads L2, the others read DRAM.
+ *
+ * The team barrier is a counter in global memory, one a sample (zeroed before the launch):
+ * each block, once its writes are done, fences them (__threadfence: visible to the whole GPU
+ * before the increment is) and adds 1; a waiting block's thread 0 polls until all `ctas`
+ * blocks have arrived. Polling only works if every block of the team is running, not waiting
+ * for a slot behind a block that polls: the launch is cooperative (cudaLaunchCooperativeKernel
+ * fails rather than start a grid that cannot all be resident; CUDA C Programming Guide, "Grid
+ * Synchronization"). Partial results written by other blocks are read after the barrier with
+ * __ldcg (from L2: an SM's L1 is not kept coherent with other SMs' writes).
+ *
+ * A block's share of a sample's positions is a contiguous range, S / ctas of them (240 with
+ * 66 blocks a team), walked in passes.
+ */
+#ifndef CH04_TEAM_CUH
+#define CH04_TEAM_CUH
+
+#include "model.h"
+#include "welford.cuh"
+
+#define TEAM_BLOCK 512 /* threads a block: 16 warps */
+static_assert(TEAM_BLOCK / 32 == GROUPS, "b3 gives each warp one group");
+
+/* the team barrier in two halves, so that a block can do other work between them (v6's
+ * look-ahead): team_arrive once the block's writes for the sample are done, team_wait until
+ * all `ctas` blocks have arrived */
+__device__ static inline void team_arrive(unsigned *ctr)
+{
+    __syncthreads(); /* the block's writes are done */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(ctr, 1u);
+    }
+}
+
+__device__ static inline void team_wait(const unsigned *ctr, unsigned ctas)
+{
+    if (threadIdx.x == 0) {
+        while (*(const volatile unsigned *)ctr < ctas)
+            __nanosleep(32);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* a barrier for `threads` threads of the block (a multiple of 32), id 1..15: __syncthreads is
+ * id 0 for all of them (PTX ISA, "bar.sync"); v6's producer and consumer warps each have one */
+__device__ static inline void named_barrier(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* positions [q0, q1) of a sample that block `rank` of `ctas` owns in phase B */
+__device__ static inline void team_range(int S, int rank, int ctas, int *q0, int *q1)
+{
+    *q0 = (int)((long long)S * rank / ctas);
+    *q1 = (int)((long long)S * (rank + 1) / ctas);
+}
+
+/* a partial (count, mean, M2) written by another block, read from L2 */
+__device__ static inline welford ldcg_welford(const welford *p)
+{
+    welford w = {__ldcg(&p->n), __ldcg(&p->mean), __ldcg(&p->m2)};
+    return w;
+}
+
+#endif
