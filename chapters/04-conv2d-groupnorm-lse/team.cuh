@@ -26,30 +26,41 @@
 #define CH04_TEAM_CUH
 
 #include "model.h"
-#include "welford.cuh"
 
 #define TEAM_BLOCK 512 /* threads a block: 16 warps */
 static_assert(TEAM_BLOCK / 32 == GROUPS, "b3 gives each warp one group");
 
-/* the team barrier in two halves, so that a block can do other work between them (v6's
- * look-ahead): team_arrive once the block's writes for the sample are done, team_wait until
- * all `ctas` blocks have arrived */
+/* one thread's side of the team barrier, once the threads whose writes it stands for have met
+ * it at a block or named barrier: team_signal fences those writes and adds 1, returning the
+ * count before; team_poll waits for the count to reach `target`, then fences, so that what
+ * the others fenced before adding is seen */
+__device__ static inline unsigned team_signal(unsigned *ctr)
+{
+    __threadfence();
+    return atomicAdd(ctr, 1u);
+}
+
+__device__ static inline void team_poll(const unsigned *ctr, unsigned target)
+{
+    while (*(const volatile unsigned *)ctr < target)
+        __nanosleep(32);
+    __threadfence();
+}
+
+/* the team barrier for whole blocks, in two halves, so that a block can do other work between
+ * them (b3's look-ahead): team_arrive once the block's writes for the sample are done,
+ * team_wait until all `ctas` blocks have arrived */
 __device__ static inline void team_arrive(unsigned *ctr)
 {
     __syncthreads(); /* the block's writes are done */
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(ctr, 1u);
-    }
+    if (threadIdx.x == 0)
+        team_signal(ctr);
 }
 
 __device__ static inline void team_wait(const unsigned *ctr, unsigned ctas)
 {
-    if (threadIdx.x == 0) {
-        while (*(const volatile unsigned *)ctr < ctas)
-            __nanosleep(32);
-        __threadfence();
-    }
+    if (threadIdx.x == 0)
+        team_poll(ctr, ctas);
     __syncthreads();
 }
 
@@ -65,13 +76,6 @@ __device__ static inline void team_range(int S, int rank, int ctas, int *q0, int
 {
     *q0 = (int)((long long)S * rank / ctas);
     *q1 = (int)((long long)S * (rank + 1) / ctas);
-}
-
-/* a partial (count, mean, M2) written by another block, read from L2 */
-__device__ static inline welford ldcg_welford(const welford *p)
-{
-    welford w = {__ldcg(&p->n), __ldcg(&p->mean), __ldcg(&p->m2)};
-    return w;
 }
 
 #endif

@@ -223,11 +223,8 @@ __device__ static inline void consumer(const float *__restrict__ c, const float 
     int ci = threadIdx.x - PRODUCERS, q0, q1;
     team_range(S, rank, ctas, &q0, &q1);
     for (int n = team, i = 0; n < N; n += teams, i++) {
-        if (ci == 0) {
-            while (*(const volatile unsigned *)(arrived + n) < (unsigned)ctas + 1)
-                __nanosleep(32);
-            __threadfence();
-        }
+        if (ci == 0)
+            team_poll(arrived + n, (unsigned)ctas + 1);
         named_barrier(BAR_CONSUMERS, CONSUMERS);
         if (ci < C_OUT) { /* apply.cuh's affine_of2, for the consumers' thread numbers */
             int G = ci / CPG;
