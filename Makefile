@@ -9,8 +9,9 @@
 #   make sanitize    compute-sanitizer memcheck, racecheck, synccheck, initcheck, small shape
 #   make profile CH=3 V=v10   Nsight Compute's key sections for one version, default shape
 #   make record      the tutorial's own data: chapter-N and bench into data/<gpu>/ itself
-#   make golden      PyTorch's float64 results on small shapes, data/golden/ (make test reads them)
-#   make peers       PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv
+#   make golden      PyTorch's float64 results on small shapes, data/golden/ (make test reads them);
+#                    every chapter, or chapter N's alone with CH=N
+#   make peers CH=N  chapter N's PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv
 #   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
@@ -186,8 +187,9 @@ CHECK_SHAPE_01 := 3x3x5x6x7
 CHECK_SHAPE_02 := 2x32x5x6x7
 CHECK_SHAPE_03 := 3x3x5x6x7
 CHECK_SHAPE_04 := 3x8x9x11
+# CH only when given (CH ?= 1 above is profile's default): plain `make golden` rebuilds every chapter
 golden:
-	$(PYTHON) data/pytorch_peer.py golden --out data/golden
+	$(PYTHON) data/pytorch_peer.py golden --out data/golden$(if $(filter command line environment,$(origin CH)), --chapter $(CH))
 peers:
 	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH)
 check-pytorch: build/ch0$(CH)

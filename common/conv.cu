@@ -53,6 +53,34 @@ static size_t elems(const int dims[5])
     return (size_t)dims[0] * dims[1] * dims[2] * dims[3] * dims[4];
 }
 
+static void setup_nhwc(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                       const int pad[3], int stride, const float *x, const float *w, float *y);
+
+void lib_conv2d_setup_nhwc(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad,
+                           int stride, const float *x, const float *w, float *y)
+{
+    int xd[5] = {x_dims[0], x_dims[1], 1, x_dims[2], x_dims[3]};
+    int kk[3] = {1, k, k}, pp[3] = {0, pad, pad};
+    setup_nhwc(cc, xd, c_out, kk, pp, stride, x, w, y);
+}
+
+void lib_conv_channels_last(const float *in, float *out, int n, int channels, size_t s)
+{
+    for (int i = 0; i < n; i++)
+        for (size_t j0 = 0; j0 < s; j0 += 64) /* 64 positions at a time: their rows stay cached */
+            for (int c = 0; c < channels; c++)
+                for (size_t j = j0; j < j0 + 64 && j < s; j++)
+                    out[((size_t)i * s + j) * channels + c] = in[((size_t)i * channels + c) * s + j];
+}
+
+/* the backward directions of a channels-last setup were never set up */
+static void forward_only(const lib_conv3d *cc, const char *what)
+{
+    if (cc->nhwc)
+        die(1, "conv: %s of a channels-last conv: lib_conv2d_setup_nhwc sets up the forward only",
+            what);
+}
+
 #if HAVE_CUDNN
 /* ------------------------------------------------------------------ cuDNN */
 
@@ -64,10 +92,13 @@ void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line)
     exit(1);
 }
 
-static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
+/* bytes is read here, after the cudnnGet...WorkspaceSize call that is the third argument has
+ * written it (a by-value size_t argument could be evaluated before the call: C leaves the order
+ * of argument evaluation unspecified) */
+static void workspace_need(size_t *need, const size_t *bytes, cudnnStatus_t st)
 {
-    if (st == CUDNN_STATUS_SUCCESS && bytes > *need && bytes <= ((size_t)1 << 31))
-        *need = bytes;
+    if (st == CUDNN_STATUS_SUCCESS && *bytes > *need && *bytes <= ((size_t)1 << 31))
+        *need = *bytes;
 }
 
 /* the first successful strict-fp32 entry of a FindEx result (they come fastest first) */
@@ -84,6 +115,50 @@ static void workspace_need(size_t *need, size_t bytes, cudnnStatus_t st)
         out_det = (perf)[pick_].determinism == CUDNN_DETERMINISTIC;                                \
     } while (0)
 
+/* the handle and every descriptor (the callers set them), the conv's strict fp32 math */
+static void create_descriptors(lib_conv3d *cc)
+{
+    CUDNN_CHECK(cudnnCreate(&cc->handle));
+    CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->y_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->xb_desc));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->yflat_desc));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
+}
+
+/* a zeroed workspace of `need` bytes: initcheck flags cuDNN reading workspace it did not write */
+static void workspace_alloc(lib_conv3d *cc, size_t need)
+{
+    cc->workspace_bytes = need;
+    cc->workspace = need ? gpu_alloc(need, "cuDNN workspace") : NULL;
+    if (need)
+        CUDA_CHECK(cudaMemset(cc->workspace, 0, need));
+}
+
+/* the largest forward workspace any algorithm asks for (at most 2 GiB) */
+static size_t forward_workspace(const lib_conv3d *cc)
+{
+    size_t need = 0, bytes = 0;
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++)
+        workspace_need(&need, &bytes, cudnnGetConvolutionForwardWorkspaceSize(
+                                         cc->handle, cc->x_desc, cc->w_desc, cc->conv_desc,
+                                         cc->y_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes));
+    return need;
+}
+
+static void find_forward(lib_conv3d *cc, const float *x, const float *w, float *y)
+{
+    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+        cc->handle, cc->x_desc, x, cc->w_desc, w, cc->conv_desc, cc->y_desc, y,
+        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
+    PICK_FP32(pf, found, cc->fwd_algo, cc->fwd_det, "the conv");
+}
+
 static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
                   const int pad[3], int stride, const float *x, const float *w, float *y,
                   float *dy, float *dx, float *dw)
@@ -98,14 +173,7 @@ static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3]
     int xbd[5] = {1, ci, 1, 1, 1}, xbs[5] = {ci, 1, 1, 1, 1};
     int wdims[5] = {c_out, ci, k[0], k[1], k[2]};
     int strides[3] = {stride, stride, stride}, one3[3] = {1, 1, 1};
-    CUDNN_CHECK(cudnnCreate(&cc->handle));
-    CUDNN_CHECK(cudnnSetStream(cc->handle, 0));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->x_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->y_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->b_desc));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&cc->xb_desc));
-    CUDNN_CHECK(cudnnCreateFilterDescriptor(&cc->w_desc));
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cc->conv_desc));
+    create_descriptors(cc);
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->x_desc, CUDNN_DATA_FLOAT, 5, xd, xs));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->y_desc, CUDNN_DATA_FLOAT, 5, yd, ys));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
@@ -115,33 +183,22 @@ static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3]
     CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(cc->conv_desc, 3, cc->pad, strides, one3,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
-    size_t need = 0, bytes = 0;
-    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionForwardWorkspaceSize(
-                                         cc->handle, cc->x_desc, cc->w_desc, cc->conv_desc,
-                                         cc->y_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes));
+    size_t need = forward_workspace(cc), bytes = 0;
     for (int a = 0; a < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionBackwardDataWorkspaceSize(
+        workspace_need(&need, &bytes, cudnnGetConvolutionBackwardDataWorkspaceSize(
                                          cc->handle, cc->w_desc, cc->y_desc, cc->conv_desc,
                                          cc->x_desc, (cudnnConvolutionBwdDataAlgo_t)a, &bytes));
     for (int a = 0; a < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; a++)
-        workspace_need(&need, bytes, cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        workspace_need(&need, &bytes, cudnnGetConvolutionBackwardFilterWorkspaceSize(
                                          cc->handle, cc->x_desc, cc->y_desc, cc->conv_desc,
                                          cc->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a, &bytes));
-    cc->workspace_bytes = need;
-    cc->workspace = need ? gpu_alloc(need, "cuDNN workspace") : NULL;
-    if (need) /* zeroed: initcheck flags cuDNN reading workspace it did not write */
-        CUDA_CHECK(cudaMemset(cc->workspace, 0, need));
+    workspace_alloc(cc, need);
     CUDA_CHECK(cudaMemset(dy, 0, sizeof(float) * elems(yd)));
 
-    cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     cudnnConvolutionBwdDataAlgoPerf_t pdx[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t pdw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int found = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-        cc->handle, cc->x_desc, x, cc->w_desc, w, cc->conv_desc, cc->y_desc, y,
-        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
-    PICK_FP32(pf, found, cc->fwd_algo, cc->fwd_det, "the conv");
+    find_forward(cc, x, w, y);
     CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         cc->handle, cc->w_desc, w, cc->y_desc, dy, cc->conv_desc, cc->x_desc, dx,
         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, pdx, cc->workspace, cc->workspace_bytes));
@@ -152,6 +209,36 @@ static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3]
     PICK_FP32(pdw, found, cc->dw_algo, cc->dw_det, "the conv's weight gradient");
 }
 
+/* A true 2-D conv (4-D descriptors; the depth-1 form above stays NCDHW): x, y in
+ * CUDNN_TENSOR_NHWC, the filter in CUDNN_TENSOR_NHWC, i.e. KRSC (cuDNN API reference,
+ * cudnnSetFilter4dDescriptor). The bias add sees y as an NCHW tensor (N OH OW) x C_out x 1 x 1,
+ * the same bytes, where adding a 1 x C_out x 1 x 1 bias is cudnnAddTensor's ordinary broadcast. */
+static void setup_nhwc(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                       const int pad[3], int stride, const float *x, const float *w, float *y)
+{
+    geometry(cc, x_dims, c_out, k, pad, stride);
+    cc->backend = "cuDNN";
+    cc->nhwc = 1;
+    const int *xd = cc->x_dims, *yd = cc->y_dims;
+    create_descriptors(cc);
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(cc->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, xd[0],
+                                           xd[1], xd[3], xd[4]));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(cc->y_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, yd[0],
+                                           yd[1], yd[3], yd[4]));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(cc->yflat_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                           yd[0] * yd[3] * yd[4], yd[1], 1, 1));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(cc->b_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                           yd[1], 1, 1));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(cc->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, yd[1],
+                                           xd[1], k[1], k[2]));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cc->conv_desc, pad[1], pad[2], stride, stride, 1,
+                                                1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(cc->conv_desc, CUDNN_FMA_MATH));
+    workspace_alloc(cc, forward_workspace(cc));
+    find_forward(cc, x, w, y);
+    cc->dx_algo = cc->dw_algo = -1;
+}
+
 void lib_conv3d_forward(const lib_conv3d *cc, const float *x, const float *w, const float *bias,
                         float *y)
 {
@@ -160,11 +247,13 @@ void lib_conv3d_forward(const lib_conv3d *cc, const float *x, const float *w, co
                                         cc->conv_desc, (cudnnConvolutionFwdAlgo_t)cc->fwd_algo,
                                         cc->workspace, cc->workspace_bytes, &zero, cc->y_desc, y));
     if (bias)
-        CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one, cc->y_desc, y));
+        CUDNN_CHECK(cudnnAddTensor(cc->handle, &one, cc->b_desc, bias, &one,
+                                   cc->nhwc ? cc->yflat_desc : cc->y_desc, y));
 }
 
 void lib_conv3d_backward_data(const lib_conv3d *cc, const float *w, const float *dy, float *dx)
 {
+    forward_only(cc, "the data gradient");
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardData(
         cc->handle, &one, cc->w_desc, w, cc->y_desc, dy, cc->conv_desc,
@@ -174,6 +263,7 @@ void lib_conv3d_backward_data(const lib_conv3d *cc, const float *w, const float 
 
 void lib_conv3d_backward_filter(const lib_conv3d *cc, const float *x, const float *dy, float *dw)
 {
+    forward_only(cc, "the weight gradient");
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         cc->handle, &one, cc->x_desc, x, cc->y_desc, dy, cc->conv_desc,
@@ -183,6 +273,7 @@ void lib_conv3d_backward_filter(const lib_conv3d *cc, const float *x, const floa
 
 void lib_conv3d_backward_bias(const lib_conv3d *cc, const float *dy, float *dbias)
 {
+    forward_only(cc, "the bias gradient");
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->handle, &one, cc->y_desc, dy, &zero, cc->b_desc,
                                              dbias));
@@ -198,6 +289,7 @@ void lib_conv_transpose3d_forward(const lib_conv3d *cc, const float *w, const fl
 
 void lib_conv_transpose3d_backward_bias(const lib_conv3d *cc, const float *dout, float *dbias)
 {
+    forward_only(cc, "the transposed view");
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardBias(cc->handle, &one, cc->x_desc, dout, &zero,
                                              cc->xb_desc, dbias));
@@ -211,6 +303,7 @@ void lib_conv3d_destroy(lib_conv3d *cc)
     cudnnDestroyTensorDescriptor(cc->y_desc);
     cudnnDestroyTensorDescriptor(cc->b_desc);
     cudnnDestroyTensorDescriptor(cc->xb_desc);
+    cudnnDestroyTensorDescriptor(cc->yflat_desc);
     cudnnDestroyFilterDescriptor(cc->w_desc);
     cudnnDestroyConvolutionDescriptor(cc->conv_desc);
     cudnnDestroy(cc->handle);
@@ -230,32 +323,39 @@ typedef struct {
     int co, od, oh, ow;    /* output */
     int kd, kh, kw;        /* kernel */
     int pd, ph, pw, stride;
+    int nhwc;              /* x, y channels last and w C_out x taps x C_in (the forward only) */
 } conv_dims;
 
 static conv_dims dims_of(const lib_conv3d *cc)
 {
     const int *x = cc->x_dims, *y = cc->y_dims;
     conv_dims g = {x[0], x[1], x[2], x[3], x[4], y[1], y[2], y[3], y[4], cc->k[0], cc->k[1],
-                   cc->k[2], cc->pad[0], cc->pad[1], cc->pad[2], cc->stride};
+                   cc->k[2], cc->pad[0], cc->pad[1], cc->pad[2], cc->stride, cc->nhwc};
     return g;
 }
 
 /* y[n][co][o] = bias[co] + sum over ci, kz, ky, kx of w[co][ci][kz][ky][kx] x[n][ci][o s + k - p];
- * one thread an output */
+ * one thread an output. Channels last (g.nhwc), the same sum in the same order; only where an
+ * element lives changes: a channel is the fastest index of x and y, and w is C_out x taps x C_in.
+ * x's channel and spatial strides are xc and xp: (D H W, 1) in NCDHW, (1, C_in) channels last. */
 static __global__ void k_direct_forward(conv_dims g, const float *__restrict__ x,
                                         const float *__restrict__ w, const float *__restrict__ bias,
                                         float *__restrict__ y)
 {
-    size_t total = (size_t)g.n * g.co * g.od * g.oh * g.ow;
+    size_t total = (size_t)g.n * g.co * g.od * g.oh * g.ow, opos = (size_t)g.od * g.oh * g.ow;
+    int taps = g.kd * g.kh * g.kw;
+    size_t xc = g.nhwc ? 1 : (size_t)g.d * g.h * g.w, xp = g.nhwc ? g.ci : 1;
+    size_t wc = g.nhwc ? 1 : taps, wt = g.nhwc ? g.ci : 1; /* w's channel and tap strides */
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        int ox = (int)(i % g.ow), oy = (int)(i / g.ow % g.oh), oz = (int)(i / g.ow / g.oh % g.od);
-        int co = (int)(i / ((size_t)g.ow * g.oh * g.od) % g.co);
-        int n = (int)(i / ((size_t)g.ow * g.oh * g.od * g.co));
+        size_t o = g.nhwc ? i / g.co % opos : i % opos; /* the output position */
+        int ox = (int)(o % g.ow), oy = (int)(o / g.ow % g.oh), oz = (int)(o / g.ow / g.oh);
+        int co = (int)(g.nhwc ? i % g.co : i / opos % g.co);
+        int n = (int)(i / (opos * g.co));
         float acc = bias ? bias[co] : 0.0f;
         for (int ci = 0; ci < g.ci; ci++) {
-            const float *xs = x + ((size_t)n * g.ci + ci) * g.d * g.h * g.w;
-            const float *ws = w + ((size_t)co * g.ci + ci) * g.kd * g.kh * g.kw;
+            const float *xs = x + (size_t)n * g.ci * g.d * g.h * g.w + ci * xc;
+            const float *ws = w + (size_t)co * g.ci * taps + ci * wc;
             for (int kz = 0; kz < g.kd; kz++) {
                 int iz = oz * g.stride - g.pd + kz;
                 if (iz < 0 || iz >= g.d)
@@ -267,8 +367,8 @@ static __global__ void k_direct_forward(conv_dims g, const float *__restrict__ x
                     for (int kx = 0; kx < g.kw; kx++) {
                         int ix = ox * g.stride - g.pw + kx;
                         if (ix >= 0 && ix < g.w)
-                            acc += ws[(kz * g.kh + ky) * g.kw + kx] *
-                                   xs[((size_t)iz * g.h + iy) * g.w + ix];
+                            acc += ws[((kz * g.kh + ky) * g.kw + kx) * wt] *
+                                   xs[(((size_t)iz * g.h + iy) * g.w + ix) * xp];
                     }
                 }
             }
@@ -395,6 +495,14 @@ static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3]
                                       "the direct conv's partial sums");
 }
 
+/* the direct forward reads any layout: setup's geometry and grids, channels last */
+static void setup_nhwc(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3],
+                       const int pad[3], int stride, const float *x, const float *w, float *y)
+{
+    setup(cc, x_dims, c_out, k, pad, stride, x, w, y, NULL, NULL, NULL);
+    cc->nhwc = 1;
+}
+
 static int blocks_for(const lib_conv3d *cc, size_t n)
 {
     return grid_for((long long)n, DIRECT_BLOCK, cc->sm_count);
@@ -410,6 +518,7 @@ void lib_conv3d_forward(const lib_conv3d *cc, const float *x, const float *w, co
 
 void lib_conv3d_backward_data(const lib_conv3d *cc, const float *w, const float *dy, float *dx)
 {
+    forward_only(cc, "the data gradient");
     k_direct_backward_data<<<blocks_for(cc, elems(cc->x_dims)), DIRECT_BLOCK>>>(dims_of(cc), w, dy,
                                                                             NULL, dx);
     LAUNCH_CHECK();
@@ -418,6 +527,7 @@ void lib_conv3d_backward_data(const lib_conv3d *cc, const float *w, const float 
 
 void lib_conv3d_backward_filter(const lib_conv3d *cc, const float *x, const float *dy, float *dw)
 {
+    forward_only(cc, "the weight gradient");
     conv_dims g = dims_of(cc);
     int taps = g.kd * g.kh * g.kw;
     k_direct_backward_filter<<<dim3(g.co * g.ci, cc->dw_split), DIRECT_BLOCK>>>(g, x, dy,
@@ -440,6 +550,7 @@ static void channel_sums(float *partials, const float *t, int n, int c, int s, f
 
 void lib_conv3d_backward_bias(const lib_conv3d *cc, const float *dy, float *dbias)
 {
+    forward_only(cc, "the bias gradient");
     const int *y = cc->y_dims;
     channel_sums(cc->partials, dy, y[0], y[1], y[2] * y[3] * y[4], dbias);
 }
@@ -447,6 +558,7 @@ void lib_conv3d_backward_bias(const lib_conv3d *cc, const float *dy, float *dbia
 void lib_conv_transpose3d_forward(const lib_conv3d *cc, const float *w, const float *in,
                                   const float *bias, float *out)
 {
+    forward_only(cc, "the transposed view");
     k_direct_backward_data<<<blocks_for(cc, elems(cc->x_dims)), DIRECT_BLOCK>>>(dims_of(cc), w, in,
                                                                             bias, out);
     LAUNCH_CHECK();
@@ -455,6 +567,7 @@ void lib_conv_transpose3d_forward(const lib_conv3d *cc, const float *w, const fl
 
 void lib_conv_transpose3d_backward_bias(const lib_conv3d *cc, const float *dout, float *dbias)
 {
+    forward_only(cc, "the transposed view");
     const int *x = cc->x_dims;
     channel_sums(cc->partials, dout, x[0], x[1], x[2] * x[3] * x[4], dbias);
 }

@@ -30,6 +30,13 @@
  *   d in                           lib_conv3d_forward(cc, d out, w, NULL, d in)
  *   d w                            lib_conv3d_backward_filter(cc, d out, in, d w)
  *   d bias                         lib_conv_transpose3d_backward_bias(cc, d out, d bias)
+ *
+ * Channels last (NHWC, PyTorch's torch.channels_last): lib_conv2d_setup_nhwc sets up the same
+ * Conv2d on tensors stored N x H x W x C (a position's channels contiguous), as cuDNN runs it when
+ * PyTorch hands it channels-last tensors. cuDNN then wants the filter channels last too,
+ * C_out x k x k x C_in ("KRSC": cudnnSetFilter4dDescriptor with CUDNN_TENSOR_NHWC, cuDNN API
+ * reference), so PyTorch's C_out x C_in x k x k weights must be permuted first
+ * (lib_conv_channels_last). Forward only: the backward functions exit on such a setup.
  */
 #ifndef CONV_H
 #define CONV_H
@@ -64,10 +71,12 @@ typedef struct {
     float *partials;          /* the direct kernels' per-block sums (dw, dbias) */
     int dw_split;             /* blocks a (co, ci) pair's weight gradient is split over */
     int sm_count;             /* the direct kernels' grids */
+    int nhwc;                 /* 1: lib_conv2d_setup_nhwc's (channels last, forward only) */
 #if HAVE_CUDNN
     cudnnHandle_t handle;
     cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* input, output, bias 1 x C_out x 1 x 1 x 1 */
     cudnnTensorDescriptor_t xb_desc;                /* 1 x C_in x 1 x 1 x 1: a transposed conv's bias */
+    cudnnTensorDescriptor_t yflat_desc;             /* NHWC: y as (N OH OW) x C_out x 1 x 1 */
     cudnnFilterDescriptor_t w_desc;
     cudnnConvolutionDescriptor_t conv_desc;
     void *workspace;
@@ -85,7 +94,22 @@ void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int
  * 1 x k x k kernel: the same functions below then serve it (weights C_out x C_in x k x k). */
 void lib_conv2d_setup(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad, int stride,
                       const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
-/* y = conv(x, w) + bias (bias: c_out floats, or NULL for none), on the default stream */
+/* The same Conv2d, channels last and forward only (see the top): x_dims is N, C_in, H, W as
+ * above (PyTorch's shape), but x is stored N x H x W x C_in, y N x OH x OW x c_out, and the
+ * weights w C_out x k x k x C_in. x and w must hold finite values; y is overwritten while cuDNN's
+ * algorithms are timed (cudnnFindConvolutionForwardAlgorithmEx on 4-D NHWC descriptors, cuDNN API
+ * reference: cudnnSetTensor4dDescriptor, cudnnSetFilter4dDescriptor). Exits 1 with a message
+ * when cuDNN has no fp32 algorithm for it, or (direct) when k is above 3. lib_conv3d_forward then
+ * runs it; lib_conv3d_destroy frees it. */
+void lib_conv2d_setup_nhwc(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad,
+                           int stride, const float *x, const float *w, float *y);
+/* out[i][j][c] = in[i][c][j] for i < n, c < channels, j < s (host memory, floats): an N x C x S
+ * tensor made channels last (NCHW -> NHWC, S = H W), or PyTorch's C_out x C_in x k x k weights
+ * made C_out x k x k x C_in (n = C_out, channels = C_in, s = k k) for lib_conv2d_setup_nhwc.
+ * in and out must not overlap. Called with (n, s, channels) it undoes itself. */
+void lib_conv_channels_last(const float *in, float *out, int n, int channels, size_t s);
+/* y = conv(x, w) + bias (bias: c_out floats, or NULL for none), on the default stream; in the
+ * layout the conv was set up for */
 void lib_conv3d_forward(const lib_conv3d *cc, const float *x, const float *w, const float *bias,
                         float *y);
 /* dx = the gradient of the conv with respect to x, given dy (backward data) */

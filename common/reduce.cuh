@@ -6,6 +6,7 @@
  *                      lane the v of the lane `off` above it, so five steps (16, 8, 4, 2, 1)
  *                      leave the sum in lane 0 (CUDA C++ Programming Guide, "Warp Shuffle
  *                      Functions"); no shared memory, no barrier
+ *   warp_sum_partials  one warp's sum of a row of float2 partials, in a fixed order
  *   block_sum(v)       the block's sum of every thread's v, returned to thread 0
  *   k_channel_sums     stage 1: for an N x C x S tensor a (or the product a b of two), block
  *                      (j, c) adds a fixed grid-strided set of channel c's elements over all N
@@ -27,6 +28,20 @@ __device__ static inline float warp_sum(float v)
     for (int off = 16; off > 0; off >>= 1)
         v += __shfl_down_sync(0xffffffffu, v, off);
     return v;
+}
+
+/* the sums of count float2 partials at p, x and y apart, by one warp in a fixed order: lane i
+ * adds p[i], p[i + 32], ..., then warp_sum; the result in lane 0 (a second stage's merge of
+ * per-block partial sums: chapter 3's k_stats_finish, chapter 4's k_finalize) */
+__device__ static inline float2 warp_sum_partials(const float2 *__restrict__ p, int count)
+{
+    float s = 0.0f, q = 0.0f;
+    for (int j = threadIdx.x & 31; j < count; j += 32) {
+        float2 v = p[j];
+        s += v.x, q += v.y;
+    }
+    s = warp_sum(s), q = warp_sum(q);
+    return make_float2(s, q);
 }
 
 /* warp shuffles, then one value per warp in shared memory, then the first warp. blockDim.x *

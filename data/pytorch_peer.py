@@ -2,7 +2,8 @@
 """PyTorch peer of the CUDA C chapters: golden data, dump checking, baseline timings.
 
   golden [--out DIR]   small cases computed in float64, stored float32, under
-                       DIR/chNN/<NxCxDxHxW>/ with the file names of the C program's --dump;
+                       DIR/chNN/<shape>/ (NxCxDxHxW; chapter 4's NxCxHxW) with the file
+                       names of the C program's --dump;
                        every chapter unless --chapter names one
   check DIR            compare a dump's out_v*.npy, conv_out.npy and grad_*.npy with the
                        model run in float64 on exactly the dumped tensors; one line each,
@@ -13,7 +14,7 @@
                        data/<gpu>-mine/ where data/<gpu>/ holds the recorded runs (it has a
                        README.md) and RECORD is not set, as common/datadir.sh decides
 All take --chapter (1 = ch01, KB L2 #58, the default of check and bench; 2 = ch02,
-KB L2 #43; 3 = ch03, KB L2 #79).
+KB L2 #43; 3 = ch03, KB L2 #79; 4 = ch04, KB L2 #92).
 Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
 """
 import argparse
@@ -224,6 +225,67 @@ def c03_bytes(scope, shape):
             "train_step": 4 * (3 * x + 2 * y + 2 * p)}[scope]
 
 
+# ---- Chapter 04: Conv2d -> GroupNorm -> tanh -> HardSwish -> + c -> logsumexp over channels ----
+C04_IN, C04_OUT, C04_K = 8, 64, 3  # channels in/out, kernel size (stride 1, no padding)
+C04_GROUPS, C04_EPS = 16, 1e-5  # GroupNorm(16, 64), its default eps, affine gamma and beta
+C04_PARAMS = C04_OUT * C04_IN * C04_K ** 2 + 3 * C04_OUT  # weight, conv bias, gamma, beta
+
+
+def c04_pre(x, conv_weight, conv_bias):
+    """The part before the epilogue: the 'valid' 3x3 convolution (each size shrinks by 2)."""
+    return F.conv2d(x, conv_weight, conv_bias, stride=1, padding=0)
+
+
+def c04_epilogue(c, gamma, beta):
+    """Everything after the conv; c is N x 64 x OH x OW, gamma and beta are (64,).
+    The residual adds the conv output itself, not the normalised value (KB L2 #92)."""
+    t = torch.tanh(F.group_norm(c, C04_GROUPS, gamma, beta, eps=C04_EPS))
+    return torch.logsumexp(c + F.hardswish(t), dim=1, keepdim=True)
+
+
+def c04_forward(x, conv_weight, conv_bias, gamma, beta):
+    return c04_epilogue(c04_pre(x, conv_weight, conv_bias), gamma, beta)
+
+
+def c04_shapes(xshape):
+    """Expected shape of every dump tensor for an input of shape xshape (N x 8 x H x W)."""
+    n, _, h, w = xshape
+    o = (h - C04_K + 1, w - C04_K + 1)  # no padding: 'valid' convolution
+    return {"x": (n, C04_IN, h, w), "conv_weight": (C04_OUT, C04_IN, C04_K, C04_K),
+            "conv_bias": (C04_OUT,), "gamma": (C04_OUT,), "beta": (C04_OUT,),
+            "conv_out": (n, C04_OUT) + o, "out": (n, 1) + o}
+
+
+def c04_make_params(seed, shape):
+    """Seeded float32 inputs: Conv2d weight/bias with PyTorch's default U(+-1/sqrt(fan_in)),
+    fan_in = in_channels*9 = 72; x ~ U[0,1). GroupNorm starts at gamma = 1, beta = 0, but both
+    are learned: gamma ~ 1.5 U(-1,1), beta ~ U(-1,1), the C program's distributions, so that
+    an error in the affine part (a gamma per group instead of per channel, say) shows."""
+    rng, s, f32 = np.random.default_rng(seed), c04_shapes(shape), np.float32
+    bound = 1.0 / np.sqrt(C04_IN * C04_K ** 2)
+    return {"x": rng.random(s["x"], dtype=f32),
+            "conv_weight": rng.uniform(-bound, bound, s["conv_weight"]).astype(f32),
+            "conv_bias": rng.uniform(-bound, bound, s["conv_bias"]).astype(f32),
+            "gamma": (1.5 * rng.uniform(-1, 1, s["gamma"])).astype(f32),
+            "beta": rng.uniform(-1, 1, s["beta"]).astype(f32)}
+
+
+def c04_bytes(scope, shape):
+    """Minimum bytes each timed scope must move (float32): model.h's counts. Its fifth scope,
+    the GroupNorm statistics alone, has no PyTorch counterpart."""
+    n, _, h, w = shape
+    s = (h - C04_K + 1) * (w - C04_K + 1)  # output positions per (n, channel)
+    c, y, x = n * C04_OUT * s, n * s, n * C04_IN * h * w  # conv_out, outputs, input
+    return {"epilogue_fwd": 4 * (c + y + 2 * C04_OUT),  # gamma, beta read
+            "model_fwd": 4 * (x + C04_PARAMS + y),
+            # read c in the forward and again in the backward, write dc, write y, read g;
+            # read gamma and beta, write their gradients
+            "epilogue_fwdbwd": 4 * (3 * c + 2 * y + 4 * C04_OUT),
+            # if c is never stored: read x (forward and backward), write dx, write y, read g;
+            # read the parameters, write their gradients
+            "train_step": 4 * (3 * x + 2 * y + 2 * C04_PARAMS)}[scope]
+
+
 # A chapter spec names the dump files and the functions that make up the model.
 #   inputs:       forward() arguments in order == dump file stems
 #   batched:      inputs whose first dim is the batch (checked chunk by chunk)
@@ -280,6 +342,25 @@ CHAPTERS = {
                # instance norm removes each channel's mean and with it the conv bias:
                # grad_conv_bias is 0 in exact arithmetic, pure rounding in float32
                seed=79, bench_batches="1,2,4,8,16,32,64,128",
+               sum_grads={"conv_bias": "conv_out"}),
+    "04": dict(title="Conv2d + GroupNorm + tanh + HardSwish + residual + LogSumExp (KB L2 #92)",
+               default_shape=(128, C04_IN, 128, 128),
+               # small: S = 15 (odd), 1 (a group of 4 values, one a channel: the least
+               # GroupNorm has here), 8; two of them with N > 1, so that dgamma, dbeta and
+               # dbias sum over samples
+               golden_shapes=[(2, C04_IN, 5, 7), (1, C04_IN, 3, 3), (3, C04_IN, 4, 6)],
+               inputs=("x", "conv_weight", "conv_bias", "gamma", "beta"), batched=("x",),
+               pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
+               epi_args=("gamma", "beta"), make_params=c04_make_params, shapes=c04_shapes,
+               pre=c04_pre, epilogue=c04_epilogue, forward=c04_forward, bytes=c04_bytes,
+               # nothing clips (no clamp, max or relu; HardSwish's relu6 never clips on tanh's
+               # range): every output and gradient depends on every value of its sample, so
+               # no seed is degenerate
+               golden_ok=lambda y, _: True,
+               # dbias is not zero here (the residual carries c, bias included, to the output);
+               # dgamma and dbeta are sums over n and positions, but of terms no dump holds:
+               # they are judged by rel-L2 and atol, as chapter 3's dm is
+               seed=92, bench_batches="1,2,4,8,16,32,64,128",
                sum_grads={"conv_bias": "conv_out"}),
 }
 
@@ -746,17 +827,17 @@ def main(argv=None):
                     "shape, keeps the others (default: data/<gpu>/pytorch-chNN.csv, or "
                     "data/<gpu>-mine/ where data/<gpu>/ has a README.md and RECORD is unset)")
     pb.add_argument("--batches", help="batch sizes, comma-separated (default: 1,2,4,...,128 "
-                    "for chapters 1 and 3, 1,2,4 for chapter 2)")
+                    "for chapters 1, 3 and 4, 1,2,4 for chapter 2)")
     pb.add_argument("--reps", type=int, default=50)
     pg.add_argument("--chapter", default=None,
-                    help="chapter number, 1, 2 or 3 (also 01, 02, 03; default: every chapter)")
+                    help="chapter number, 1 to 4 (also 01 .. 04; default: every chapter)")
     for p in (pc, pb):
         p.add_argument("--chapter", default="1",
-                       help="chapter number, 1, 2 or 3 (also 01, 02, 03; default 1)")
+                       help="chapter number, 1 to 4 (also 01 .. 04; default 1)")
     for p in (pg, pb):
         p.add_argument("--seed", type=int,
-                       help="base seed (default: the chapter's own, 58, 43 and 79 "
-                       "for chapters 1, 2 and 3)")
+                       help="base seed (default: the chapter's own, 58, 43, 79 and 92 "
+                       "for chapters 1 to 4)")
     args = ap.parse_args(argv)
     if torch is None:
         die("PyTorch is not installed (python3 -c 'import torch' failed)")

@@ -8,12 +8,17 @@
 #   sanitize   make sanitize (memcheck, racecheck, synccheck, initcheck on small shapes)
 #   record     make record: every chapter at its KernelBench shape and the batch sweep, into
 #              data/<gpu>/ (the tutorial's recorded data)
-#   check      make check-pytorch CH=1..3 (PyTorch on exactly the dumped tensors, float64)
+#   check      make check-pytorch CH=1..4 (PyTorch on exactly the dumped tensors, float64)
+#   golden     make golden (PyTorch's float64 model on the CPU, small shapes; CH=N for each chapter
+#              of ONLY): data/golden/ is packed into results.tgz too, to bring the tensors back
+#   peers      make peers CH=N for every chapter: PyTorch eager and torch.compile timings into
+#              data/<gpu>/pytorch-chNN.csv itself (RECORD=1, as record: the rows the READMEs quote)
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
-#   dram       Nsight Compute's DRAM bytes (read, written) and time of every statistics, apply and
-#              team kernel of chapter 4's v4, v5, v6 and b3 at 32x8x128x128 (c 130 MB, 2.6 L2s),
+#   dram       Nsight Compute's DRAM bytes (read, written) and time of every statistics, apply,
+#              team and own-conv kernel of chapter 4's v4..v9 and b3 at 32x8x128x128 (c 130 MB,
+#              2.6 L2s),
 #              L2 not flushed between kernels
 #              (--cache-control none): whether the apply's read of c comes from DRAM or L2
 #   nocudnn    a build without cuDNN (make CUDNN=0): make test, memcheck and initcheck on the
@@ -22,14 +27,15 @@
 #              stage's build is the cuDNN one again
 #   chapters   make chapter-N for every chapter (data/<gpu>-mine/: compare with data/<gpu>/)
 #   (none given: test record check sanitize sm80)
-# ONLY="4" (chapter numbers, space-separated) limits chapters, check, record, sanitize and
-# nocudnn's chapter runs to those chapters; test always runs every chapter.
+# ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers, record,
+# sanitize and nocudnn's chapter runs to those chapters; test always runs every chapter.
 set -uo pipefail
 OUT=${OUT:-build/out-pack}
 LOGS=build/out
 mkdir -p "$OUT" "$LOGS"
 stages=${*:-test record check sanitize sm80}
 status=0
+pack_golden= # data/golden once the golden stage has run: packed with the results
 CHAPTER_NUMBERS=${ONLY:-$(sed -n 's/^CHAPTERS := //p' Makefile | sed 's/\<0//g')} # "1 2 3 4"
 ONLY_MAKE=${ONLY:+CHAPTERS=$(for c in $ONLY; do printf '0%s ' $c; done)}
 step() { # step NAME COMMAND...: run, log to $LOGS/NAME.log, one summary line
@@ -48,6 +54,10 @@ for s in $stages; do
     sanitize) step sanitize make -s sanitize ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     record) step record make -s record ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     check) for c in $CHAPTER_NUMBERS; do step check$c make -s check-pytorch CH=$c ARCH=sm_90; done ;;
+    golden) if [ -n "${ONLY:-}" ]; then for c in $ONLY; do step golden$c make -s golden CH=$c; done
+            else step golden make -s golden; fi
+            pack_golden=data/golden ;;
+    peers) for c in $CHAPTER_NUMBERS; do step peers$c env RECORD=1 make -s peers CH=$c; done ;;
     sm80) step sm80-build make -s -j16 all ARCH=sm_80
           step sm80-test make -s test ARCH=sm_80
           step sm80-ch03 build/ch03 --shape 4x3x16x32x32 --reps 5 ;;
@@ -59,14 +69,14 @@ for s in $stages; do
              step build make -s -j16 all ARCH=sm_90 ;;
     chapters) for c in $CHAPTER_NUMBERS; do step chapter-$c make -s chapter-$c ARCH=sm_90
                   cp "$(sh common/datadir.sh)/ch0$c.csv" "$LOGS/chapter-ch0$c.csv"; done ;;
-    dram) for v in v4 v5 v6 b3; do step dram-$v ncu --cache-control none --metrics \
+    dram) for v in v4 v5 v6 v7 v8 v9 b3; do step dram-$v ncu --cache-control none --metrics \
               dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
-              --kernel-name regex:'k_(stats|apply|team)' \
+              --kernel-name regex:'k_(stats|apply|team|conv)' \
               --launch-count 4 build/ch04 --version $v --reps 1 --shape 32x8x128x128; done ;;
     ncu) step ncu make -s profile CH=${NCU_CH:-3} V=${NCU_V:-v1} ARCH=sm_90 NCU_ARGS="${NCU_ARGS:-}" ;;
     *) echo "unknown stage $s"; status=1 ;;
     esac
 done
 cp build/record-ch*.log "$LOGS/" 2>/dev/null
-tar czf "$OUT/results.tgz" "$LOGS" $(ls -d data/*/ 2>/dev/null | grep -v golden) 2>/dev/null
+tar czf "$OUT/results.tgz" "$LOGS" $(ls -d data/*/ 2>/dev/null | grep -v golden) $pack_golden 2>/dev/null
 exit $status

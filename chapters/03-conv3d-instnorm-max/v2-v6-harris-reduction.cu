@@ -136,12 +136,8 @@ __global__ void k_stats_finish(const float2 *__restrict__ part, int bps, int seg
     int seg = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (seg >= segs)
         return;
-    float s = 0.0f, q = 0.0f;
-    for (int j = lane; j < bps; j += 32) {
-        float2 v = part[(size_t)seg * bps + j];
-        s += v.x, q += v.y;
-    }
-    s = warp_sum(s), q = warp_sum(q);
+    float2 t = warp_sum_partials(part + (size_t)seg * bps, bps);
+    float s = t.x, q = t.y;
     if (lane == 0) {
         float mu = s / S, var = fmaxf(q / S - mu * mu, 0.0f);
         mean[seg] = mu, rstd[seg] = rsqrtf(var + (float)IN_EPS);

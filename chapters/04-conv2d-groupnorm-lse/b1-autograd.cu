@@ -10,8 +10,8 @@
  * its part of dc, added to dr (the residual's gradient).
  * Bytes: the forward's 5.2 GB (v1), then about 13 x 520 MB in the backward.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue forward + backward
- * 5.45 ms, 9.7% of the floor; the training step 54.9 ms, of which cuDNN's weight gradient alone is
- * 44.6 ms (the notes after the table: its fastest fp32 algorithm, nondeterministic).
+ * 5.45 ms, 9.7% of the floor; the training step 54.6 ms, of which cuDNN's weight gradient alone is
+ * 44.7 ms (the notes after the table: its fastest fp32 algorithm, algo 1, deterministic).
  *
  * The training step (every b version): the library conv, the epilogue forward and backward,
  * then the conv's gradients from dc through the library: dx (backward data), dw (backward

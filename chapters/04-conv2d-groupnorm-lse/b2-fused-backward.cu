@@ -15,9 +15,9 @@
  * Bytes: the forward 1048 MB (v4), the backward reads c twice and writes dc: 1560 MB + y and g.
  * Prediction: 2.6 GB, 0.87 ms at the ceiling.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue forward + backward
- * 1.518 ms, 3.6x faster than b1 and 1.7x the 0.87 ms prediction, not yet profiled (the next step:
+ * 1.5185 ms, 3.6x faster than b1 and 1.7x the 0.87 ms prediction, not yet profiled (the next step:
  * Nsight Compute on the sums and apply kernels, which recompute the forward). The training step
- * 50.8 ms: cuDNN's 44.6 ms weight gradient decides it (issue: library baselines as fast as
+ * 50.7 ms: cuDNN's 44.7 ms weight gradient decides it (issue: library baselines as fast as
  * PyTorch's).
  */
 #include "apply.cuh"

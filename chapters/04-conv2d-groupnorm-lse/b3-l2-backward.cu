@@ -18,16 +18,16 @@
  * adds the blocks' partials in block order: deterministic.
  * Prediction: v6's forward, 0.32 ms; the backward reads c once and g, writes dc: 1048 MB,
  * 0.35 ms at the ceiling: about 0.7 ms for the pair, the target.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): forward + backward 1.108 ms
- * [1.094 - 1.126], 1.37x faster than b2's 1.518, but 1.6x the 0.7 ms target and 2.1x the
- * 0.530 ms floor: the backward alone takes about 0.79 ms, 2.2x its 0.35 ms. Nsight Compute at
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): forward + backward 1.103 ms
+ * [1.098 - 1.124], 1.38x faster than b2's 1.5185, but 1.6x the 0.7 ms target and 2.1x the
+ * 0.529 ms floor: the backward alone takes about 0.78 ms, 2.2x its 0.35 ms. Nsight Compute at
  * 32x8x128x128 (data/run-device.sh dram): the backward kernel reads 249 MB from DRAM for
  * 130 MB of c, so most of phase B's read misses L2 (it holds two samples a team, and dc's
- * 130 MB of streaming stores pass through the same L2), where v6's forward reads 143 MB. Left
- * to do: v6's producer/consumer split and one published (mean(dxh), mean(dxh xh)) a sample
- * for the backward too. The training step 50.3 ms, the same as b2's within their spreads:
- * cuDNN's 44.6 ms weight gradient decides it (issue: library baselines as fast as
- * PyTorch's).
+ * 130 MB of streaming stores pass through the same L2), where v6's forward kernel reads 142 to
+ * 146 MB (151 to 155 MB in b3's run). Left to do: v6's producer/consumer split and one
+ * published (mean(dxh), mean(dxh xh)) a sample for the backward too. The training step
+ * 50.3 ms, the same as b2's within their spreads: cuDNN's 44.7 ms weight gradient decides it
+ * (issue: library baselines as fast as PyTorch's).
  */
 #include "apply.cuh"
 #include "model.h"
@@ -212,11 +212,9 @@ int b3_blocks_per_sm(void)
     return per_sm;
 }
 
-void b3_launch(const run_ctx *r, int scope)
+/* the backward in teams after any forward that left c, y, mean and rstd (b3, b4) */
+void b3_backward(const run_ctx *r)
 {
-    if (scope == SCOPE_TRAIN)
-        conv_forward(r);
-    v6_epilogue(r);
     const float *c = r->c, *y = r->y, *g = r->g, *mean = r->mean, *rstd = r->rstd;
     const float *gamma = r->gamma, *beta = r->beta;
     float2 *part = r->gpart;
@@ -228,6 +226,14 @@ void b3_launch(const run_ctx *r, int scope)
     CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, 0));
     team_launch((const void *)k_team_backward, r, args);
     k_param_sums<<<C_OUT, 256>>>(pparam, r->dgamma, r->dbeta, r->team_grid); /* b1's */
+}
+
+void b3_launch(const run_ctx *r, int scope)
+{
+    if (scope == SCOPE_TRAIN)
+        conv_forward(r);
+    v6_epilogue(r);
+    b3_backward(r);
     if (scope == SCOPE_TRAIN)
         lib_dx(r), lib_dw(r), lib_dbias(r);
 }

@@ -1,6 +1,7 @@
 /*
  * group-welford.cuh: one thread's Welford state over its share of a group (v1..v3, v5), and
- * v2's merge of a block's states by warp shuffles (v2, v4, v5, b2).
+ * v2's merge of a block's states by warp shuffles (v2, v4, v5, b2; v7 uses its butterfly step
+ * and group_rstd).
  *
  * Group (n, G) is channels 4G .. 4G+3 of sample n: 4 S values, contiguous in NCHW, starting at
  * float (n 64 + 4 G) S = seg 4 S, a multiple of 4, so always on a 16-byte boundary: the share is

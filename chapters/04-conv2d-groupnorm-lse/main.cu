@@ -25,15 +25,24 @@
  *   v5-l2-chunks.cu        v5  chunks of samples that fit L2: the second read of c from L2
  *   team.cuh               one launch for the batch: teams of blocks, a barrier a sample
  *   v6-persistent.cu       v6  v5's idea in one persistent launch: no launches a chunk
+ *   v7-nhwc.cu             v7  the layout lesson: v4 with c channels last (NHWC); the channel
+ *                              logsumexp a 16-lane butterfly, the statistics per-lane sums
+ *   conv-tile.cuh          the conv inside our kernels: 4 positions x 8 channels a thread
+ *   v8-v9-own-conv.cu      v8  whole model: conv + statistics, then conv again + epilogue; c
+ *                              never stored
+ *                          v9  whole model: conv + statistics + c stored once, then v4's apply
  *   b1-autograd.cu         b1  autograd-like backward: v1 saving, a kernel per op
  *   b2-fused-backward.cu   b2  v4, then three recomputing kernels (group sums by shuffles)
  *   b3-l2-backward.cu      b3  v6, then the backward in v6's shape: c from DRAM once
+ *   b4-own-dw.cu           b4  the training step on v9, b3's backward and our own dw, dbias
  *   problem.cu             host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v3 run as the statistics alone (stats), on the conv output (epilogue_fwd) and as
- * the whole model, the library conv first (model_fwd); v4..v6 in the last two. Each backward
- * version runs as epilogue forward + backward and as a training step (the library conv, the
- * pair, then dx, dw and dbias).
+ * the whole model, the library conv first (model_fwd); v4..v7 in the last two (v7's epilogue
+ * reads c channels last; its whole model transposes x and runs the conv channels last); v8 and
+ * v9 compute the conv themselves and run only as the whole model. Each
+ * backward version runs as epilogue forward + backward and as a training step (the library
+ * conv, the pair, then dx, dw and dbias).
  *
  *   make chapter-4                 verify and time every version at the KernelBench shape
  *   build/ch04 --version v5        one version
@@ -52,9 +61,13 @@ static const hx_version versions[] = {
     {"v4", FWD, "fused apply: v2 stats + one kernel (c read twice)", v4_launch, 0},
     {"v5", FWD, "L2 chunks: split stats, apply from L2", v5_launch, 0},
     {"v6", FWD, "persistent teams: one launch, c's second read from L2", v6_launch, 0},
+    {"v7", FWD, "NHWC: v4 channels last, lse by 16-lane butterfly", v7_launch, 0},
+    {"v8", SC(SCOPE_MODEL_FWD), "own conv twice: stats, then conv + epilogue (no c)", v8_launch, 0},
+    {"v9", SC(SCOPE_MODEL_FWD), "own conv once: stats + c stored, then v4's apply", v9_launch, 0},
     {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
     {"b2", BWD, "fused: v4, then three recomputing kernels", b2_launch, 0},
     {"b3", BWD, "persistent teams: v6, then the backward in teams", b3_launch, 0},
+    {"b4", SC(SCOPE_TRAIN), "own conv and dw: v9, b3's backward, cuDNN dx", b4_launch, 0},
 };
 
 int main(int argc, char **argv)

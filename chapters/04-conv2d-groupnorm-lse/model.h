@@ -183,11 +183,18 @@ struct run_ctx {
     struct welford *wpart;                       /* v5: N x 16 x SPLIT partial statistics */
     float2 *gpart;                               /* v6, b3: N x 16 x team_ctas partial sums */
     float *pparam;                               /* b3: team_grid x 64 x (dgamma, dbeta) */
+    float *x_nhwc, *c_nhwc;                      /* v7: x and c channels last (N x H x W x C) */
+    const float *w_nhwc;                         /* v7: the conv weights 64 x 3 x 3 x 8 (KRSC) */
+    struct welford *v7part;                      /* v7: N x 16 x v7_split partial statistics */
+    float *shift;                                /* v8: per (n, group), its sums' shift */
+    float2 *rowpart;                             /* v8: N x 16 x OH x column segments sums */
+    float *dwpart;                               /* b4: a block's dw and dbias partials */
     float *bpart;                                /* b1, b2: partial sums */
     float *m1, *m2;                              /* per (n, group): mean(dxh), mean(dxh xh) */
     const float *g;                              /* dL/dy */
     float *dc, *dgamma, *dbeta, *dx, *dw, *dbias; /* the gradients */
     const lib_conv3d *lib;
+    const lib_conv3d *lib_nhwc;                  /* v7: the library conv, channels last */
 };
 
 /* the versions' launchers, in reading order; stats_fn: the GroupNorm statistics of c into
@@ -202,6 +209,7 @@ void stats_v2(const run_ctx *r);
 void v2_launch(const run_ctx *r, int scope);
 void stats_v3(const run_ctx *r);
 void v3_launch(const run_ctx *r, int scope);
+void apply_v4(const run_ctx *r);     /* v4's apply alone (v9) */
 void v4_epilogue(const run_ctx *r);  /* b2's forward */
 void v4_launch(const run_ctx *r, int scope);
 void v5_launch(const run_ctx *r, int scope);
@@ -209,10 +217,19 @@ void team_plan(run_ctx *r, size_t l2_bytes); /* v6, b3: the grid and its teams, 
 void team_launch(const void *kernel, const run_ctx *r, void **args);
 void v6_epilogue(const run_ctx *r);  /* b3's forward */
 void v6_launch(const run_ctx *r, int scope);
+void x_to_nhwc(const run_ctx *r);         /* v7: x_nhwc = x channels last */
+void conv_forward_nhwc(const run_ctx *r); /* v7: the library Conv2d channels last: c_nhwc */
+int v7_split(const shape *s, int sm_count); /* v7: blocks a sample's statistics are split over */
+void v7_launch(const run_ctx *r, int scope);
+void v8_launch(const run_ctx *r, int scope);
+void v9_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_launch(const run_ctx *r, int scope);
 int b3_blocks_per_sm(void);
+void b3_backward(const run_ctx *r); /* b3's backward after a forward (b4) */
 void b3_launch(const run_ctx *r, int scope);
+int b4_blocks_per_sm(void);
+void b4_launch(const run_ctx *r, int scope);
 /* the training step's conv gradients from dc (b1-autograd.cu) */
 void lib_dx(const run_ctx *r);
 void lib_dw(const run_ctx *r);

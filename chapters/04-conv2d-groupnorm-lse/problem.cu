@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv-tile.cuh"
 #include "model.h"
 #include "welford.cuh"
 
@@ -22,9 +23,10 @@ struct problem {
     float *x, *weight, *bias, gamma[C_OUT], beta[C_OUT], *g; /* host */
     double *xd, *wd, *bd, gd[C_OUT], bed[C_OUT];
     run_ctx r;
-    lib_conv3d lib;
+    lib_conv3d lib, lib_nhwc; /* the library conv; channels last (v7) */
     float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
     float host_dgamma[C_OUT], host_dbeta[C_OUT], *host_stats; /* mean, then rstd, per (n, G) */
+    float *host_cl; /* c channels last: v7's input, staged; its conv's output, read back */
     double *ref_c, *ref_model, *ref_epilogue;
     double *stats_model, *stats_epi, *stats_scale;
     int have_bwd_refs;
@@ -65,17 +67,27 @@ static void epilogue_refs(problem *pb)
     pb->have_bwd_refs = 0;
 }
 
+/* v7's input: host_c made channels last on the host (untimed) and uploaded to r.c_nhwc */
+static void upload_c_nhwc(problem *pb)
+{
+    const shape *s = &pb->sh;
+    lib_conv_channels_last(pb->host_c, pb->host_cl, s->n, C_OUT, (size_t)s->s);
+    CUDA_CHECK(cudaMemcpy(pb->r.c_nhwc, pb->host_cl, 4 * conv_elems(s), cudaMemcpyHostToDevice));
+}
+
 /* uploads x, runs the library conv, computes the forward references: the model's from the
  * double conv, the epilogue's (and the backward's) from the GPU's float conv output, which
- * shape_checks compares with the double conv */
+ * shape_checks compares with the double conv; v7's x and c channels last follow x and host_c */
 static void problem_refresh(problem *pb)
 {
     const shape *s = &pb->sh;
     size_t ns = seg_count(s);
     CUDA_CHECK(cudaMemcpy((void *)pb->r.x, pb->x, 4 * x_elems(s), cudaMemcpyHostToDevice));
     conv_forward(&pb->r);
+    x_to_nhwc(&pb->r);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(pb->host_c, pb->r.c, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+    upload_c_nhwc(pb);
     for (size_t i = 0; i < x_elems(s); i++)
         pb->xd[i] = pb->x[i];
     for (int i = 0; i < N_WEIGHT; i++)
@@ -106,6 +118,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     pb->host_out = (float *)host_alloc(4 * ny), pb->host_c = (float *)host_alloc(4 * nc);
     pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
     pb->host_stats = (float *)host_alloc(8 * ns);
+    pb->host_cl = (float *)host_alloc(4 * nc);
     pb->ref_c = (double *)host_alloc(8 * nc);
     pb->ref_model = (double *)host_alloc(8 * ny), pb->ref_epilogue = (double *)host_alloc(8 * ny);
     pb->stats_model = (double *)host_alloc(16 * ns), pb->stats_epi = (double *)host_alloc(16 * ns);
@@ -154,7 +167,17 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->wpart = (welford *)gpu_alloc(sizeof(welford) * ns * SPLIT, "v5 partial statistics");
     r->gpart = (float2 *)gpu_alloc(sizeof(float2) * ns * r->team_ctas, "v6, b3 partial sums");
     r->pparam = (float *)gpu_alloc(4 * (size_t)r->team_grid * C_OUT * 2, "b3 partial dgamma, dbeta");
+    r->x_nhwc = (float *)gpu_alloc(4 * nx, "x channels last (v7)");
+    r->c_nhwc = (float *)gpu_alloc(4 * nc, "conv output channels last (v7)");
+    float *w_nhwc = (float *)gpu_alloc(4 * N_WEIGHT, "weight channels last (v7)");
+    r->w_nhwc = w_nhwc;
+    r->v7part = (welford *)gpu_alloc(sizeof(welford) * ns * v7_split(s, r->sm_count),
+                                     "v7 partial statistics");
     r->arrived = (unsigned *)gpu_alloc(sizeof(unsigned) * 2 * s->n, "team barrier counters");
+    r->shift = (float *)gpu_alloc(4 * ns, "v8 shifts");
+    r->rowpart = (float2 *)gpu_alloc(sizeof(float2) * ns * s->oh * tile_segs(s), "v8 row sums");
+    r->dwpart = (float *)gpu_alloc(4 * (size_t)b4_blocks_per_sm() * dev->sm_count * (N_WEIGHT + C_OUT),
+                                   "b4 dw partials");
     size_t bp = ns * tiles * N_BSUMS;
     if (bp < (size_t)s->n * C_OUT * 2)
         bp = (size_t)s->n * C_OUT * 2;
@@ -176,6 +199,13 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     int xd[4] = {s->n, C_IN, s->h, s->w};
     lib_conv2d_setup(&pb->lib, xd, C_OUT, KS, 0, 1, x, w, r->c, r->dc, r->dx, r->dw);
     r->lib = &pb->lib;
+    /* v7's conv: x and the weights channels last (64 x 3 x 3 x 8, what cuDNN's NHWC filter is) */
+    float w_cl[N_WEIGHT];
+    lib_conv_channels_last(pb->weight, w_cl, C_OUT, C_IN, KVOL);
+    CUDA_CHECK(cudaMemcpy(w_nhwc, w_cl, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
+    x_to_nhwc(r);
+    lib_conv2d_setup_nhwc(&pb->lib_nhwc, xd, C_OUT, KS, 0, 1, r->x_nhwc, w_nhwc, r->c_nhwc);
+    r->lib_nhwc = &pb->lib_nhwc;
     problem_refresh(pb);
     return pb;
 }
@@ -184,6 +214,7 @@ static void problem_destroy(problem *pb)
 {
     run_ctx *r = &pb->r;
     lib_conv3d_destroy(&pb->lib);
+    lib_conv3d_destroy(&pb->lib_nhwc);
     for (int k = 0; k < ceil_div(pb->sh.n, r->chunk); k++) {
         CUDA_CHECK(cudaEventDestroy(r->stats_done[k]));
         CUDA_CHECK(cudaEventDestroy(r->applied[k]));
@@ -193,14 +224,16 @@ static void problem_destroy(problem *pb)
     CUDA_CHECK(cudaStreamDestroy(r->stream[1]));
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->gamma, r->beta, r->c, r->y, r->t[0],
                          r->t[1], r->t[2], r->t[3], r->mean, r->rstd, r->wpart, r->gpart, r->pparam,
-                         r->arrived, r->bpart, r->m1, r->m2, r->dc, r->dx, r->dw, r->dbias,
+                         r->x_nhwc, r->c_nhwc, r->w_nhwc, r->v7part,
+                         r->arrived, r->shift, r->rowpart, r->dwpart, r->bpart, r->m1, r->m2, r->dc, r->dx, r->dw, r->dbias,
                          r->dgamma, r->dbeta};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
                     pb->host_c, pb->host_dc, pb->host_dx, pb->host_stats, pb->ref_c,
                     pb->ref_model, pb->ref_epilogue, pb->stats_model, pb->stats_epi,
-                    pb->stats_scale, pb->bref.dc, pb->bref.abs_dc, pb->dcd, pb->ref_dx};
+                    pb->stats_scale, pb->bref.dc, pb->bref.abs_dc, pb->dcd, pb->ref_dx,
+                    pb->host_cl};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     free(pb);
@@ -239,7 +272,7 @@ static hx_verdict problem_verify(problem *pb, int scope)
     int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
     hx_verdict v = {1, 1, HASH_INIT, ""};
     /* the library conv may be nondeterministic, and with it what a whole-model run computes */
-    v.deterministic = !whole || pb->lib.fwd_det;
+    v.deterministic = !whole || (pb->lib.fwd_det && pb->lib_nhwc.fwd_det); /* v7's, too */
     if (scope != SCOPE_STATS) {
         hx_check_output(&v, "y", r->y, pb->host_out, ny, whole ? pb->ref_model : pb->ref_epilogue,
                         HX_SCALED, NULL, TOL_REL_L2, TOL_ABS);
@@ -290,6 +323,97 @@ static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flo
     flops[SCOPE_MODEL_FWD] = conv_flops(s), flops[SCOPE_TRAIN] = 3.0 * conv_flops(s);
 }
 
+/* ------------------------------------------------------------ CPU checks: golden tensors */
+
+/* a folder written by `make golden` (data/golden/ch04/NxCxHxW/): PyTorch's float64 model on a
+ * small input, stored float32, against this reference; catches a reference that agrees with
+ * itself (reference.cu's checks) but means something else than PyTorch's model. Two planted
+ * faults show the check can fail: GroupNorm with eps 1e-3 instead of 1e-5, and the affine part
+ * at PyTorch's initial gamma = 1, beta = 0 instead of the learned values the golden data has. */
+static void golden_case(const char *dir, const char *name)
+{
+    int64_t dims[4];
+    char err[128];
+    if (parse_shape(name, 4, dims, err, sizeof err) || shape_problem(dims)) {
+        check(0, "golden %s: not a valid shape name", name);
+        return;
+    }
+    shape s = shape_of(dims);
+    conv3d_geom cg = conv_geom(&s);
+    size_t nx = x_elems(&s), nc = conv_elems(&s), ny = out_elems(&s);
+    enum { X, W, B, GAMMA, BETA, C, Y, G, DC, DW, DB, DX, DGAMMA, DBETA, N_FILES };
+    const char *files[N_FILES] = {"x", "conv_weight", "conv_bias", "gamma", "beta", "conv_out",
+                                  "out", "grad_output", "grad_conv_out", "grad_conv_weight",
+                                  "grad_conv_bias", "grad_x", "grad_gamma", "grad_beta"};
+    size_t sizes[N_FILES] = {nx, N_WEIGHT, C_OUT, C_OUT, C_OUT, nc, ny, ny, nc, N_WEIGHT, C_OUT,
+                             nx, C_OUT, C_OUT};
+    float *t[N_FILES];
+    int ok = 1;
+    for (int i = 0; i < N_FILES; i++)
+        ok &= (t[i] = npy_load(dir, files[i], sizes[i])) != NULL;
+    if (ok) {
+        double *xd = (double *)host_alloc(8 * nx), *wd = (double *)host_alloc(8 * N_WEIGHT);
+        double *c = (double *)host_alloc(8 * nc), *y = (double *)host_alloc(8 * ny);
+        double *dx = (double *)host_alloc(8 * nx), *dw = (double *)host_alloc(8 * N_WEIGHT);
+        double *abs_dw = (double *)host_alloc(8 * N_WEIGHT);
+        double bd[C_OUT], gd[C_OUT], bed[C_OUT], db[C_OUT], abs_db[C_OUT], one[C_OUT], zero[C_OUT];
+        bwd_ref br;
+        memset(&br, 0, sizeof br);
+        br.dc = (double *)host_alloc(8 * nc);
+        for (size_t i = 0; i < nx; i++)
+            xd[i] = t[X][i];
+        for (int i = 0; i < N_WEIGHT; i++)
+            wd[i] = t[W][i];
+        for (int i = 0; i < C_OUT; i++)
+            bd[i] = t[B][i], gd[i] = t[GAMMA][i], bed[i] = t[BETA][i], one[i] = 1.0, zero[i] = 0.0;
+        conv3d_ref(&cg, xd, wd, bd, c);
+        epilogue_ref(&s, NULL, c, gd, bed, GN_EPS, y, NULL, NULL);
+        epilogue_backward_ref(&s, NULL, c, gd, bed, t[G], &br);
+        conv3d_backward_ref(&cg, xd, wd, br.dc, dx, dw, db, abs_dw, abs_db);
+        /* golden = the float32 rounding of PyTorch's float64 result: 1e-6 leaves room for that
+         * rounding and for summation order, none for another formula; the sums (dw, dbias,
+         * dgamma, dbeta) against the magnitudes of their terms, as the GPU checks judge them */
+        verify_result v[8] = {
+            verify_f32(t[C], c, nc, 1e-6, 1e-6),
+            verify_f32(t[Y], y, ny, 1e-6, 1e-6),
+            verify_f32(t[DC], br.dc, nc, 1e-6, 1e-6),
+            verify_sum_f32(t[DGAMMA], br.dgamma, br.abs_dgamma, C_OUT, 1e-6),
+            verify_sum_f32(t[DBETA], br.dbeta, br.abs_dbeta, C_OUT, 1e-6),
+            verify_sum_f32(t[DW], dw, abs_dw, N_WEIGHT, 1e-6),
+            verify_sum_f32(t[DB], db, abs_db, C_OUT, 1e-6),
+            verify_f32(t[DX], dx, nx, 1e-6, 1e-6),
+        };
+        int all = 1;
+        for (int i = 0; i < 8; i++)
+            all &= v[i].pass;
+        check(all,
+              "golden %s (PyTorch float64): rel_l2 c %.1e y %.1e dc %.1e dgamma %.1e dbeta %.1e "
+              "dw %.1e dbias %.1e dx %.1e",
+              name, v[0].rel_l2, v[1].rel_l2, v[2].rel_l2, v[3].rel_l2, v[4].rel_l2, v[5].rel_l2,
+              v[6].rel_l2, v[7].rel_l2);
+        epilogue_ref(&s, NULL, c, gd, bed, 1e-3, y, NULL, NULL);
+        verify_result bad_eps = verify_f32(t[Y], y, ny, 1e-6, 1e-6);
+        epilogue_ref(&s, NULL, c, one, zero, GN_EPS, y, NULL, NULL);
+        verify_result bad_affine = verify_f32(t[Y], y, ny, 1e-6, 1e-6);
+        check(!bad_eps.pass && !bad_affine.pass,
+              "golden %s: references with eps = 1e-3 (rel_l2 %.1e) and with gamma = 1, beta = 0 "
+              "(rel_l2 %.1e) are caught", name, bad_eps.rel_l2, bad_affine.rel_l2);
+        free(xd), free(wd), free(c), free(y), free(dx), free(dw), free(abs_dw), free(br.dc);
+    } else {
+        check(0, "golden %s: missing or malformed tensors", name);
+    }
+    for (int i = 0; i < N_FILES; i++)
+        free(t[i]);
+}
+
+/* --test's CPU checks: the reference against its derivation (reference.cu), then against
+ * PyTorch (a missing data/golden/ch04 is a SKIP: `make golden` writes it) */
+static void cpu_checks(uint64_t seed)
+{
+    reference_checks(seed);
+    for_each_golden_case("data/golden/ch04", golden_case);
+}
+
 /* ------------------------------------------------- GPU checks: shapes, cases */
 
 static const int64_t test_shapes[][CLI_MAX_DIMS] = {
@@ -302,6 +426,7 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {5, 8, 41, 47},   /* S = 1755: several apply tiles, a partial last one */
     {1, 8, 128, 128}, /* S = 15876: the KernelBench sample */
     {13, 8, 128, 128}, /* v5: 13 samples in chunks of the L2 (3 on an H100: 3, 3, 3, 3, 1) */
+    {2, 8, 7, 260},   /* S = 5 x 258: v8's tiles, 3 column segments (the last 2 wide), odd rows */
 };
 #define EXTREME_SHAPE 5 /* the extreme values run on 5x8x41x47 */
 
@@ -313,6 +438,18 @@ static void shape_checks(problem *pb, int t)
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
     check(vc.pass, "%s conv (algo %d) = reference on %dx8x%dx%d, rel_l2 %.1e", pb->lib.backend,
           pb->lib.fwd_algo, s->n, s->h, s->w, vc.rel_l2);
+    /* v7's conv channels last (on x channels last, problem_refresh), made NCHW again; then
+     * c_nhwc is host_c channels last again, the input of v7's epilogue */
+    size_t nc = conv_elems(s);
+    float *back = (float *)host_alloc(4 * nc);
+    conv_forward_nhwc(&pb->r);
+    CUDA_CHECK(cudaMemcpy(pb->host_cl, pb->r.c_nhwc, 4 * nc, cudaMemcpyDeviceToHost));
+    lib_conv_channels_last(pb->host_cl, back, s->n, s->s, C_OUT);
+    verify_result vn = verify_f32(back, pb->ref_c, nc, TOL_REL_L2, TOL_ABS);
+    check(vn.pass, "%s conv channels last (v7, algo %d) = reference on %dx8x%dx%d, rel_l2 %.1e",
+          pb->lib_nhwc.backend, pb->lib_nhwc.fwd_algo, s->n, s->h, s->w, vn.rel_l2);
+    free(back);
+    upload_c_nhwc(pb);
 }
 
 /* extremes: the input x 1000 (c in the thousands: tanh saturates, the logsumexp's terms span
@@ -345,12 +482,15 @@ static void set_case(problem *pb, int k)
             pb->host_c[i] = (float)(0.25 * (double)(seg % 7) - 0.5);
     }
     CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
+    upload_c_nhwc(pb);
     epilogue_refs(pb);
 }
 
 /* ---------------------------------------------------------------- after the table; --dump */
 
 static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
+static void time_conv_nhwc(const void *r) { conv_forward_nhwc((const run_ctx *)r); }
+static void time_x_nhwc(const void *r) { x_to_nhwc((const run_ctx *)r); }
 static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
 static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
 
@@ -366,6 +506,13 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
         printf("cuDNN Conv2d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
                "TFLOP/s\n", cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic",
                tc.median_ms, tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
+        const lib_conv3d *cn = &pb->lib_nhwc;
+        timing tn = gpu_time(time_conv_nhwc, r, reps), tt = gpu_time(time_x_nhwc, r, reps);
+        printf("cuDNN Conv2d channels last alone (v7; algo %d, %s, + bias): median %.4f ms "
+               "[%.4f - %.4f], %.1f TFLOP/s; x to channels last (v7's transposition) %.4f ms\n",
+               cn->fwd_algo, cn->fwd_det ? "deterministic" : "nondeterministic", tn.median_ms,
+               tn.min_ms, tn.max_ms, conv_flops(s) / (tn.median_ms * 1e9), tt.median_ms);
+        upload_c_nhwc(pb); /* c_nhwc is v7's epilogue input again (--dump runs it next) */
         if (!only) {
             timing tx = gpu_time(time_dx, r, reps), tw = gpu_time(time_dw, r, reps);
             printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
@@ -427,7 +574,7 @@ const hx_chapter chapter_machinery = {
     "  Limits: batch <= 65535, conv output < 2^31 elements.\n"
     "  --dump DIR writes x.npy, conv_weight.npy (64,8,3,3), conv_bias.npy, gamma.npy, beta.npy\n"
     "  (64 each), conv_out.npy (the library conv output the epilogue versions read),\n"
-    "  grad_output.npy; then out_v1.npy .. out_v6.npy (the epilogue from conv_out) and from\n"
+    "  grad_output.npy; then out_v1.npy .. out_v7.npy (the epilogue from conv_out) and from\n"
     "  each backward version's training step (b1..b3) grad_conv_out_bK.npy, grad_gamma_bK.npy,\n"
     "  grad_beta_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n"
     "  CH04_TEAMS=T in the environment sets v6's and b3's number of teams (the sweep in\n"
@@ -443,7 +590,7 @@ const hx_chapter chapter_machinery = {
     problem_poison,
     problem_verify,
     problem_counts,
-    reference_checks,
+    cpu_checks,
     test_shapes,
     (int)(sizeof test_shapes / sizeof test_shapes[0]),
     shape_checks,

@@ -18,9 +18,9 @@
  * each chunk hides under the next chunk's statistics; about 0.2 ms with 43 chunks' launches.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): c does cross DRAM once. Nsight
  * Compute at 32x8x128x128 (data/run-device.sh dram): a chunk's statistics read 12.2 MB from DRAM
- * (its 3 samples' c), its apply under 15 KB: the second read comes from L2. But the time is
- * 0.760 ms, twice v4's 0.384: the prediction missed. 43 chunks of two launches joined by events
- * cost (0.760 - 0.178) / 43 = 14 us a chunk over the floor, more than the 4 us a chunk's 12 MB
+ * (its 3 samples' c), its apply under 3 KB: the second read comes from L2. But the time is
+ * 0.697 ms, 1.81x v4's 0.384: the prediction missed. 43 chunks of two launches joined by events
+ * cost (0.697 - 0.177) / 43 = 12 us a chunk over the floor, more than the 4 us a chunk's 12 MB
  * take at the ceiling. What is left for v5 to meet the 0.25 ms target: fewer, larger steps (a
  * persistent kernel walking the chunks with a grid-wide barrier between its statistics and its
  * apply, or the chunks captured in a CUDA graph), so the per-chunk cost falls under the DRAM time

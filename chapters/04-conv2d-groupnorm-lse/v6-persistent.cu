@@ -2,7 +2,7 @@
  * v6: one persistent launch; teams of blocks, producer and consumer warps (team.cuh)
  *
  * Defect of v5: the second read of c comes from L2, but 43 chunks of two launches joined by
- * events cost 14 us a chunk over the floor, and v5 took 0.760 ms, twice v4.
+ * events cost 12 us a chunk over the floor, and v5 took 0.697 ms, 1.81x v4.
  * Change: one launch for the whole batch, as many blocks as are resident at once, in teams
  * (team.cuh); a team takes a sample at a time, so the L2 holds only the teams' current
  * samples. Inside each block the two reads of c are done by different warps at once:
@@ -38,14 +38,14 @@
  *     even with 132 blocks (2 teams: 64 samples in 0.457 ms): the chain of the producers' two
  *     DRAM round trips, the last arrival, the publication and the consumers' passes. More
  *     teams would overlap more of those chains, but beyond 5 their samples no longer fit L2.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.321 ms [0.312 - 0.329],
- * 1.20x faster than v4's 0.384 and 55% of the floor: 1.81x its 0.178 ms, so the 0.25 ms target
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3215 ms [0.3142 - 0.3273],
+ * 1.19x faster than v4's 0.3839 and 55% of the floor: 1.81x its 0.177 ms, so the 0.25 ms target
  * is missed by 0.071 ms (29%). c does cross DRAM once: Nsight Compute at 32x8x128x128 (c 130 MB,
- * 2.6 L2s; data/run-device.sh dram) counts 143 MB read by the kernel, where v4's statistics
- * and apply read 127 and 125 MB. What is left is the per-sample chain above: a next step is
- * more, shorter chains in flight (two consumer groups a block on alternate samples, or teams
- * that are thread-block clusters meeting in distributed shared memory instead of global
- * counters). The whole model, cuDNN's conv first: 1.51 ms.
+ * 2.6 L2s; data/run-device.sh dram) counts 142 to 146 MB read by the kernel, where v4's
+ * statistics and apply read 124 to 130 and 125 MB. What is left is the per-sample chain above:
+ * a next step is more, shorter chains in flight (two consumer groups a block on alternate
+ * samples, or teams that are thread-block clusters meeting in distributed shared memory instead
+ * of global counters). The whole model, cuDNN's conv first: 1.54 ms.
  */
 #include <stdlib.h>
 
