@@ -160,10 +160,7 @@ void b4_launch(const run_ctx *r, int scope)
     (void)scope; /* the training step only */
     static int per_sm;
     const shape *s = &r->sh;
-    if (!per_sm)
-        per_sm = b4_blocks_per_sm();
-    int tiles = tile_count(s), blocks = per_sm * r->sm_count;
-    blocks = blocks < tiles ? blocks : tiles;
+    int tiles = tile_count(s), blocks = resident_grid((const void *)k_dw, &per_sm, r, tiles, 0);
     v9_launch(r, SCOPE_MODEL_FWD);
     b3_backward(r);
     lib_dx(r);

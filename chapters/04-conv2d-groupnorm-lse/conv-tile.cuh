@@ -80,6 +80,16 @@ static inline int tile_count(const shape *s)
     return s->n * ((s->oh + CT_ROWS - 1) / CT_ROWS) * tile_segs(s);
 }
 
+/* the persistent grid: the blocks of a CT_THREADS kernel resident at once (asked once), at most
+ * one a tile */
+static inline int resident_grid(const void *kernel, int *per_sm, const run_ctx *r, int tiles, size_t dyn_smem)
+{
+    if (!*per_sm)
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, CT_THREADS, dyn_smem));
+    int g = *per_sm * r->sm_count;
+    return g < tiles ? g : tiles;
+}
+
 /* the weights transposed and the bias, once a block; the caller synchronises before use */
 __device__ static inline void tile_load_weights(conv_tile_smem *sm, const float *__restrict__ weight,
                                                 const float *__restrict__ bias)

@@ -215,16 +215,6 @@ k_conv_apply(const float *__restrict__ x, const float *__restrict__ weight, cons
     }
 }
 
-/* the persistent grid: the blocks of a CT_THREADS kernel resident at once (asked once), at most
- * one a tile */
-static int resident_grid(const void *kernel, int *per_sm, const run_ctx *r, int tiles, size_t dyn_smem)
-{
-    if (!*per_sm)
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, CT_THREADS, dyn_smem));
-    int g = *per_sm * r->sm_count;
-    return g < tiles ? g : tiles;
-}
-
 void v8_launch(const run_ctx *r, int scope)
 {
     (void)scope; /* whole model only */
