@@ -63,7 +63,7 @@ NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Icommon -Xcompiler -Wall,-Wno
 NVFLAGS += $(CUDNN_FLAGS)
 LDLIBS := $(CUDNN_LDLIBS) -lgomp -lm
 
-CHAPTERS := 01 02 03 04
+CHAPTERS := 01 02 03 04 05
 ch_srcs = $(wildcard chapters/$(1)-*/*.cu)
 ch_objs = $(patsubst chapters/%.cu,build/obj/%.o,$(call ch_srcs,$(1)))
 
@@ -84,6 +84,9 @@ SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 SHAPE_04 := 128x8x128x128
 SMALL_04 := 2x8x5x7
 SWEEP_04 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x8x128x128)
+SHAPE_05 := 32x32x32x64x64
+SMALL_05 := 2x32x3x5x7
+SWEEP_05 := $(foreach b,1 2 4 8 16,$(b)x32x32x64x64)
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o
@@ -103,7 +106,7 @@ $(ARCH_STAMP):
 
 build/common.o: common/common.c common/common.h
 	@mkdir -p build
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) -fopenmp -c -o $@ $<
 
 build/conv_ref.o: common/conv_ref.c common/conv_ref.h
 	@mkdir -p build
@@ -116,7 +119,7 @@ build/test_common: common/test_common.c build/common.o build/conv_ref.o
 	$(CC) $(CFLAGS) -fopenmp -o $@ $^ -lm
 
 build/gpu-tag: common/gpu-tag.c build/common.o
-	$(CC) $(CFLAGS) -o $@ $^ -lm
+	$(CC) $(CFLAGS) -fopenmp -o $@ $^ -lm
 
 # a chapter: every .cu in its folder, compiled apart, linked with the harness
 build/obj/%.o: chapters/%.cu $(COMMON_HDRS) $$(wildcard $$(dir chapters/%)*.h $$(dir chapters/%)*.cuh) $(ARCH_STAMP)
@@ -187,6 +190,7 @@ CHECK_SHAPE_01 := 3x3x5x6x7
 CHECK_SHAPE_02 := 2x32x5x6x7
 CHECK_SHAPE_03 := 3x3x5x6x7
 CHECK_SHAPE_04 := 3x8x9x11
+CHECK_SHAPE_05 := 2x32x5x6x7
 # CH only when given (CH ?= 1 above is profile's default): plain `make golden` rebuilds every chapter
 golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden$(if $(filter command line environment,$(origin CH)), --chapter $(CH))

@@ -123,12 +123,15 @@ void stats_from_samples(float *ms, int n, timing *t)
 
 /* ------------------------------------------------------------ verification */
 
-verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
-                         double tol_abs)
+/* verify_f32's pass over n elements from `first`, without the verdict: max_abs (the first
+ * index of the largest error, a non-finite mismatch counting as infinite), nonfinite, and the
+ * squared sums of errors and of the reference that rel_l2 is made of */
+static verify_result verify_span(const float *out, const double *ref, size_t first, size_t n,
+                                 double *err2_out, double *ref2_out)
 {
     verify_result v = {0};
     double err2 = 0.0, ref2 = 0.0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = first; i < first + n; i++) {
         double o = out[i], r = ref[i];
         if (isfinite(o) != isfinite(r)) {
             if (v.nonfinite++ == 0 && v.max_abs != INFINITY) {
@@ -151,6 +154,35 @@ verify_result verify_f32(const float *out, const double *ref, size_t n, double t
             ref2 += r * r;
         }
     }
+    *err2_out = err2, *ref2_out = ref2;
+    return v;
+}
+
+/* Spans of VERIFY_SPAN elements run in parallel (OpenMP; a chapter's outputs reach 268 M
+ * elements) and are merged in index order, so the first index of the largest error is the one
+ * reported, as a serial pass would. */
+#define VERIFY_SPAN ((size_t)1 << 20)
+
+verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
+                         double tol_abs)
+{
+    size_t spans = (n + VERIFY_SPAN - 1) / VERIFY_SPAN;
+    verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * (spans ? spans : 1));
+    double *sums = (double *)host_alloc(sizeof(double) * 2 * (spans ? spans : 1));
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < (long long)spans; k++) {
+        size_t first = (size_t)k * VERIFY_SPAN, len = n - first < VERIFY_SPAN ? n - first : VERIFY_SPAN;
+        part[k] = verify_span(out, ref, first, len, &sums[2 * k], &sums[2 * k + 1]);
+    }
+    verify_result v = {0};
+    double err2 = 0.0, ref2 = 0.0;
+    for (size_t k = 0; k < spans; k++) {
+        if (!(part[k].max_abs <= v.max_abs)) /* strictly larger (or NaN): the earlier span wins ties */
+            v.max_abs = part[k].max_abs, v.max_idx = part[k].max_idx;
+        v.nonfinite += part[k].nonfinite;
+        err2 += sums[2 * k], ref2 += sums[2 * k + 1];
+    }
+    free(part), free(sums);
     v.rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : 0.0;
     if (v.nonfinite)
         v.rel_l2 = INFINITY;
@@ -163,11 +195,20 @@ verify_result verify_sum_f32(const float *out, const double *ref, const double *
 {
     verify_result v = verify_f32(out, ref, n, INFINITY, INFINITY);
     v.pass = v.nonfinite == 0;
-    for (size_t i = 0; i < n && v.pass; i++)
-        if (!(fabs(out[i] - ref[i]) <= tol * abs_sum[i] + FLT_MIN)) {
-            v.pass = 0;
-            v.max_idx = i;
-        }
+    if (!v.pass)
+        return v;
+    size_t spans = (n + VERIFY_SPAN - 1) / VERIFY_SPAN, first_bad = (size_t)-1;
+#pragma omp parallel for schedule(static) reduction(min : first_bad)
+    for (long long k = 0; k < (long long)spans; k++) {
+        size_t end = (size_t)(k + 1) * VERIFY_SPAN < n ? (size_t)(k + 1) * VERIFY_SPAN : n;
+        for (size_t i = (size_t)k * VERIFY_SPAN; i < end; i++)
+            if (!(fabs(out[i] - ref[i]) <= tol * abs_sum[i] + FLT_MIN)) {
+                first_bad = i < first_bad ? i : first_bad;
+                break;
+            }
+    }
+    if (first_bad != (size_t)-1)
+        v.pass = 0, v.max_idx = first_bad;
     return v;
 }
 
@@ -178,6 +219,37 @@ verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, d
     for (size_t i = 0; i < n; i++)
         big = fmax(big, fabs(ref[i]));
     return verify_f32(out, ref, n, tol_rel_l2, tol_abs * big);
+}
+
+verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, size_t len,
+                             double tol_rel_l2, double tol)
+{
+    verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * (rows ? rows : 1));
+    double *big = (double *)host_alloc(sizeof(double) * (rows ? rows : 1));
+#pragma omp parallel for schedule(static)
+    for (long long r = 0; r < (long long)rows; r++) { /* rows in parallel, each pass serial */
+        const double *rr = ref + (size_t)r * len;
+        double b = 0.0;
+        for (size_t i = 0; i < len; i++)
+            b = fmax(b, fabs(rr[i]));
+        part[r] = verify_f32(out + (size_t)r * len, rr, len, tol_rel_l2, tol * b);
+        big[r] = b;
+    }
+    verify_result all = {0};
+    all.pass = 1;
+    for (size_t r = 0; r < rows; r++) {
+        verify_result v = part[r];
+        /* the row's max error relative to its own scale; an all-zero row must match exactly */
+        double rel_abs = big[r] > 0.0 ? v.max_abs / big[r] : (v.max_abs > 0.0 ? INFINITY : 0.0);
+        if (!(rel_abs <= all.max_abs))
+            all.max_abs = rel_abs, all.max_idx = r * len + v.max_idx;
+        if (!(v.rel_l2 <= all.rel_l2))
+            all.rel_l2 = v.rel_l2;
+        all.nonfinite += v.nonfinite;
+        all.pass &= v.pass;
+    }
+    free(part), free(big);
+    return all;
 }
 
 double logsumexp_ref(const double *v, int n, size_t stride)

@@ -97,6 +97,15 @@ verify_result verify_sum_f32(const float *out, const double *ref, const double *
  * absolute bound is tol_abs x max(1, max_i |ref_i|), float rounding being relative. */
 verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,
                                 double tol_abs);
+/* For rows whose scale differs from row to row, none near 1 (a softmax over 131072 values: every
+ * output below 2.1e-5, where an absolute tolerance of 1e-4 would accept all zeros): each of the
+ * `rows` rows of `len` values must have its own relative L2 error <= tol_rel_l2 and every
+ * |error| <= tol x the row's largest |ref| (so an all-zero reference row must be matched
+ * exactly). Reported: rel_l2 the worst row's, max_abs the worst |error| relative to its row's
+ * largest |ref| (a relative figure here), max_idx where it is, nonfinite over all rows.
+ * NaN-safe as verify_f32. */
+verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, size_t len,
+                              double tol_rel_l2, double tol);
 /* The log of the sum of exp(v[i * stride]) over i < n, as m + log sum exp(v - m), m the max */
 double logsumexp_ref(const double *v, int n, size_t stride);
 

@@ -1,10 +1,14 @@
-/* conv_ref.c: Conv3d (and Conv2d as its depth-1 case) in double, forward and backward. See
+/* conv_ref.c: Conv3d (and Conv2d as its depth-1 case) in double, forward and backward, and
+ * ConvTranspose3d, forward and backward, as direct gathers (no zero-upsampled input). See
  * conv_ref.h for the definitions. */
 #include "conv_ref.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "common.h"
 
 static conv3d_geom geom(int n, int c_in, int c_out, int d, int h, int w, int kd, int kh, int kw,
                         int pd, int ph, int pw)
@@ -69,6 +73,25 @@ void conv3d_ref(const conv3d_geom *g, const double *x, const double *w, const do
     }
 }
 
+/* dbias[c] = the sum of dy[n][c][..] over n and the plane; dbias_abs (may be NULL), of |dy| */
+static void bias_grad(int n, int c_out, size_t plane, const double *dy, double *dbias,
+                      double *dbias_abs)
+{
+#pragma omp parallel for schedule(static)
+    for (int co = 0; co < c_out; co++) {
+        double acc = 0.0, mag = 0.0;
+        for (int nn = 0; nn < n; nn++)
+            for (size_t i = 0; i < plane; i++) {
+                double v = dy[((size_t)nn * c_out + co) * plane + i];
+                acc += v;
+                mag += fabs(v);
+            }
+        dbias[co] = acc;
+        if (dbias_abs)
+            dbias_abs[co] = mag;
+    }
+}
+
 void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w, const double *dy,
                          double *dx, double *dw, double *dbias, double *dw_abs, double *dbias_abs)
 {
@@ -122,16 +145,184 @@ void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w,
         if (dw_abs)
             dw_abs[j] = mag;
     }
-    for (int co = 0; co < g->c_out; co++) {
-        double acc = 0.0, mag = 0.0;
-        for (int n = 0; n < g->n; n++)
-            for (size_t i = 0; i < out_plane; i++) {
-                double v = dy[((size_t)n * g->c_out + co) * out_plane + i];
-                acc += v;
-                mag += fabs(v);
-            }
-        dbias[co] = acc;
-        if (dbias_abs)
-            dbias_abs[co] = mag;
+    bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs);
+}
+
+/* ------------------------------------------------------------------ ConvTranspose3d */
+
+convT3d_geom convT3d_geom_make(int n, int c_in, int c_out, int d, int h, int w, int k, int stride,
+                               int pad, int out_pad)
+{
+    if (k < 1 || stride < 1 || pad < 0 || k - 1 - pad < 0 || out_pad < 0 || out_pad >= stride)
+        die(1, "conv_transpose3d_ref: needs k >= 1, stride >= 1, 0 <= pad <= k - 1 and "
+               "0 <= output_padding < stride (k %d, stride %d, pad %d, output_padding %d)",
+            k, stride, pad, out_pad);
+    convT3d_geom g = {n, c_in, c_out, d, h, w, k, stride, pad, out_pad, 0, 0, 0};
+    g.od = (d - 1) * stride - 2 * pad + k + out_pad;
+    g.oh = (h - 1) * stride - 2 * pad + k + out_pad;
+    g.ow = (w - 1) * stride - 2 * pad + k + out_pad;
+    if (n < 1 || c_in < 1 || c_out < 1 || d < 1 || h < 1 || w < 1 || g.od < 1 || g.oh < 1 ||
+        g.ow < 1)
+        die(1, "conv_transpose3d_ref: empty tensor (%d x %d x %d x %d x %d -> %d x %d x %d x %d)",
+            n, c_in, d, h, w, c_out, g.od, g.oh, g.ow);
+    return g;
+}
+
+/* One axis of the transposed conv, o = i stride - pad + t with 0 <= i < in, 0 <= t < k and
+ * 0 <= o < out, read from one side: for each position p of that side (every output, or every
+ * input), its cnt[p] pairs of a tap, tap[p m + j], and the position on the other side that the
+ * tap joins p to, at[p m + j]. By output, m = ceil(k / stride) (the taps t = o + pad mod stride);
+ * by input, m = k. */
+typedef struct {
+    int len, other; /* this side's extent, and the other side's */
+    int m;          /* room per position */
+    int *cnt, *tap, *at;
+} axis_pairs;
+
+static axis_pairs axis_pairs_make(const convT3d_geom *g, int in, int out, int by_output)
+{
+    axis_pairs a = {by_output ? out : in, by_output ? in : out,
+                    by_output ? (g->k + g->stride - 1) / g->stride : g->k, NULL, NULL, NULL};
+    a.cnt = (int *)host_alloc(sizeof(int) * (size_t)a.len * (1 + 2 * (size_t)a.m));
+    a.tap = a.cnt + a.len, a.at = a.tap + (size_t)a.len * a.m;
+    memset(a.cnt, 0, sizeof(int) * (size_t)a.len);
+    for (int i = 0; i < in; i++)
+        for (int t = 0; t < g->k; t++) {
+            int o = i * g->stride - g->pad + t;
+            if (o < 0 || o >= out)
+                continue;
+            int p = by_output ? o : i, j = p * a.m + a.cnt[p]++;
+            a.tap[j] = t, a.at[j] = by_output ? i : o;
+        }
+    return a;
+}
+
+/* A transposed conv's loops: depth and height through their pairs (by output for y, by input
+ * for dx and dw), width as runs: tap t joins the inputs run[2 t] <= i < run[2 t + 1] to the
+ * outputs i stride - pad + t, contiguous on the input's side, every stride-th on the output's. */
+typedef struct {
+    axis_pairs d, h;
+    int *run;
+} convT_plan;
+
+static convT_plan plan_make(const convT3d_geom *g, int by_output)
+{
+    convT_plan p = {axis_pairs_make(g, g->d, g->od, by_output),
+                    axis_pairs_make(g, g->h, g->oh, by_output),
+                    (int *)host_alloc(sizeof(int) * 2 * (size_t)g->k)};
+    for (int t = 0; t < g->k; t++) { /* i stride in [pad - t, ow + pad - t) */
+        int s = g->stride, lo = g->pad - t, hi = g->ow + g->pad - t;
+        int i0 = lo > 0 ? (lo + s - 1) / s : 0, i1 = hi > 0 ? (hi + s - 1) / s : 0;
+        p.run[2 * t] = i0, p.run[2 * t + 1] = i1 < g->w ? i1 : g->w;
     }
+    return p;
+}
+
+static void plan_free(convT_plan *p) { free(p->d.cnt), free(p->h.cnt), free(p->run); }
+
+/* y from x (plan by output, fwd 1) and dx from dy (plan by input, fwd 0) are the same gather:
+ *   dst[nn][c][q] = bias[c] (0 without) + sum over the source channels cs and the (t, r) that q
+ *                   meets (pairs on depth and height, runs on width) of src[nn][cs][r] w_t
+ * with w_t = w[cs][c][t] for y and w[c][cs][t] for dx (w is c_in x c_out x k^3). One (nn, c)
+ * plane a task, which owns its writes: for each source channel and each row of the plane, the
+ * source rows its depth and height pairs name, along the width runs. Exactly the scatter's
+ * multiplications, no zeros. */
+static void convT_gather(const convT3d_geom *g, const convT_plan *p, int fwd, int magnitudes,
+                         const double *src, const double *w, const double *bias, double *dst)
+{
+    int k = g->k, kvol = k * k * k, c_dst = fwd ? g->c_out : g->c_in;
+    int c_src = fwd ? g->c_in : g->c_out, dlen = fwd ? g->ow : g->w, slen = fwd ? g->w : g->ow;
+    size_t dplane = (size_t)p->d.len * p->h.len * dlen;
+    size_t splane = (size_t)p->d.other * p->h.other * slen;
+    size_t w_ci = (size_t)g->c_out * kvol; /* w[ci][co][t]: ci's step; co's is kvol */
+    size_t w_dst = fwd ? (size_t)kvol : w_ci, w_src = fwd ? w_ci : (size_t)kvol;
+    int dstep = fwd ? g->stride : 1, sstep = fwd ? 1 : g->stride;
+#pragma omp parallel for schedule(dynamic)
+    for (int task = 0; task < g->n * c_dst; task++) {
+        int nn = task / c_dst, c = task % c_dst;
+        double *plane = dst + (size_t)task * dplane;
+        for (size_t e = 0; e < dplane; e++)
+            plane[e] = bias ? bias[c] : 0.0;
+        for (int cs = 0; cs < c_src; cs++) {
+            const double *sp = src + ((size_t)nn * c_src + cs) * splane;
+            const double *wp = w + c * w_dst + cs * w_src;
+            for (int q0 = 0; q0 < p->d.len; q0++)
+                for (int q1 = 0; q1 < p->h.len; q1++) {
+                    double *row = plane + ((size_t)q0 * p->h.len + q1) * dlen;
+                    for (int a = q0 * p->d.m; a < q0 * p->d.m + p->d.cnt[q0]; a++)
+                        for (int b = q1 * p->h.m; b < q1 * p->h.m + p->h.cnt[q1]; b++) {
+                            const double *srow =
+                                sp + ((size_t)p->d.at[a] * p->h.other + p->h.at[b]) * slen;
+                            const double *wr = wp + (p->d.tap[a] * k + p->h.tap[b]) * k;
+                            for (int t = 0; t < k; t++) {
+                                int doff = fwd ? t - g->pad : 0, soff = fwd ? 0 : t - g->pad;
+                                double wv = magnitudes ? fabs(wr[t]) : wr[t];
+                                if (magnitudes)
+                                    for (int i = p->run[2 * t]; i < p->run[2 * t + 1]; i++)
+                                        row[i * dstep + doff] += wv * fabs(srow[i * sstep + soff]);
+                                else
+                                    for (int i = p->run[2 * t]; i < p->run[2 * t + 1]; i++)
+                                        row[i * dstep + doff] += wv * srow[i * sstep + soff];
+                            }
+                        }
+                }
+        }
+    }
+}
+
+void conv_transpose3d_ref(const convT3d_geom *g, const double *x, const double *w,
+                          const double *bias, double *y)
+{
+    convT_plan p = plan_make(g, 1);
+    convT_gather(g, &p, 1, 0, x, w, bias, y);
+    plan_free(&p);
+}
+
+/* dx: the gather from dy (convT_gather), and dx_abs the same gather of the magnitudes; dw and dw_abs: one (ci, co) pair's k^3 weights a task,
+ * over n and the inputs, by input pairs and width runs; dbias: bias_grad. */
+void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const double *w,
+                                   const double *dy, double *dx, double *dw, double *dbias,
+                                   double *dw_abs, double *dbias_abs, double *dx_abs)
+{
+    convT_plan p = plan_make(g, 0);
+    convT_gather(g, &p, 0, 0, dy, w, NULL, dx);
+    if (dx_abs)
+        convT_gather(g, &p, 0, 1, dy, w, NULL, dx_abs);
+    int k = g->k, kvol = k * k * k, s = g->stride;
+    size_t in_plane = (size_t)g->d * g->h * g->w, out_plane = (size_t)g->od * g->oh * g->ow;
+#pragma omp parallel for schedule(dynamic)
+    for (int task = 0; task < g->c_out * g->c_in; task++) { /* ci fastest: threads share dy */
+        int co = task / g->c_in, ci = task % g->c_in;
+        size_t off = ((size_t)ci * g->c_out + co) * kvol;
+        double *acc = dw + off, *mag = dw_abs ? dw_abs + off : NULL;
+        memset(acc, 0, sizeof(double) * kvol);
+        if (mag)
+            memset(mag, 0, sizeof(double) * kvol);
+        for (int n = 0; n < g->n; n++) {
+            const double *xp = x + ((size_t)n * g->c_in + ci) * in_plane;
+            const double *gp = dy + ((size_t)n * g->c_out + co) * out_plane;
+            for (int id = 0; id < g->d; id++)
+                for (int ih = 0; ih < g->h; ih++) {
+                    const double *xr = xp + ((size_t)id * g->h + ih) * g->w;
+                    for (int a = id * p.d.m; a < id * p.d.m + p.d.cnt[id]; a++)
+                        for (int b = ih * p.h.m; b < ih * p.h.m + p.h.cnt[ih]; b++) {
+                            const double *gr = gp + ((size_t)p.d.at[a] * g->oh + p.h.at[b]) * g->ow;
+                            int tt = (p.d.tap[a] * k + p.h.tap[b]) * k;
+                            for (int t = 0; t < k; t++) {
+                                double sum = 0.0, sabs = 0.0;
+                                for (int i = p.run[2 * t]; i < p.run[2 * t + 1]; i++) {
+                                    double v = xr[i] * gr[i * s - g->pad + t];
+                                    sum += v;
+                                    sabs += fabs(v);
+                                }
+                                acc[tt + t] += sum;
+                                if (mag)
+                                    mag[tt + t] += sabs;
+                            }
+                        }
+                }
+        }
+    }
+    bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs);
+    plan_free(&p);
 }

@@ -1,7 +1,9 @@
 /*
  * conv_ref.h: PyTorch's Conv3d in double on the CPU, forward and backward, the reference the
  * chapters with a convolution verify against (host C, OpenMP across planes). A Conv2d is the
- * Conv3d of depth 1 with a 1 x k x k kernel and no padding along depth (conv2d_geom_make).
+ * Conv3d of depth 1 with a 1 x k x k kernel and no padding along depth (conv2d_geom_make); a
+ * ConvTranspose3d (convT3d_geom, below) is a Conv3d of the zero-upsampled input, computed here
+ * directly, without the zeros.
  *
  *   y[n][co][od][oh][ow] = bias[co] + sum over ci, a < kd, b < kh, e < kw of
  *                          x[n][ci][od + a - pd][oh + b - ph][ow + e - pw] w[co][ci][a][b][e]
@@ -45,6 +47,64 @@ void conv3d_ref(const conv3d_geom *g, const double *x, const double *w, const do
  * summation's rounding error (verify_sum_f32). */
 void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w, const double *dy,
                          double *dx, double *dw, double *dbias, double *dw_abs, double *dbias_abs);
+
+/*
+ * ConvTranspose3d (torch.nn.functional.conv_transpose3d), cubic kernel k, the same stride,
+ * padding and output_padding on every axis. Its definition: every input element scatters x w into
+ * the k^3 outputs its kernel covers, o = i stride - pad + t along each axis (t < k), for every
+ * output channel:
+ *     y[n][co][o] = bias[co] + sum over ci, and (i, t) with o = i stride - pad + t on every
+ *                              axis, of x[n][ci][i] w[ci][co][t]
+ * with weights in PyTorch's layout C_in x C_out x k x k x k (in and out the other way round from
+ * Conv3d's). Output extents od = (d - 1) stride - 2 pad + k + out_pad, ...: padding crops pad
+ * outputs from each end of the full scatter, and output_padding gives out_pad of them back at the
+ * end of each axis (it picks one of the stride input lengths that a strided Conv3d maps to d).
+ *
+ * The same sum, read from the output's side: o = i stride - pad + t holds when the zero-upsampled
+ * input u (u[i stride] = x[i], stride - 1 zeros between, out_pad more zeros at the end: extent
+ * (d - 1) stride + 1 + out_pad) meets the flipped kernel, t' = k - 1 - t, in a stride-1 Conv3d
+ * with padding k - 1 - pad on both sides: u[o + t' - (k - 1 - pad)] = x[i] exactly when
+ * o = i stride - pad + t. So the transposed conv IS a Conv3d (conv3d_ref above), of u, with
+ *     wf[co][ci][t'] = w[ci][co][t]   (in and out swapped, every axis flipped),
+ * the "fractionally strided" view (Dumoulin & Visin, "A guide to convolution arithmetic for deep
+ * learning", 2016, section 4; output_padding is their section 4.6's zeros added at the end of
+ * the upsampled input). Computed that way it would cost stride^3 times the multiplications of
+ * the scatter (all but one in stride^3 of u are 0) and an upsampled copy of x, so
+ * conv_transpose3d_ref gathers directly instead: along depth and height it lists, for every
+ * output o, the pairs (t, i) with o = i stride - pad + t in range (at most ceil(k / stride) of
+ * them, the taps t = o + pad mod stride); along width, each tap t's run of inputs i, whose
+ * outputs are every stride-th of the row. It sums x[i] w[t] over those only, one (n, co) output
+ * plane an OpenMP task: exactly the scatter's multiplications, no zeros. convT3d_geom_make requires
+ * k - 1 - pad >= 0 (the upsampled view's padding) and 0 <= out_pad < stride (as PyTorch does),
+ * and dies otherwise.
+ * Its gradients, given dy = dL/dy, sums over the (i, t) in range:
+ *   dbias[co]         = sum over n and outputs o of dy[n][co][o]
+ *   dw[ci][co][t]     = sum over n and inputs i of x[n][ci][i] dy[n][co][i stride - pad + t]
+ *   dx[n][ci][i]      = sum over co and t of w[ci][co][t] dy[n][co][i stride - pad + t]
+ *                       (a stride-`stride` Conv3d of dy with w: the conv this one transposes)
+ * computed the same direct way, with the pairs listed from the input's side: dx one (n, ci)
+ * plane a task, dw (and dw_abs) one (ci, co) pair's k^3 weights a task, dbias one co a task, so
+ * every sum has one owner and a fixed order (the results do not depend on the thread count).
+ */
+typedef struct {
+    int n, c_in, c_out;          /* batch; the transposed conv's input and output channels */
+    int d, h, w;                 /* input extents */
+    int k, stride, pad, out_pad; /* cubic kernel, stride, padding, output_padding (PyTorch's) */
+    int od, oh, ow;              /* output extents: (d - 1) stride - 2 pad + k + out_pad, ... */
+} convT3d_geom;
+
+convT3d_geom convT3d_geom_make(int n, int c_in, int c_out, int d, int h, int w, int k, int stride,
+                               int pad, int out_pad);
+/* y (n x c_out x od x oh x ow) = conv_transpose3d(x, w) + bias; w in PyTorch's layout
+ * c_in x c_out x k^3; bias may be NULL (no bias) */
+void conv_transpose3d_ref(const convT3d_geom *g, const double *x, const double *w,
+                          const double *bias, double *y);
+/* dx (like x), dw (like w), dbias (c_out) from dy (like y); dw_abs, dbias_abs and dx_abs (may
+ * be NULL) as conv3d_backward_ref's: the sums of the magnitudes of each sum's terms (dx_abs: of
+ * dx's, like x; the scale of a float dx's rounding error where its terms cancel) */
+void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const double *w,
+                                   const double *dy, double *dx, double *dw, double *dbias,
+                                   double *dw_abs, double *dbias_abs, double *dx_abs);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,15 @@ verify_result hx_check_output(hx_verdict *out, const char *name, const float *de
     return r;
 }
 
+verify_result hx_check_rows(hx_verdict *out, const char *name, const float *dev, float *host,
+                            size_t rows, size_t len, const double *ref, double tol_rel, double tol)
+{
+    CUDA_CHECK(cudaMemcpy(host, dev, sizeof(float) * rows * len, cudaMemcpyDeviceToHost));
+    verify_result r = verify_rows_f32(host, ref, rows, len, tol_rel, tol);
+    hx_verdict_add(out, name, &r);
+    return r;
+}
+
 verify_result hx_check_stats(hx_verdict *out, const float *mean, const float *rstd, float *host,
                              double *scale, size_t n, const double *ref, double tol)
 {

@@ -85,6 +85,12 @@ verify_result hx_check_output(hx_verdict *out, const char *name, const float *de
                               size_t n, const double *ref, hx_bound bound, const double *abs_sum,
                               double tol_rel, double tol);
 
+/* An output of `rows` rows of `len` values, each row judged by its own scale (verify_rows_f32:
+ * a softmax's rows, whose outputs are all far below 1); copies rows x len floats back into host,
+ * adds the result to out under name. */
+verify_result hx_check_rows(hx_verdict *out, const char *name, const float *dev, float *host,
+                            size_t rows, size_t len, const double *ref, double tol_rel, double tol);
+
 /* A normalisation's saved statistics, checked (chapters 3 and 4): copies n means and n rstds
  * from the device into host (2n floats, the means first) and compares them with ref (double,
  * the same layout): each mean within tol of |mean| + 1 / rstd (the mean plus a standard

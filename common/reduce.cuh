@@ -8,6 +8,7 @@
  *                      Functions"); no shared memory, no barrier
  *   warp_sum_partials  one warp's sum of a row of float2 partials, in a fixed order
  *   block_sum(v)       the block's sum of every thread's v, returned to thread 0
+ *   block_max(v)       the same for the max (chapter 5's softmax); both are block_reduce
  *   k_channel_sums     stage 1: for an N x C x S tensor a (or the product a b of two), block
  *                      (j, c) adds a fixed grid-strided set of channel c's elements over all N
  *                      samples into partials[c * gridDim.x + j]; launch with gridDim.y = C
@@ -23,12 +24,23 @@
 #ifndef REDUCE_CUH
 #define REDUCE_CUH
 
-__device__ static inline float warp_sum(float v)
+/* the two reductions below are written once, for an operation Op: Op::f(a, b) and Op::identity */
+struct op_add {
+    __device__ static inline float f(float a, float b) { return a + b; }
+    static constexpr float identity = 0.0f;
+};
+struct op_max { /* fmaxf: a NaN loses to a number */
+    __device__ static inline float f(float a, float b) { return fmaxf(a, b); }
+    static constexpr float identity = -INFINITY;
+};
+
+template <typename Op> __device__ static inline float warp_reduce(float v)
 {
     for (int off = 16; off > 0; off >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, off);
+        v = Op::f(v, __shfl_down_sync(0xffffffffu, v, off));
     return v;
 }
+__device__ static inline float warp_sum(float v) { return warp_reduce<op_add>(v); }
 
 /* the sums of count float2 partials at p, x and y apart, by one warp in a fixed order: lane i
  * adds p[i], p[i + 32], ..., then warp_sum; the result in lane 0 (a second stage's merge of
@@ -46,23 +58,25 @@ __device__ static inline float2 warp_sum_partials(const float2 *__restrict__ p, 
 
 /* warp shuffles, then one value per warp in shared memory, then the first warp. blockDim.x *
  * blockDim.y must be a multiple of 32, at most 1024. */
-__device__ static float block_sum(float v)
+template <typename Op> __device__ static float block_reduce(float v)
 {
     __shared__ float warp_sums[32];
     int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __syncthreads(); /* a previous call's readers are done with warp_sums */
     int n_warps = (blockDim.x * blockDim.y) >> 5;
-    v = warp_sum(v);
+    v = warp_reduce<Op>(v);
     if (lane == 0)
         warp_sums[warp] = v;
     __syncthreads();
-    v = 0.0f;
+    v = Op::identity;
     if (warp == 0) {
-        v = lane < n_warps ? warp_sums[lane] : 0.0f;
-        v = warp_sum(v);
+        v = lane < n_warps ? warp_sums[lane] : Op::identity;
+        v = warp_reduce<Op>(v);
     }
     return v;
 }
+__device__ static inline float block_sum(float v) { return block_reduce<op_add>(v); }
+__device__ static inline float block_max(float v) { return block_reduce<op_max>(v); }
 
 static __global__ void k_channel_sums(const float *__restrict__ a, const float *__restrict__ b,
                                float *__restrict__ partials, int n, int s)

@@ -11,6 +11,51 @@
 #include <string.h>
 #include <unistd.h>
 
+/* verify_rows_f32 on softmax-like rows: values near 1/len, where an absolute tolerance of 1e-4
+ * would pass anything */
+static void test_verify_rows(void)
+{
+    enum { ROWS = 6, LEN = 131072 }; /* chapter 5's row at the KernelBench shape */
+    static float out[ROWS * LEN];
+    static double ref[ROWS * LEN];
+    rng_state r;
+    rng_seed(&r, 11);
+    for (int row = 0; row < ROWS; row++) {
+        double sum = 0.0, sc = row == 3 ? -0.7 : 1.0 + 0.1 * row; /* one row's scale negative */
+        for (int i = 0; i < LEN; i++)
+            sum += ref[row * LEN + i] = exp(rng_uniform(&r));
+        for (int i = 0; i < LEN; i++) {
+            ref[row * LEN + i] *= sc / sum;
+            out[row * LEN + i] = (float)(ref[row * LEN + i] * (1.0 + 2e-7 * (rng_uniform(&r) - 0.5)));
+        }
+    }
+    verify_result v = verify_rows_f32(out, ref, ROWS, LEN, 1e-5, 1e-5);
+    check(v.pass, "verify rows: softmax rows of 131072 (values below 3e-5) with 1e-7 relative noise pass "
+          "(worst row rel_l2 %.1e, max error %.1e of its row's scale)", v.rel_l2, v.max_abs);
+    static float zeros[ROWS * LEN];
+    v = verify_rows_f32(zeros, ref, ROWS, LEN, 1e-5, 1e-5);
+    verify_result va = verify_f32(zeros, ref, (size_t)ROWS * LEN, INFINITY, 1e-4);
+    check(!v.pass && va.pass, "verify rows: an all-zero output fails (rel_l2 %.1e), where an absolute "
+          "1e-4 alone would pass it", v.rel_l2);
+    for (int i = 0; i < LEN; i++)
+        out[2 * LEN + i] *= 1.01f;
+    v = verify_rows_f32(out, ref, ROWS, LEN, 1e-5, 1e-5);
+    check(!v.pass && v.max_idx / LEN == 2, "verify rows: one row 1%% off fails, found in row 2 "
+          "(rel_l2 %.1e)", v.rel_l2);
+    for (int i = 0; i < LEN; i++)
+        out[2 * LEN + i] = (float)ref[2 * LEN + i];
+    out[5 * LEN + 17] = NAN;
+    v = verify_rows_f32(out, ref, ROWS, LEN, 1e-5, 1e-5);
+    check(!v.pass && v.nonfinite == 1 && v.max_idx == 5 * LEN + 17, "verify rows: a NaN fails, found "
+          "at its index");
+    out[5 * LEN + 17] = (float)ref[5 * LEN + 17];
+    static double zref[LEN];
+    static float zout[LEN];
+    zout[9] = 1e-30f;
+    v = verify_rows_f32(zout, zref, 1, LEN, 1e-5, 1e-5);
+    check(!v.pass, "verify rows: an all-zero reference row must be matched exactly (1e-30 fails)");
+}
+
 static void test_verify(void)
 {
     enum { N = 1000 };
@@ -263,22 +308,29 @@ static double conv_loss(const double *unused, void *p)
     return s;
 }
 
+/* a convolution test's tensors from seed: x, w, b ~ U(-0.5, 0.5), dy ~ N(0, 1), in that order */
+static void fill_conv_case(uint64_t seed, double *x, size_t nx, double *w, size_t nw, double *b,
+                           int nb, double *dy, size_t ny)
+{
+    rng_state r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = rng_uniform(&r) - 0.5;
+    for (size_t i = 0; i < nw; i++)
+        w[i] = rng_uniform(&r) - 0.5;
+    for (int i = 0; i < nb; i++)
+        b[i] = rng_uniform(&r) - 0.5;
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = rng_normal(&r);
+}
+
 static void test_conv_ref(void)
 {
     for (int pad = 0; pad <= 1; pad++) {
         conv3d_geom g = conv3d_geom_make(2, 3, 4, 3, 4, 5, 3, pad);
         size_t nx = 2 * 3 * 3 * 4 * 5, nw = 4 * 3 * 27, ny = (size_t)2 * 4 * g.od * g.oh * g.ow;
         double x[360], w[324], b[4], y[480], dy[480], dx[360], dw[324], db[4];
-        rng_state r;
-        rng_seed(&r, 5 + pad);
-        for (size_t i = 0; i < nx; i++)
-            x[i] = rng_uniform(&r) - 0.5;
-        for (size_t i = 0; i < nw; i++)
-            w[i] = rng_uniform(&r) - 0.5;
-        for (int i = 0; i < 4; i++)
-            b[i] = rng_uniform(&r) - 0.5;
-        for (size_t i = 0; i < ny; i++)
-            dy[i] = rng_normal(&r);
+        fill_conv_case(5 + pad, x, nx, w, nw, b, 4, dy, ny);
         conv3d_ref(&g, x, w, b, y);
         double worst = 0.0;
         for (int n = 0; n < 2; n++)
@@ -335,16 +387,7 @@ static void test_conv2d_ref(void)
         double *x = (double *)host_alloc(8 * nx), *w = (double *)host_alloc(8 * nw), b[5];
         double *y = (double *)host_alloc(8 * ny), *dy = (double *)host_alloc(8 * ny);
         double *dx = (double *)host_alloc(8 * nx), *dw = (double *)host_alloc(8 * nw), db[5];
-        rng_state r;
-        rng_seed(&r, 17 + t);
-        for (size_t i = 0; i < nx; i++)
-            x[i] = rng_uniform(&r) - 0.5;
-        for (size_t i = 0; i < nw; i++)
-            w[i] = rng_uniform(&r) - 0.5;
-        for (int i = 0; i < CO; i++)
-            b[i] = rng_uniform(&r) - 0.5;
-        for (size_t i = 0; i < ny; i++)
-            dy[i] = rng_normal(&r);
+        fill_conv_case(17 + t, x, nx, w, nw, b, CO, dy, ny);
         conv3d_ref(&g, x, w, b, y);
         double worst = 0.0;
         for (int n = 0; n < N; n++)
@@ -375,6 +418,91 @@ static void test_conv2d_ref(void)
               "conv2d backward (padding %d) = central differences: dx %.1e dw %.1e dbias %.1e", P,
               ex, ew, eb);
         free(x), free(w), free(y), free(dy), free(dx), free(dw);
+    }
+}
+
+/* ConvTranspose3d's direct gathers (conv_transpose3d_ref, and its backward) against its scatter
+ * definition: every input element adds x w to the outputs o = i stride - pad + t it reaches. The
+ * same loop, read backwards, is the definition of the gradients (the adjoint of the scatter):
+ * dx[i] gathers w dy[o], dw[t] gathers x[i] dy[o], dbias sums dy. Shapes: 2 x 3 x 3 x 4 x 5 -> 4
+ * channels; kernel 3, stride 2, padding 1 with output_padding 0 and 1 (chapters 1 and 5), and
+ * kernel 2, stride 3, no padding, output_padding 2, no bias (gaps the kernel never reaches:
+ * outputs of bias alone, and output_padding's two trailing ones). */
+static void test_conv_transpose_ref(void)
+{
+    static const int cases[3][4] = {{3, 2, 1, 0}, {3, 2, 1, 1}, {2, 3, 0, 2}}; /* k, s, p, op */
+    enum { N = 2, CI = 3, CO = 4, D = 3, H = 4, W = 5 };
+    for (int c = 0; c < 3; c++) {
+        int K = cases[c][0], S = cases[c][1], P = cases[c][2], OP = cases[c][3], with_bias = c < 2;
+        convT3d_geom g = convT3d_geom_make(N, CI, CO, D, H, W, K, S, P, OP);
+        int OD = (D - 1) * S - 2 * P + K + OP, OH = (H - 1) * S - 2 * P + K + OP;
+        int OW = (W - 1) * S - 2 * P + K + OP, KV = K * K * K;
+        int shape_ok = g.od == OD && g.oh == OH && g.ow == OW;
+        size_t nx = (size_t)N * CI * D * H * W, nw = (size_t)CI * CO * KV;
+        size_t ny = (size_t)N * CO * OD * OH * OW;
+        double *x = (double *)host_alloc(8 * nx), *w = (double *)host_alloc(8 * nw), b[CO];
+        double *y = (double *)host_alloc(8 * ny), *dy = (double *)host_alloc(8 * ny);
+        double *ys = (double *)host_alloc(8 * ny); /* the scatter's y */
+        double *dx = (double *)host_alloc(8 * nx), *dxs = (double *)host_alloc(8 * nx);
+        double *dw = (double *)host_alloc(8 * nw), *dws = (double *)host_alloc(8 * nw);
+        double *dwa = (double *)host_alloc(8 * nw), *dwas = (double *)host_alloc(8 * nw);
+        double *dxa = (double *)host_alloc(8 * nx), *dxas = (double *)host_alloc(8 * nx);
+        double db[CO], dba[CO], dbs[CO] = {0}, dbas[CO] = {0};
+        fill_conv_case(41 + c, x, nx, w, nw, b, CO, dy, ny);
+        for (int i = 0; i < CO && !with_bias; i++)
+            b[i] = 0.0; /* what the scatter adds: conv_transpose3d_ref gets NULL */
+        memset(dxs, 0, 8 * nx), memset(dws, 0, 8 * nw), memset(dwas, 0, 8 * nw);
+        memset(dxas, 0, 8 * nx);
+        for (size_t o = 0; o < ny; o++) {
+            int co = (int)(o / ((size_t)OD * OH * OW) % CO);
+            ys[o] = b[co];
+            dbs[co] += dy[o], dbas[co] += fabs(dy[o]);
+        }
+        for (size_t e = 0; e < nx; e++) { /* the scatter, and its adjoint */
+            int iw = (int)(e % W), ih = (int)(e / W % H), id = (int)(e / W / H % D);
+            int ci = (int)(e / ((size_t)D * H * W) % CI), n = (int)(e / ((size_t)CI * D * H * W));
+            for (int co = 0; co < CO; co++)
+                for (int t = 0; t < KV; t++) {
+                    int od = id * S - P + t / (K * K), oh = ih * S - P + t / K % K,
+                        ow = iw * S - P + t % K;
+                    if (od < 0 || od >= OD || oh < 0 || oh >= OH || ow < 0 || ow >= OW)
+                        continue;
+                    size_t o = ((((size_t)n * CO + co) * OD + od) * OH + oh) * OW + ow;
+                    size_t k = ((size_t)ci * CO + co) * KV + t;
+                    ys[o] += x[e] * w[k];
+                    dxs[e] += w[k] * dy[o];
+                    dxas[e] += fabs(w[k] * dy[o]);
+                    dws[k] += x[e] * dy[o];
+                    dwas[k] += fabs(x[e] * dy[o]);
+                }
+        }
+        conv_transpose3d_ref(&g, x, w, with_bias ? b : NULL, y);
+        conv_transpose3d_backward_ref(&g, x, w, dy, dx, dw, db, dwa, dba, dxa);
+        double ey = 0, ex = 0, ew = 0, eb = 0, ea = 0, yy = 0, xx = 0, ww = 0;
+        for (size_t i = 0; i < ny; i++) {
+            ey = fmax(ey, fabs(y[i] - ys[i]));
+            yy += (ys[i] - b[i / ((size_t)OD * OH * OW) % CO]) * dy[i];
+        }
+        for (size_t i = 0; i < nx; i++)
+            ex = fmax(ex, fabs(dx[i] - dxs[i])), ea = fmax(ea, fabs(dxa[i] - dxas[i])),
+            xx += x[i] * dx[i];
+        for (size_t i = 0; i < nw; i++)
+            ew = fmax(ew, fabs(dw[i] - dws[i])), ea = fmax(ea, fabs(dwa[i] - dwas[i])),
+            ww += w[i] * dw[i];
+        for (int i = 0; i < CO; i++)
+            eb = fmax(eb, fabs(db[i] - dbs[i])), ea = fmax(ea, fabs(dba[i] - dbas[i]));
+        /* y - bias is bilinear in (x, w): <y - bias, dy> = <x, dx> = <w, dw> */
+        double dot = fmax(fabs(yy - xx), fabs(yy - ww)) / fmax(fabs(yy), 1e-300);
+        check(shape_ok && ey < 1e-12,
+              "conv_transpose3d_ref (k %d, stride %d, pad %d, output_padding %d%s) %dx%dx%dx%dx%d "
+              "-> %dx%dx%dx%dx%d = the scatter definition, max diff %.1e", K, S, P, OP,
+              with_bias ? "" : ", no bias", N, CI, D, H, W, N, CO, OD, OH, OW, ey);
+        check(ex < 1e-12 && ew < 1e-12 && eb < 1e-12 && ea < 1e-12 && dot < 1e-12,
+              "conv_transpose3d_backward_ref (k %d, stride %d, pad %d, output_padding %d) = the "
+              "scatter's adjoint: dx %.1e dw %.1e dbias %.1e, their abs sums %.1e; <y - bias, dy> "
+              "= <x, dx> = <w, dw> to %.1e", K, S, P, OP, ex, ew, eb, ea, dot);
+        free(x), free(w), free(y), free(dy), free(ys), free(dx), free(dxs), free(dw), free(dws);
+        free(dwa), free(dwas), free(dxa), free(dxas);
     }
 }
 
@@ -441,12 +569,14 @@ static void test_gradcheck(void)
 int main(void)
 {
     test_verify();
+    test_verify_rows();
     test_stats();
     test_npy();
     test_cli();
     test_gpu_tag();
     test_conv_ref();
     test_conv2d_ref();
+    test_conv_transpose_ref();
     test_report_csv();
     test_rng();
     test_gradcheck();

@@ -14,7 +14,7 @@
                        data/<gpu>-mine/ where data/<gpu>/ holds the recorded runs (it has a
                        README.md) and RECORD is not set, as common/datadir.sh decides
 All take --chapter (1 = ch01, KB L2 #58, the default of check and bench; 2 = ch02,
-KB L2 #43; 3 = ch03, KB L2 #79; 4 = ch04, KB L2 #92).
+KB L2 #43; 3 = ch03, KB L2 #79; 4 = ch04, KB L2 #92; 5 = ch05, KB L2 #38).
 Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
 """
 import argparse
@@ -286,6 +286,84 @@ def c04_bytes(scope, shape):
             "train_step": 4 * (3 * x + 2 * y + 2 * C04_PARAMS)}[scope]
 
 
+# ---- Chapter 05: AvgPool3d -> ConvTranspose3d -> clamp -> softmax over space -> x*scale ----
+C05_IN, C05_OUT, C05_K = 32, 64, 3  # channels in/out, kernel (stride 2, padding 1, out_pad 1)
+C05_POOL = 2  # avg-pool window and stride (floor: an odd size drops its last slice)
+C05_PARAMS = C05_IN * C05_OUT * C05_K ** 3 + 2 * C05_OUT  # weight, conv bias, scale: 55424
+
+
+def c05_pre(x, conv_weight, conv_bias):
+    """The part before the epilogue: the average pool, then the transposed convolution
+    (each pooled size doubles: (P-1)*2 - 2*1 + 3 + 1 = 2P)."""
+    xp = F.avg_pool3d(x, C05_POOL)
+    return F.conv_transpose3d(xp, conv_weight, conv_bias, stride=2, padding=1,
+                              output_padding=1)
+
+
+def c05_epilogue(c, scale):
+    """Everything after the conv; c is N x 64 x OD x OH x OW, scale is (1,64,1,1,1).
+    The softmax runs over each (n, channel)'s OD*OH*OW positions, not over channels."""
+    z = torch.clamp(c, 0.0, 1.0)
+    b, ch, d, h, w = z.shape
+    return torch.softmax(z.view(b, ch, -1), dim=2).view(b, ch, d, h, w) * scale
+
+
+def c05_forward(x, conv_weight, conv_bias, scale):
+    return c05_epilogue(c05_pre(x, conv_weight, conv_bias), scale)
+
+
+def c05_shapes(xshape):
+    """Expected shape of every dump tensor for an input of shape xshape."""
+    n, _, d, h, w = xshape
+    o = (d // C05_POOL * 2, h // C05_POOL * 2, w // C05_POOL * 2)
+    return {"x": (n, C05_IN, d, h, w), "conv_weight": (C05_IN, C05_OUT) + (C05_K,) * 3,
+            "conv_bias": (C05_OUT,), "scale": (1, C05_OUT, 1, 1, 1),
+            "conv_out": (n, C05_OUT) + o, "out": (n, C05_OUT) + o}  # y has c's shape
+
+
+def c05_make_params(seed, shape):
+    """Seeded float32 inputs: ConvTranspose3d weight/bias with PyTorch's default
+    U(+-1/sqrt(fan_in)), fan_in = weight.size(1)*27 = 64*27; x ~ U[0,1). scale starts at
+    ones in KernelBench, but it is learned: scale ~ 1.5 U(-1,1) per channel (chapter 4's
+    gamma), so that an error in the scaling (a wrong channel's scale, a sign) shows."""
+    rng, s, f32 = np.random.default_rng(seed), c05_shapes(shape), np.float32
+    bound = 1.0 / np.sqrt(C05_OUT * C05_K ** 3)
+    return {"x": rng.random(s["x"], dtype=f32),
+            "conv_weight": rng.uniform(-bound, bound, s["conv_weight"]).astype(f32),
+            "conv_bias": rng.uniform(-bound, bound, s["conv_bias"]).astype(f32),
+            "scale": (1.5 * rng.uniform(-1, 1, s["scale"])).astype(f32)}
+
+
+def c05_golden_ok(y, arrays):
+    """The clamp is what can make a case weak. A row clamped throughout (all 0 or all 1) has
+    a uniform softmax and a zero dc: still a valid test of that row. But were (nearly) every
+    c clamped, dc, and with it the conv's gradients and dx, would be (nearly) all zeros,
+    and a kernel that forgot the softmax's own derivative would pass. The default init puts
+    about half of c below 0 (c ~ bias + a few hundred small products), none above 1: accept
+    a seed when at least 10% of c lie strictly inside (0, 1), where the gradient flows, and
+    at least 1% are clamped, so that the clamp's mask is tested too."""
+    c = c05_pre(*[torch.from_numpy(np.array(arrays[k])).double()
+                  for k in ("x", "conv_weight", "conv_bias")])
+    inside = float(((c > 0) & (c < 1)).double().mean())
+    return inside >= 0.1 and 1 - inside >= 0.01
+
+
+def c05_bytes(scope, shape):
+    """Minimum bytes each timed scope must move (float32): model.h's counts."""
+    n, _, d, h, w = shape
+    s = 8 * (d // C05_POOL) * (h // C05_POOL) * (w // C05_POOL)  # a softmax row's length
+    c = y = n * C05_OUT * s  # conv_out and the output (the same shape)
+    x, rows = n * C05_IN * d * h * w, n * C05_OUT  # input; softmax rows, one lse each
+    return {"epilogue_fwd": 4 * (c + y + C05_OUT + rows),  # scale read, lse written
+            "model_fwd": 4 * (x + C05_PARAMS + y),
+            # read c in the forward and again in the backward, write dc, write y, read g;
+            # read scale and write its gradient; write lse and read it again
+            "epilogue_fwdbwd": 4 * (3 * c + 2 * y + 2 * C05_OUT + 2 * rows),
+            # if c is never stored: read x (forward and backward), write dx, write y, read g;
+            # read the parameters, write their gradients
+            "train_step": 4 * (3 * x + 2 * y + 2 * C05_PARAMS)}[scope]
+
+
 # A chapter spec names the dump files and the functions that make up the model.
 #   inputs:       forward() arguments in order == dump file stems
 #   batched:      inputs whose first dim is the batch (checked chunk by chunk)
@@ -361,6 +439,26 @@ CHAPTERS = {
                # dgamma and dbeta are sums over n and positions, but of terms no dump holds:
                # they are judged by rel-L2 and atol, as chapter 3's dm is
                seed=92, bench_batches="1,2,4,8,16,32,64,128",
+               sum_grads={"conv_bias": "conv_out"}),
+    "05": dict(title="AvgPool3d + ConvTranspose3d + clamp + softmax over space + x*scale "
+                     "(KB L2 #38)",
+               default_shape=(32, C05_IN, 32, 64, 64),
+               # the first with odd extents, so that the pool drops the last slice; rows of
+               # S = 8*PD*PH*PW = 32, 8 (one pooled position), 48; two cases with N > 1, so
+               # that dscale and dbias sum over samples
+               golden_shapes=[(2, C05_IN, 3, 4, 5), (1, C05_IN, 2, 2, 2), (2, C05_IN, 4, 2, 6)],
+               inputs=("x", "conv_weight", "conv_bias", "scale"), batched=("x",),
+               pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
+               epi_args=("scale",), make_params=c05_make_params, shapes=c05_shapes,
+               pre=c05_pre, epilogue=c05_epilogue, forward=c05_forward, bytes=c05_bytes,
+               golden_ok=c05_golden_ok,
+               # every output is at most scale*e/S (2e-5 at S = 131072), dc as small: --atol
+               # alone would pass all zeros; rel-L2 (--rtol, required as well) judges them
+               # (at S = 131072 even PyTorch's float32 CPU softmax is 4e-5 off: its row sum
+               # runs sequentially; dumps are taken at small shapes).
+               # dbias is a sum of dc (0 in exact arithmetic for a row that nothing clamps);
+               # dscale sums g*p, terms no dump holds: rel-L2 and atol, as chapter 4's dgamma
+               seed=38, bench_batches="1,2,4,8,16,32",
                sum_grads={"conv_bias": "conv_out"}),
 }
 
@@ -827,17 +925,17 @@ def main(argv=None):
                     "shape, keeps the others (default: data/<gpu>/pytorch-chNN.csv, or "
                     "data/<gpu>-mine/ where data/<gpu>/ has a README.md and RECORD is unset)")
     pb.add_argument("--batches", help="batch sizes, comma-separated (default: 1,2,4,...,128 "
-                    "for chapters 1, 3 and 4, 1,2,4 for chapter 2)")
+                    "for chapters 1, 3 and 4, 1,2,4 for chapter 2, 1,2,4,...,32 for chapter 5)")
     pb.add_argument("--reps", type=int, default=50)
     pg.add_argument("--chapter", default=None,
-                    help="chapter number, 1 to 4 (also 01 .. 04; default: every chapter)")
+                    help="chapter number, 1 to 5 (also 01 .. 05; default: every chapter)")
     for p in (pc, pb):
         p.add_argument("--chapter", default="1",
-                       help="chapter number, 1 to 4 (also 01 .. 04; default 1)")
+                       help="chapter number, 1 to 5 (also 01 .. 05; default 1)")
     for p in (pg, pb):
         p.add_argument("--seed", type=int,
-                       help="base seed (default: the chapter's own, 58, 43, 79 and 92 "
-                       "for chapters 1 to 4)")
+                       help="base seed (default: the chapter's own, 58, 43, 79, 92 and 38 "
+                       "for chapters 1 to 5)")
     args = ap.parse_args(argv)
     if torch is None:
         die("PyTorch is not installed (python3 -c 'import torch' failed)")

@@ -8,7 +8,7 @@
 #   sanitize   make sanitize (memcheck, racecheck, synccheck, initcheck on small shapes)
 #   record     make record: every chapter at its KernelBench shape and the batch sweep, into
 #              data/<gpu>/ (the tutorial's recorded data)
-#   check      make check-pytorch CH=1..4 (PyTorch on exactly the dumped tensors, float64)
+#   check      make check-pytorch CH=N for every chapter (PyTorch on exactly the dumped tensors, float64)
 #   golden     make golden (PyTorch's float64 model on the CPU, small shapes; CH=N for each chapter
 #              of ONLY): data/golden/ is packed into results.tgz too, to bring the tensors back
 #   peers      make peers CH=N for every chapter: PyTorch eager and torch.compile timings into

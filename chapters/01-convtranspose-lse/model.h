@@ -37,6 +37,7 @@
 #ifndef CH01_MODEL_H
 #define CH01_MODEL_H
 
+#include "conv_ref.h"
 #include "harness.h"
 
 #define C_IN 3
@@ -117,12 +118,9 @@ struct run_ctx {
     lib_ctx *lib;
 };
 
-/* reference.cu: the CPU reference in double */
-void conv_transpose_ref(const shape *s, const double *x, const double *w, const double *bias,
-                        double *c);
-void conv_transpose_backward_ref(const shape *s, const double *x, const double *w,
-                                 const double *dc, double *dx, double *dw, double *dbias,
-                                 double *dw_abs, double *dbias_abs);
+/* reference.cu: the CPU reference in double; the transposed conv itself is common/conv_ref.c's
+ * conv_transpose3d_ref and conv_transpose3d_backward_ref, on this geometry */
+convT3d_geom conv_geom(const shape *s); /* ConvTranspose3d(3 -> 16, 3, stride 2, padding 1) */
 double tail_ref(double z, double b);
 void epilogue_ref(const shape *s, const float *cf, const double *cd, double b, double *y);
 double epilogue_backward_ref(const shape *s, const float *cf, const double *cd, double b,

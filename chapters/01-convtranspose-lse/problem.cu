@@ -92,7 +92,8 @@ static void problem_refresh(problem *pb)
         pb->wd[i] = pb->weight[i];
     for (int i = 0; i < C_OUT; i++)
         pb->cbd[i] = pb->conv_bias[i];
-    conv_transpose_ref(s, pb->xd, pb->wd, pb->cbd, pb->ref_c);
+    convT3d_geom cg = conv_geom(s);
+    conv_transpose3d_ref(&cg, pb->xd, pb->wd, pb->cbd, pb->ref_c);
     epilogue_ref(s, NULL, pb->ref_c, pb->b, pb->ref_model);
     epilogue_ref(s, pb->host_c, NULL, pb->b, pb->ref_epilogue);
     pb->have_epi_bwd = pb->have_model_bwd = 0;
@@ -209,8 +210,9 @@ static void model_bwd_refs(problem *pb)
         return;
     pb->ref_db_model = epilogue_backward_ref(&pb->sh, NULL, pb->ref_c, pb->b, pb->g,
                                              pb->ref_dc_model, &pb->abs_db_model);
-    conv_transpose_backward_ref(&pb->sh, pb->xd, pb->wd, pb->ref_dc_model, pb->ref_dx, pb->ref_dw,
-                                pb->ref_dbias, pb->abs_dw, pb->abs_dbias);
+    convT3d_geom cg = conv_geom(&pb->sh);
+    conv_transpose3d_backward_ref(&cg, pb->xd, pb->wd, pb->ref_dc_model, pb->ref_dx, pb->ref_dw,
+                                  pb->ref_dbias, pb->abs_dw, pb->abs_dbias, NULL);
     pb->have_model_bwd = 1;
 }
 
@@ -330,8 +332,10 @@ static double model_loss(const double *unused, void *p)
 {
     loss_ctx *L = (loss_ctx *)p;
     (void)unused; /* gradcheck perturbs one of L's own arrays */
-    if (!L->epilogue_only)
-        conv_transpose_ref(&L->sh, L->x, L->w, L->cb, L->c);
+    if (!L->epilogue_only) {
+        convT3d_geom cg = conv_geom(&L->sh);
+        conv_transpose3d_ref(&cg, L->x, L->w, L->cb, L->c);
+    }
     epilogue_ref(&L->sh, NULL, L->c, *L->b, L->y);
     double sum = 0.0;
     for (size_t i = 0; i < out_elems(&L->sh); i++)
@@ -363,12 +367,13 @@ static void gradient_checks(uint64_t seed)
         cb[i] = tmp[i];
     fill_normal(g, ny, &rng);
     loss_ctx L = {s, x, w, cb, &b, c, g, y, 0};
+    convT3d_geom cg = conv_geom(&s);
     const double h = 1e-6, tol = 1e-6;
     for (int k = 0; k < 2; k++) {
         b = k ? -0.5 : 0.25;
-        conv_transpose_ref(&s, x, w, cb, c);
+        conv_transpose3d_ref(&cg, x, w, cb, c);
         double db = epilogue_backward_ref(&s, NULL, c, b, g, dc, NULL);
-        conv_transpose_backward_ref(&s, x, w, dc, dx, dw, dcb, NULL, NULL);
+        conv_transpose3d_backward_ref(&cg, x, w, dc, dx, dw, dcb, NULL, NULL, NULL);
         L.epilogue_only = 1;
         double e_c = gradcheck(model_loss, &L, c, nc, dc, h, NULL);
         L.epilogue_only = 0;
@@ -421,10 +426,11 @@ static void golden_case(const char *dir, const char *name)
         for (int i = 0; i < C_OUT; i++)
             cbd[i] = t[2][i];
         double b = t[3][0];
-        conv_transpose_ref(&s, xd, wd, cbd, c);
+        convT3d_geom cg = conv_geom(&s);
+        conv_transpose3d_ref(&cg, xd, wd, cbd, c);
         epilogue_ref(&s, NULL, c, b, y);
         double db = epilogue_backward_ref(&s, NULL, c, b, t[4], dc, &db_abs);
-        conv_transpose_backward_ref(&s, xd, wd, dc, dx, dw, dbias, abs_dw, abs_dbias);
+        conv_transpose3d_backward_ref(&cg, xd, wd, dc, dx, dw, dbias, abs_dw, abs_dbias, NULL);
         /* golden = the float32 rounding of PyTorch's float64 result: 1e-6 leaves room for that
          * rounding and for summation order, none for another formula */
         verify_result v[6] = {
@@ -460,7 +466,8 @@ static void golden_case(const char *dir, const char *name)
 
 static void cpu_checks(uint64_t seed)
 {
-    /* 1. the reference conv (a Conv3d of the upsampled input) against the definition */
+    /* 1. the reference conv (common/conv_ref.c: a Conv3d of the upsampled input) against the
+     * definition */
     shape s = make_shape(2, 3, 4, 5);
     float *x = (float *)host_alloc(4 * x_elems(&s)), w[N_WEIGHT], cb[C_OUT];
     double *ref = (double *)host_alloc(8 * conv_elems(&s));
@@ -475,7 +482,8 @@ static void cpu_checks(uint64_t seed)
         wd[i] = w[i];
     for (int i = 0; i < C_OUT; i++)
         cbd[i] = cb[i];
-    conv_transpose_ref(&s, xd, wd, cbd, ref);
+    convT3d_geom cg = conv_geom(&s);
+    conv_transpose3d_ref(&cg, xd, wd, cbd, ref);
     free(xd);
     double worst = 0;
     for (int n = 0; n < s.n; n++)

@@ -1,12 +1,11 @@
 /*
  * reference.cu: chapter 1's CPU reference, in double, written the way the math is written:
- * the transposed conv, the epilogue (logsumexp over channels, z sigmoid(z + 3) / 6, - b,
- * clamp), and the backward of both, derived term by term.
+ * the transposed conv (common/conv_ref.c's, on this chapter's geometry), the epilogue
+ * (logsumexp over channels, z sigmoid(z + 3) / 6, - b, clamp), and the backward of both, derived
+ * term by term.
  */
 #include <math.h>
-#include <stdlib.h>
 
-#include "conv_ref.h"
 #include "model.h"
 
 /* ------------------------------------------------------------------ the transposed conv
@@ -14,61 +13,15 @@
  * o = 2 i - 1 + k along each axis, for every output channel:
  *     c[n][co][o] = bias[co] + sum over ci, and (i, k) with o = 2 i - 1 + k on every axis, of
  *                              x[n][ci][i] w[ci][co][k]
- * The same sum, read from the output's side: o = 2 i - 1 + k holds when the zero-upsampled
- * input u (u[2 i] = x[i], u at odd indices 0, extent 2L - 1) meets the flipped kernel,
- * k' = 2 - k, in a stride-1 Conv3d with padding 1: u[o + k' - 1] = x[i] exactly when
- * o + k' - 1 = 2 i. So the transposed conv IS a Conv3d (common/conv_ref.c), of u, with weights
- *     wf[co][ci][k'] = w[ci][co][2 - k']   (in and out swapped, every axis flipped),
- * the "fractionally strided" view (Dumoulin & Visin, "A guide to convolution arithmetic for
- * deep learning", 2016, section 4). It costs 8x the multiplications (7 of 8 u are 0); the
- * parity decomposition of v5 is this identity with the zeros skipped. The CPU checks compare
- * it with the definition, output by output. */
-
-static conv3d_geom upsampled_geom(const shape *s)
+ * The reference computes it as common/conv_ref.c does any ConvTranspose3d: a stride-1 Conv3d,
+ * padding 1, of the zero-upsampled input u (u[2 i] = x[i], u at odd indices 0, extent 2L - 1)
+ * with the kernel flipped and in and out swapped, the "fractionally strided" view (Dumoulin &
+ * Visin, 2016, section 4; conv_ref.h derives it). It costs 8x the multiplications (7 of 8 u
+ * are 0); the parity decomposition of v5 is this identity with the zeros skipped. The CPU checks
+ * compare it with the definition, output by output. */
+convT3d_geom conv_geom(const shape *s)
 {
-    return conv3d_geom_make(s->n, C_IN, C_OUT, s->od, s->oh, s->ow, KS, 1);
-}
-
-/* u: N x 3 x OD x OH x OW, x at even indices, 0 elsewhere */
-static double *upsample(const shape *s, const double *x)
-{
-    size_t n_planes = (size_t)s->n * C_IN;
-    double *u = (double *)calloc(n_planes * s->s, sizeof(double));
-    if (!u)
-        die(1, "out of host memory (upsampled input)");
-    for (size_t p = 0; p < n_planes; p++)
-        for (int i = 0; i < s->d; i++)
-            for (int j = 0; j < s->h; j++)
-                for (int k = 0; k < s->w; k++)
-                    u[p * s->s + ((size_t)2 * i * s->oh + 2 * j) * s->ow + 2 * k] =
-                        x[((p * s->d + i) * s->h + j) * s->w + k];
-    return u;
-}
-
-/* w [ci][co][k] <-> wf [co][ci][26 - k]: flipping all three axes maps tap k to 26 - k */
-static void flip(const double *w, double *wf)
-{
-    for (int ci = 0; ci < C_IN; ci++)
-        for (int co = 0; co < C_OUT; co++)
-            for (int k = 0; k < KVOL; k++)
-                wf[(co * C_IN + ci) * KVOL + (KVOL - 1 - k)] = w[(ci * C_OUT + co) * KVOL + k];
-}
-static void unflip(const double *wf, double *w)
-{
-    for (int ci = 0; ci < C_IN; ci++)
-        for (int co = 0; co < C_OUT; co++)
-            for (int k = 0; k < KVOL; k++)
-                w[(ci * C_OUT + co) * KVOL + k] = wf[(co * C_IN + ci) * KVOL + (KVOL - 1 - k)];
-}
-
-void conv_transpose_ref(const shape *s, const double *x, const double *w, const double *bias,
-                        double *c)
-{
-    conv3d_geom g = upsampled_geom(s);
-    double wf[N_WEIGHT], *u = upsample(s, x);
-    flip(w, wf);
-    conv3d_ref(&g, u, wf, bias, c);
-    free(u);
+    return convT3d_geom_make(s->n, C_IN, C_OUT, s->d, s->h, s->w, KS, 2, 1, 0);
 }
 
 /* ------------------------------------------------------------------ the epilogue */
@@ -124,6 +77,8 @@ void epilogue_ref(const shape *s, const float *cf, const double *cd, double b, d
  *   dx[n][ci][i]       = sum over co, k of w[ci][co][k] dc[n][co][2i - 1 + k]
  *                        (a strided Conv3d of dc with w: the transposed conv's input gradient
  *                        is the conv it transposes)
+ *                        conv_transpose3d_backward_ref (common/conv_ref.c) computes the
+ *                        three through the Conv3d of u.
  * What the backward needs: v (the conv output, 1 GB at the KernelBench shape), g, and b.
  *   Saving z, t and s in the forward (what autograd does, b1) costs 3 x 63 MB written in the
  *   forward and read in the backward, and the backward still reads v for the softmax.
@@ -155,33 +110,4 @@ double epilogue_backward_ref(const shape *s, const float *cf, const double *cd, 
     if (db_abs)
         *db_abs = dba;
     return db;
-}
-
-/* dx, dw, dbias of the transposed conv from dc, through the Conv3d of u above: its input
- * gradient du at the even indices is dx (du[2 i] = sum over co, k' of wf[co][ci][k']
- * dc[2 i - k' + 1], which is the dx above with k = 2 - k'), its weight gradient is dw flipped
- * back, its bias gradient is dbias. dw_abs and dbias_abs (may be NULL) receive the sums of the
- * magnitudes of each sum's terms; the 0s of u add nothing to them. */
-void conv_transpose_backward_ref(const shape *s, const double *x, const double *w,
-                                 const double *dc, double *dx, double *dw, double *dbias,
-                                 double *dw_abs, double *dbias_abs)
-{
-    conv3d_geom g = upsampled_geom(s);
-    double wf[N_WEIGHT], dwf[N_WEIGHT], dwf_abs[N_WEIGHT], *u = upsample(s, x);
-    double *du = (double *)malloc(sizeof(double) * (size_t)s->n * C_IN * s->s);
-    if (!du)
-        die(1, "out of host memory (upsampled input gradient)");
-    flip(w, wf);
-    conv3d_backward_ref(&g, u, wf, dc, du, dwf, dbias, dwf_abs, dbias_abs);
-    unflip(dwf, dw);
-    if (dw_abs)
-        unflip(dwf_abs, dw_abs);
-    for (size_t p = 0; p < (size_t)s->n * C_IN; p++)
-        for (int i = 0; i < s->d; i++)
-            for (int j = 0; j < s->h; j++)
-                for (int k = 0; k < s->w; k++)
-                    dx[((p * s->d + i) * s->h + j) * s->w + k] =
-                        du[p * s->s + ((size_t)2 * i * s->oh + 2 * j) * s->ow + 2 * k];
-    free(u);
-    free(du);
 }

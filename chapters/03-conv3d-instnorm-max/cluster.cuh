@@ -3,27 +3,8 @@
  * the CL blocks of its cluster, the shared memory that holds it, the copies that fill it, the
  * statistics exchanged through distributed shared memory, and the launch.
  *
- * Hopper only. Thread-block clusters, distributed shared memory, TMA bulk copies and the
- * mbarrier waits they complete on exist from sm_90; every device body below that uses them is
- * compiled only for sm_90 (#if __CUDA_ARCH__ >= 900) and is empty elsewhere: in an sm_80 build
- * the cluster kernels are empty stubs, and the harness skips their versions (NEEDS_SM90 in the
- * version table) on a GPU or build without sm_90.
- *
- * Raw PTX. CUDA C++ reaches two of these features through libcu++ (cuda::barrier,
- * cuda::memcpy_async); this chapter writes their PTX itself, in asm volatile statements, so
- * that each instruction is in view (PTX ISA, "Parallel Synchronization and Communication
- * Instructions: mbarrier" and "Data Movement and Conversion Instructions: cp.async.bulk"):
- *   mbarrier    a 64-bit barrier object in shared memory. init sets how many arrivals complete a
- *               phase (here 1); arrive.expect_tx arrives and says how many bytes of asynchronous
- *               copies the phase must also wait for; try_wait.parity spins until the phase with
- *               that parity (0, 1, 0, ...) has completed. fence.mbarrier_init makes a new
- *               barrier visible to the copy engine before its first use.
- *   bulk copy   cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src],
- *               bytes, [bar]: one thread asks the TMA unit (Hopper's copy engine) to move a
- *               contiguous run of global memory into shared memory; each byte that lands counts
- *               down the barrier's expected bytes. Source, destination and size must be
- *               multiples of 16 bytes. No thread spends registers or instructions on the data.
- * "memory" clobbers keep the compiler from moving loads and stores across them.
+ * Hopper only: the PTX it uses (mbarriers, bulk copies) and the launch of a cluster kernel are
+ * common/hopper.cuh's, with why and how.
  */
 #ifndef CH03_CLUSTER_CUH
 #define CH03_CLUSTER_CUH
@@ -31,6 +12,7 @@
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
+#include "hopper.cuh"
 #include "model.h"
 #include "sums.cuh"
 #include "welford.cuh"
@@ -69,27 +51,6 @@ struct cluster_shared {
     float part[2][C_OUT];     /* b3: the sample's mean(dxh) and mean(dxh xh) */
     float part_bwd[3][C_OUT]; /* b3: sums of dxh, dxh xh over the slice; dm of the block */
 };
-
-__device__ static inline unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ static inline void mbar_init(unsigned long long *bar)
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-#endif
-}
-
-__device__ static inline void mbar_wait(unsigned long long *bar, unsigned parity)
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("{\n\t.reg .pred p;\n"
-                 "WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-#endif
-}
 
 /* Where bulk copies cannot serve (S not a multiple of 4: rows of whole 16-byte units are
  * needed), cp.async (LDGSTS: global to shared memory without passing through registers, CUDA
@@ -185,49 +146,13 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
         rstd[n * C_OUT + threadIdx.x] = cs->rstd[threadIdx.x];
 }
 
-/* The launch of a cluster kernel: grid (CL, `clusters`), CL_THREADS threads a block, `smem`
- * bytes of dynamic shared memory, clusters of CL blocks along x. The cluster shape is a launch
- * attribute (cudaLaunchKernelEx; CUDA C++ Programming Guide, "Thread Block Clusters"), not
- * __cluster_dims__ on the kernel, which nvcc rejects when it compiles for sm_80. Dynamic shared
- * memory above 48 KB is an opt-in per kernel (cudaFuncAttributeMaxDynamicSharedMemorySize),
- * set to r->smem_optin at the kernel's first launch (*opted: the caller's flag for it). Only
- * the cluster versions' launchers call this, so an sm_80 build or GPU never does. */
-typedef struct {
-    cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute attr;
-} cluster_launch;
-
+/* The launch of a cluster kernel (common/hopper.cuh): grid (CL, `clusters`), CL_THREADS threads
+ * a block, `smem` bytes of dynamic shared memory, clusters of CL blocks along x; the opt-in is
+ * r->smem_optin. Only the cluster versions' launchers call this. */
 static inline void cluster_config(cluster_launch *L, const void *kernel, int *opted,
                                   const run_ctx *r, int clusters, size_t smem)
 {
-    if (!*opted) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)r->smem_optin));
-        *opted = 1;
-    }
-    cluster_launch zero = {};
-    *L = zero;
-    L->attr.id = cudaLaunchAttributeClusterDimension;
-    L->attr.val.clusterDim.x = CL;
-    L->attr.val.clusterDim.y = 1;
-    L->attr.val.clusterDim.z = 1;
-    L->cfg.gridDim = dim3(CL, clusters);
-    L->cfg.blockDim = dim3(CL_THREADS);
-    L->cfg.dynamicSmemBytes = smem;
-    L->cfg.attrs = &L->attr;
-    L->cfg.numAttrs = 1;
-}
-
-/* how many clusters of this launch fit on the GPU at once (cudaOccupancyMaxActiveClusters);
- * 0 when none does */
-static inline int resident_clusters(const cluster_launch *L, const void *kernel)
-{
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &L->cfg) != cudaSuccess) {
-        cudaGetLastError(); /* e.g. the shared memory fits no SM: none */
-        return 0;
-    }
-    return n;
+    cluster_launch_make(L, kernel, opted, r->smem_optin, CL, dim3(CL, clusters), CL_THREADS, smem);
 }
 
 #endif

@@ -148,9 +148,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     run_ctx *r = &pb->r;
     r->sh = sh;
     r->sm_count = dev->sm_count;
-    int optin = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    r->smem_optin = (size_t)optin - SMEM_STATIC_MAX;
+    r->smem_optin = smem_optin_bytes(SMEM_STATIC_MAX);
     pb->clusters_run = dev->cc_major >= 9 && gpu_code_arch() >= 90;
     float *x = (float *)gpu_alloc(4 * nx, "input x"), *w = (float *)gpu_alloc(4 * N_WEIGHT, "weight");
     float *b = (float *)gpu_alloc(4 * C_OUT, "bias"), *m = (float *)gpu_alloc(4 * C_OUT, "m");

@@ -41,15 +41,9 @@ __device__ static inline void bulk_rows(float *vals, int cap, const float *__res
 {
     unsigned bytes = 4u * len;
     for (int co = 0; co < C_OUT; co++) {
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                         smem_u32(&bars[co])),
-                     "r"(bytes)
-                     : "memory");
+        mbar_expect_tx(&bars[co], bytes);
         if (bytes)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-                         "[%1], %2, [%3];" ::"r"(smem_u32(vals + co * cap)),
-                         "l"(src + (size_t)co * S), "r"(bytes), "r"(smem_u32(&bars[co]))
-                         : "memory");
+            bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
     }
 }
 #endif
@@ -74,7 +68,7 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
         if (threadIdx.x == 0) {
             for (int co = 0; co < C_OUT; co++)
                 mbar_init(&row_bars[co]);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            mbar_init_fence();
         }
         __syncthreads();
         if (threadIdx.x == 0)

@@ -26,15 +26,10 @@ __device__ static inline void bulk_slice(float *vals, int cap, const float *__re
                                          int S, unsigned long long *bar)
 {
     unsigned bytes = 4u * len;
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* after the last generic reads */
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(C_OUT * bytes)
-                 : "memory");
+    fence_proxy_async(); /* after the last generic reads */
+    mbar_expect_tx(bar, C_OUT * bytes);
     for (int co = 0; co < C_OUT && bytes; co++)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(smem_u32(vals + co * cap)),
-                     "l"(src + (size_t)co * S), "r"(bytes), "r"(smem_u32(bar))
-                     : "memory");
+        bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, bar);
 }
 #endif
 
@@ -55,7 +50,7 @@ k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     if (threadIdx.x == 0) {
         mbar_init(&bar[0]), mbar_init(&bar[1]);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     int n = blockIdx.y; /* the same in every block of the cluster: the loop is uniform */

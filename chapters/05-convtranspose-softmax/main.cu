@@ -1,0 +1,64 @@
+/*
+ * Chapter 5: KernelBench level 2, model #38, in CUDA C
+ *
+ *     y = scale_c * softmax_row( clamp( ConvTranspose3d( AvgPool3d(x) ), 0, 1 ) )
+ *
+ * What this chapter teaches: a reduction whose row is longer than an SM. Each (n, channel) row
+ * of the softmax is 131072 values, 512 KB, more than any SM's shared memory, and no output of a
+ * row can be written before the whole row is summed. The versions go from PyTorch's three
+ * passes over DRAM to the online softmax's two, drop the max where the clamp makes it
+ * unnecessary, split rows over blocks, and finally hold each row in the shared memory of a
+ * thread-block cluster so that c is read from DRAM once.
+ *
+ * Read in this order (the chapter README lists the same):
+ *   model.h                the model, its shapes, its bytes and FLOPs, the floors they imply
+ *   reference.cu           the CPU reference in double, the backward derived term by term, and
+ *                          its checks (definition, central differences, a check that can fail)
+ *   v1-eager.cu            v1  eager-like: the pool, the library's transposed conv, then clamp,
+ *                              a three-pass block-per-row softmax and scale, a kernel each
+ *   rows.cuh               a row as float4, the clamp, the output pass
+ *   v2-fused-three-pass.cu v2  one kernel, still three passes over c
+ *   v3-online.cu           v3  the online softmax: max and sum in one pass, c read twice
+ *   v4-no-max.cu           v4  no max: the clamp bounds exp, and partial sums simply add
+ *   v5-split-rows.cu       v5  rows split over blocks: small batches fill the GPU
+ *   v6-cluster.cu          v6  a row in a cluster's shared memory: c read once (Hopper)
+ *   b1-autograd.cu         the backward's derivation; b1 autograd-like: v1 saving p, a kernel
+ *                              per op; the training step's conv and pool gradients
+ *   b2-fused-backward.cu   b2  v4, then two kernels that recompute p from c and lse
+ *   b3-cluster-backward.cu b3  v6, then a cluster a row holding c and g: each read once
+ *   problem.cu             host machinery (inputs, buffers, verification, tests): skip it
+ *
+ * Scopes: every forward version runs on the conv output (epilogue_fwd) and as the whole model,
+ * the pool and the library's transposed conv first (model_fwd). Each backward version runs as
+ * epilogue forward + backward and as a training step (pool, transposed conv, the pair, then
+ * the conv's and the pool's gradients).
+ *
+ *   make chapter-5                 verify and time every version at the KernelBench shape
+ *   build/ch05 --version v6        one version
+ *   build/ch05 --test              CPU checks + every version on awkward shapes and extreme values
+ *   build/ch05 --shape 2x32x3x5x7 --dump out/   tensors for a PyTorch check
+ */
+#include "model.h"
+
+#define FWD (SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD))
+#define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
+
+static const hx_version versions[] = {
+    {"v1", FWD, "eager-like: clamp, 3-pass softmax, scale kernels", v1_launch, 0},
+    {"v2", FWD, "fused: one kernel, three passes over c", v2_launch, 0},
+    {"v3", FWD, "online softmax: max and sum in one pass, 2 reads", v3_launch, 0},
+    {"v4", FWD, "no max: the clamp bounds exp, 2 reads", v4_launch, 0},
+    {"v5", FWD, "rows split over blocks, partial sums merged", v5_launch, 0},
+    {"v6", FWD, "cluster holds a row in smem: c read once", v6_launch, NEEDS_SM90},
+    {"b1", BWD, "autograd-like: v1 saving p, a kernel per op", b1_launch, 0},
+    {"b2", BWD, "fused: v4, then 2 kernels recomputing p", b2_launch, 0},
+    {"b3", BWD, "clusters: v6, then c and g held in smem, read once", b3_launch, NEEDS_SM90},
+};
+
+int main(int argc, char **argv)
+{
+    hx_chapter ch = chapter_machinery;
+    ch.versions = versions;
+    ch.n_versions = (int)(sizeof versions / sizeof versions[0]);
+    return hx_main(argc, argv, &ch);
+}

@@ -1,0 +1,612 @@
+/*
+ * problem.cu: chapter 5's host machinery, for the harness (common/harness.h): the inputs and
+ * parameters, the device buffers, the library conv's setup, the references, what each scope
+ * writes and how it is verified, the CPU checks, the awkward shapes and extreme values, the
+ * notes after the table, the dump. Nothing here is a lesson; the versions are in the v*.cu and
+ * b*.cu files.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hopper.cuh"
+#include "model.h"
+
+/* y is judged row by row (a softmax row): every output is far below 1, so each row's error is
+ * measured against that row's own scale (common.h, verify_rows_f32); fp32 exp and a sum of up to
+ * 131072 terms: a few 1e-7. The gradients are sums whose terms cancel (dc, dscale, dx, dw,
+ * dbias): each against the sum of its terms' magnitudes (verify_sum_f32). */
+#define TOL_REL_L2 1e-5
+#define TOL_ROW 1e-5 /* every |error| against its row's largest |value| */
+#define TOL_LSE 1e-5 /* lse (about ln S + 0.5) against max(1, |lse|) */
+#define TOL_SUM 1e-5 /* dc, dscale, dw, dbias against the sums of their terms' magnitudes */
+
+struct problem {
+    shape sh;
+    float *x, *weight, *bias, scale[C_OUT], *g; /* host */
+    double *xd, *wd, *bd, sd[C_OUT];
+    run_ctx r;
+    lib_conv3d lib;
+    int clusters_run; /* this GPU and this build run the cluster versions (sm_90) */
+    float *host_out, *host_c, *host_c_run, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
+    float host_dscale[C_OUT], *host_lse;
+    double *ref_c, *ref_model, *ref_epilogue; /* y from the double conv; from host_c */
+    double *lse_model, *lse_epi;
+    double c_err; /* the library conv's largest error against the double one */
+    int have_bwd_refs;
+    bwd_ref bref;
+    double *dcd, *xpd, *ref_dxp, *ref_dx, *abs_dxp, *abs_dx, ref_dw[N_WEIGHT], abs_dw[N_WEIGHT];
+    double ref_dbias[C_OUT], abs_dbias[C_OUT];
+};
+
+static shape shape_of(const int64_t *dims)
+{
+    return make_shape((int)dims[0], (int)dims[2], (int)dims[3], (int)dims[4]);
+}
+
+static const char *shape_problem(const int64_t *dims)
+{
+    static char why[256];
+    const char *bad = hx_channels_problem(dims, C_IN);
+    if (bad)
+        return bad;
+    if (dims[2] < 2 || dims[3] < 2 || dims[4] < 2) {
+        snprintf(why, sizeof why, "AvgPool3d(2) needs D, H and W of at least 2");
+        return why;
+    }
+    bad = hx_index_problem((double)dims[0] * C_IN * dims[2] * dims[3] * dims[4], "the input");
+    return bad ? bad
+               : hx_index_problem((double)dims[0] * C_OUT * 8.0 * (dims[2] / 2) * (dims[3] / 2) *
+                                      (dims[4] / 2), "the conv output");
+}
+
+/* ------------------------------------------------------------------ inputs and buffers */
+
+/* device bytes of a problem of this shape (the buffers below, not cuDNN's workspace) */
+static double device_bytes(const shape *s)
+{
+    return 4.0 * (2.0 * x_elems(s) + 2.0 * pool_elems(s) + 9.0 * conv_elems(s)) +
+           4.0 * (double)rows(s) * (3.0 + v5_split(s, 1024));
+}
+
+/* the epilogue's references from host_c (the GPU's conv output, or a planted one) */
+static void epilogue_refs(problem *pb)
+{
+    epilogue_ref(&pb->sh, pb->host_c, NULL, pb->sd, pb->ref_epilogue, pb->lse_epi);
+    pb->have_bwd_refs = 0;
+}
+
+/* uploads x, runs the library pool and conv, computes the forward references: the model's from
+ * the double pool and conv, the epilogue's (and the backward's) from the GPU's float conv
+ * output, which shape_checks compares with the double conv */
+static void problem_refresh(problem *pb)
+{
+    const shape *s = &pb->sh;
+    CUDA_CHECK(cudaMemcpy((void *)pb->r.x, pb->x, 4 * x_elems(s), cudaMemcpyHostToDevice));
+    model_front(&pb->r);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(pb->host_c, pb->r.c, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < x_elems(s); i++)
+        pb->xd[i] = pb->x[i];
+    for (int i = 0; i < N_WEIGHT; i++)
+        pb->wd[i] = pb->weight[i];
+    for (int i = 0; i < C_OUT; i++)
+        pb->bd[i] = pb->bias[i], pb->sd[i] = pb->scale[i];
+    convT3d_geom g = conv_geom(s);
+    pool_ref(s, pb->xd, pb->xpd);
+    conv_transpose3d_ref(&g, pb->xpd, pb->wd, pb->bd, pb->ref_c);
+    epilogue_ref(s, NULL, pb->ref_c, pb->sd, pb->ref_model, pb->lse_model);
+    epilogue_refs(pb);
+    verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), INFINITY, INFINITY);
+    pb->c_err = vc.max_abs;
+}
+
+static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
+{
+    shape sh = shape_of(dims);
+    const shape *s = &sh;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    double need = device_bytes(s);
+    if (need > (double)free_b) {
+        int fit = (int)((double)s->n * 0.8 * free_b / need);
+        die(1, "out of device memory: chapter 5 at %dx%dx%dx%dx%d needs %.2f GB of device memory "
+            "(c, y, g, dc and v1's four intermediates are %.2f GB each), %.2f of %.2f GB free: "
+            "try --shape %dx%dx%dx%dx%d", s->n, C_IN, s->d, s->h, s->w, need / 1e9,
+            4.0 * conv_elems(s) / 1e9, free_b / 1e9, total_b / 1e9, fit < 1 ? 1 : fit, C_IN,
+            s->d, s->h, s->w);
+    }
+    problem *pb = (problem *)calloc(1, sizeof *pb);
+    if (!pb)
+        die(1, "out of host memory");
+    pb->sh = sh;
+    size_t nx = x_elems(s), np = pool_elems(s), nc = conv_elems(s), nr = rows(s);
+    pb->x = (float *)host_alloc(4 * nx), pb->xd = (double *)host_alloc(8 * nx);
+    pb->weight = (float *)host_alloc(4 * N_WEIGHT), pb->wd = (double *)host_alloc(8 * N_WEIGHT);
+    pb->bias = (float *)host_alloc(4 * C_OUT), pb->bd = (double *)host_alloc(8 * C_OUT);
+    pb->g = (float *)host_alloc(4 * nc);
+    pb->host_out = (float *)host_alloc(4 * nc), pb->host_c = (float *)host_alloc(4 * nc);
+    pb->host_c_run = (float *)host_alloc(4 * nc);
+    pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
+    pb->host_lse = (float *)host_alloc(4 * nr);
+    pb->ref_c = (double *)host_alloc(8 * nc), pb->xpd = (double *)host_alloc(8 * np);
+    pb->ref_model = (double *)host_alloc(8 * nc), pb->ref_epilogue = (double *)host_alloc(8 * nc);
+    pb->lse_model = (double *)host_alloc(8 * nr), pb->lse_epi = (double *)host_alloc(8 * nr);
+    pb->bref.dc = (double *)host_alloc(8 * nc), pb->bref.abs_dc = (double *)host_alloc(8 * nc);
+    pb->dcd = (double *)host_alloc(8 * nc), pb->ref_dxp = (double *)host_alloc(8 * np);
+    pb->ref_dx = (double *)host_alloc(8 * nx);
+    pb->abs_dxp = (double *)host_alloc(8 * np), pb->abs_dx = (double *)host_alloc(8 * nx);
+    rng_state rng, rng_g;
+    rng_seed(&rng, seed);
+    fill_uniform(pb->x, nx, 0.0, 1.0, &rng); /* torch.rand */
+    /* ConvTranspose3d's fan_in is weight.size(1) x 27 = 64 x 27 (PyTorch's rule) */
+    init_conv_params(pb->weight, N_WEIGHT, pb->bias, C_OUT, C_OUT * KVOL, &rng);
+    /* scale starts at ones but is learned: test with other values, one negative, one zero */
+    for (int c = 0; c < C_OUT; c++)
+        pb->scale[c] = (float)(1.5 * (2.0 * rng_uniform(&rng) - 1.0));
+    pb->scale[5] = 0.0f;
+    rng_seed(&rng_g, seed ^ 0x5DEECE66Dull);
+    fill_normal(pb->g, nc, &rng_g);
+
+    run_ctx *r = &pb->r;
+    r->sh = sh;
+    r->sm_count = dev->sm_count;
+    r->smem_optin = smem_optin_bytes(SMEM_STATIC_MAX);
+    pb->clusters_run = dev->cc_major >= 9 && gpu_code_arch() >= 90;
+    r->split = v5_split(s, dev->sm_count);
+    float *x = (float *)gpu_alloc(4 * nx, "input x"), *w = (float *)gpu_alloc(4 * N_WEIGHT, "weight");
+    float *b = (float *)gpu_alloc(4 * C_OUT, "bias"), *g = (float *)gpu_alloc(4 * nc, "g");
+    float *sc = (float *)gpu_alloc(4 * C_OUT, "scale");
+    r->x = x, r->weight = w, r->bias = b, r->g = g, r->scale = sc;
+    r->xp = (float *)gpu_alloc(4 * np, "pooled input");
+    r->c = (float *)gpu_alloc(4 * nc, "conv output");
+    r->y = (float *)gpu_alloc(4 * nc, "output y");
+    const char *tn[4] = {"z (v1)", "p (v1)", "g' (b1)", "dz (b1)"};
+    for (int i = 0; i < 4; i++)
+        r->t[i] = (float *)gpu_alloc(4 * nc, tn[i]);
+    r->lse = (float *)gpu_alloc(4 * nr, "lse");
+    r->rpart = (float *)gpu_alloc(4 * nr * r->split, "v5 partial sums");
+    size_t bp = nr * r->split > 64 * C_OUT ? nr * r->split : 64 * C_OUT;
+    r->bpart = (float *)gpu_alloc(4 * bp, "backward partials");
+    r->dot = (float *)gpu_alloc(4 * nr, "row dot products");
+    r->dc = (float *)gpu_alloc(4 * nc, "dL/dc");
+    r->dscale = (float *)gpu_alloc(4 * C_OUT, "dL/dscale");
+    r->dxp = (float *)gpu_alloc(4 * np, "dL/dxp");
+    r->dx = (float *)gpu_alloc(4 * nx, "dL/dx");
+    r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
+    r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
+    CUDA_CHECK(cudaMemcpy(w, pb->weight, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(sc, pb->scale, 4 * C_OUT, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g, pb->g, 4 * nc, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(x, pb->x, 4 * nx, cudaMemcpyHostToDevice));
+    /* The library's transposed conv is set up as the Conv3d whose input gradient it is
+     * (common/conv.h), on the transposed conv's output shape: 64 channels in, 32 out, kernel 3,
+     * padding 1, stride 2. cudnnFind times its algorithms on the buffers it is given and writes
+     * some of them: dc (zeroed) stands for that conv's input, dxp for its output and output
+     * gradient (xp-shaped), c for its input gradient. */
+    int cdims[5] = {s->n, C_OUT, s->od, s->oh, s->ow};
+    CUDA_CHECK(cudaMemset(r->dc, 0, 4 * nc));
+    lib_conv3d_setup(&pb->lib, cdims, C_IN, KS, 1, 2, r->dc, w, r->dxp, r->dxp, r->c, r->dw);
+    r->lib = &pb->lib;
+    problem_refresh(pb);
+    return pb;
+}
+
+static void problem_destroy(problem *pb)
+{
+    run_ctx *r = &pb->r;
+    lib_conv3d_destroy(&pb->lib);
+    const void *dev[] = {r->x, r->weight, r->bias, r->g, r->scale, r->xp, r->c, r->y, r->t[0],
+                         r->t[1], r->t[2], r->t[3], r->lse, r->rpart, r->bpart, r->dot, r->dc,
+                         r->dscale, r->dxp, r->dx, r->dw, r->dbias};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        CUDA_CHECK(cudaFree((void *)dev[i]));
+    void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
+                    pb->host_c, pb->host_c_run, pb->host_dc, pb->host_dx, pb->host_lse, pb->ref_c, pb->xpd,
+                    pb->ref_model, pb->ref_epilogue, pb->lse_model, pb->lse_epi, pb->bref.dc,
+                    pb->bref.abs_dc, pb->dcd, pb->ref_dxp, pb->ref_dx, pb->abs_dxp, pb->abs_dx};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+    free(pb);
+}
+
+static const run_ctx *problem_ctx(const problem *pb) { return &pb->r; }
+
+/* ------------------------------------------------------------ what a scope writes, verified */
+
+/* every scope writes y and lse; the backward ones dc and dscale; a training step also dx, dw,
+ * dbias. An epilogue scope reads c: host_c again, since a whole-model run before it rewrote c
+ * with the library conv, whose algorithm may be nondeterministic (a value of c near 0 that
+ * changes sign moves dc by its whole size) */
+static void problem_poison(problem *pb, int scope)
+{
+    const shape *s = &pb->sh;
+    if (scope == SCOPE_EPI_FWD || scope == SCOPE_EPI_FWDBWD)
+        CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
+    gpu_poison(pb->r.y, out_elems(s));
+    gpu_poison(pb->r.lse, rows(s));
+    if (scope == SCOPE_EPI_FWDBWD || scope == SCOPE_TRAIN) {
+        gpu_poison(pb->r.dc, conv_elems(s));
+        gpu_poison(pb->r.dscale, C_OUT);
+    }
+    if (scope == SCOPE_TRAIN) {
+        gpu_poison(pb->r.dx, x_elems(s));
+        gpu_poison(pb->r.dw, N_WEIGHT);
+        gpu_poison(pb->r.dbias, C_OUT);
+    }
+}
+
+static hx_verdict problem_verify(problem *pb, int scope)
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    size_t nc = conv_elems(s), nr = rows(s);
+    int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
+    hx_verdict v = {1, 1, HASH_INIT, ""};
+    /* the library's transposed conv (its backward-data algorithm, common/conv.h) may be
+     * nondeterministic, and with it what a whole-model run computes */
+    v.deterministic = !whole || pb->lib.dx_det;
+    /* from x, y carries the conv's float error: z moves by at most c_err, so each p by a factor
+     * exp(+-c_err) and the row's sum by as much, a relative error of 2 c_err on top; twice that
+     * again for another run of a nondeterministic conv than the one c_err was measured on */
+    hx_check_rows(&v, "y (by row)", r->y, pb->host_out, nr, s->s,
+                  whole ? pb->ref_model : pb->ref_epilogue, TOL_REL_L2,
+                  TOL_ROW + (whole ? 4.0 * pb->c_err : 0.0));
+    hx_check_output(&v, "lse", r->lse, pb->host_lse, nr, whole ? pb->lse_model : pb->lse_epi,
+                    HX_SCALED, NULL, TOL_REL_L2, TOL_LSE);
+    v.hash = hash_f32(hash_f32(v.hash, pb->host_out, nc), pb->host_lse, nr);
+    if (scope != SCOPE_EPI_FWDBWD && scope != SCOPE_TRAIN)
+        return v;
+    /* the backward from the conv output the run read: host_c in the epilogue scope, and in a
+     * training step the c its own library conv wrote (copied back, then host_c's reference is
+     * rebuilt when next needed) */
+    if (scope == SCOPE_TRAIN) {
+        CUDA_CHECK(cudaMemcpy(pb->host_c_run, r->c, 4 * nc, cudaMemcpyDeviceToHost));
+        epilogue_backward_ref(s, pb->host_c_run, NULL, pb->sd, pb->g, &pb->bref);
+        pb->have_bwd_refs = 0;
+    } else if (!pb->have_bwd_refs) {
+        epilogue_backward_ref(s, pb->host_c, NULL, pb->sd, pb->g, &pb->bref);
+        pb->have_bwd_refs = 1;
+    }
+    hx_check_output(&v, "dc", r->dc, pb->host_dc, nc, pb->bref.dc, HX_SUM, pb->bref.abs_dc, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dscale", r->dscale, pb->host_dscale, C_OUT, pb->bref.dscale, HX_SUM,
+                    pb->bref.abs_dscale, 0, TOL_SUM);
+    v.hash = hash_f32(hash_f32(v.hash, pb->host_dc, nc), pb->host_dscale, C_OUT);
+    if (scope == SCOPE_EPI_FWDBWD)
+        return v;
+    /* the transposed conv's and the pool's gradients against the double backward of this
+     * run's dc */
+    for (size_t i = 0; i < nc; i++)
+        pb->dcd[i] = pb->host_dc[i];
+    convT3d_geom g = conv_geom(s);
+    conv_transpose3d_backward_ref(&g, pb->xpd, pb->wd, pb->dcd, pb->ref_dxp, pb->ref_dw,
+                                  pb->ref_dbias, pb->abs_dw, pb->abs_dbias, pb->abs_dxp);
+    pool_backward_ref(s, pb->ref_dxp, pb->ref_dx);
+    pool_backward_ref(s, pb->abs_dxp, pb->abs_dx); /* the pool's weights are positive */
+    /* dx is a sum of 864 products a value, which cancel: against their magnitudes */
+    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SUM, pb->abs_dx, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
+                    pb->abs_dbias, 0, TOL_SUM);
+    return v;
+}
+
+/* model.h's counts; the conv's FLOPs once in the forward, three times in a training step */
+static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flops[N_SCOPES])
+{
+    const shape *s = &pb->sh;
+    bytes[SCOPE_EPI_FWD] = epilogue_bytes(s), bytes[SCOPE_MODEL_FWD] = model_bytes(s);
+    bytes[SCOPE_EPI_FWDBWD] = epilogue_fwdbwd_bytes(s), bytes[SCOPE_TRAIN] = train_step_bytes(s);
+    flops[SCOPE_MODEL_FWD] = conv_flops(s), flops[SCOPE_TRAIN] = 3.0 * conv_flops(s);
+}
+
+/* ------------------------------------------------------------ CPU checks: golden tensors */
+
+/* a folder written by `make golden` (data/golden/ch05/NxCxDxHxW/): PyTorch's float64 model on a
+ * small input, stored float32, against this reference; catches a reference that agrees with
+ * itself (reference.cu's checks) but means something else than PyTorch's model. Two planted
+ * faults show the check can fail: scale at PyTorch's initial ones instead of the learned values
+ * the golden data has, and the clamp's window moved (clamp(c - 0.5, 0, 1), the bounds
+ * [0.5, 1.5] in effect). */
+static void golden_case(const char *dir, const char *name)
+{
+    int64_t dims[5];
+    char err[128];
+    if (parse_shape(name, 5, dims, err, sizeof err) || shape_problem(dims)) {
+        check(0, "golden %s: not a valid shape name", name);
+        return;
+    }
+    shape s = shape_of(dims);
+    convT3d_geom cg = conv_geom(&s);
+    size_t nx = x_elems(&s), np = pool_elems(&s), nc = conv_elems(&s);
+    enum { X, W, B, SCALE, C, Y, G, DC, DW, DB, DX, DSCALE, N_FILES };
+    const char *files[N_FILES] = {"x", "conv_weight", "conv_bias", "scale", "conv_out", "out",
+                                  "grad_output", "grad_conv_out", "grad_conv_weight",
+                                  "grad_conv_bias", "grad_x", "grad_scale"};
+    size_t sizes[N_FILES] = {nx, N_WEIGHT, C_OUT, C_OUT, nc, nc, nc, nc, N_WEIGHT, C_OUT, nx, C_OUT};
+    float *t[N_FILES];
+    int ok = 1;
+    for (int i = 0; i < N_FILES; i++)
+        ok &= (t[i] = npy_load(dir, files[i], sizes[i])) != NULL;
+    if (ok) {
+        double *xd = (double *)host_alloc(8 * nx), *xp = (double *)host_alloc(8 * np);
+        double *wd = (double *)host_alloc(8 * N_WEIGHT), *c = (double *)host_alloc(8 * nc);
+        double *y = (double *)host_alloc(8 * nc), *dxp = (double *)host_alloc(8 * np);
+        double *dx = (double *)host_alloc(8 * nx), *dw = (double *)host_alloc(8 * N_WEIGHT);
+        double *abs_dw = (double *)host_alloc(8 * N_WEIGHT);
+        double *adxp = (double *)host_alloc(8 * np), *adx = (double *)host_alloc(8 * nx);
+        double bd[C_OUT], sd[C_OUT], db[C_OUT], abs_db[C_OUT], one[C_OUT];
+        bwd_ref br;
+        memset(&br, 0, sizeof br);
+        br.dc = (double *)host_alloc(8 * nc), br.abs_dc = (double *)host_alloc(8 * nc);
+        for (size_t i = 0; i < nx; i++)
+            xd[i] = t[X][i];
+        for (int i = 0; i < N_WEIGHT; i++)
+            wd[i] = t[W][i];
+        for (int i = 0; i < C_OUT; i++)
+            bd[i] = t[B][i], sd[i] = t[SCALE][i], one[i] = 1.0;
+        pool_ref(&s, xd, xp);
+        conv_transpose3d_ref(&cg, xp, wd, bd, c);
+        epilogue_ref(&s, NULL, c, sd, y, NULL);
+        epilogue_backward_ref(&s, NULL, c, sd, t[G], &br);
+        conv_transpose3d_backward_ref(&cg, xp, wd, br.dc, dxp, dw, db, abs_dw, abs_db, adxp);
+        pool_backward_ref(&s, dxp, dx);
+        pool_backward_ref(&s, adxp, adx);
+        /* golden = the float32 rounding of PyTorch's float64 result: 1e-6 leaves room for that
+         * rounding and for summation order, none for another formula; y and dc (all far below
+         * 1) by row and against their terms' magnitudes, the sums against theirs */
+        verify_result v[7] = {
+            verify_f32(t[C], c, nc, 1e-6, 1e-6),
+            verify_rows_f32(t[Y], y, rows(&s), s.s, 1e-6, 1e-6),
+            verify_sum_f32(t[DC], br.dc, br.abs_dc, nc, 1e-6),
+            verify_sum_f32(t[DSCALE], br.dscale, br.abs_dscale, C_OUT, 1e-6),
+            verify_sum_f32(t[DW], dw, abs_dw, N_WEIGHT, 1e-6),
+            verify_sum_f32(t[DB], db, abs_db, C_OUT, 1e-6),
+            verify_sum_f32(t[DX], dx, adx, nx, 1e-6),
+        };
+        int all = 1;
+        for (int i = 0; i < 7; i++)
+            all &= v[i].pass;
+        check(all,
+              "golden %s (PyTorch float64): rel_l2 c %.1e y %.1e (worst row) dc %.1e dscale %.1e "
+              "dw %.1e dbias %.1e dx %.1e",
+              name, v[0].rel_l2, v[1].rel_l2, v[2].rel_l2, v[3].rel_l2, v[4].rel_l2, v[5].rel_l2,
+              v[6].rel_l2);
+        /* planted faults: scale left at ones; the clamp's window moved by 0.5 */
+        epilogue_ref(&s, NULL, c, one, y, NULL);
+        verify_result bad_scale = verify_rows_f32(t[Y], y, rows(&s), s.s, 1e-6, 1e-6);
+        double *cu = (double *)host_alloc(8 * nc);
+        for (size_t i = 0; i < nc; i++)
+            cu[i] = c[i] - 0.5;
+        epilogue_ref(&s, NULL, cu, sd, y, NULL);
+        verify_result bad_clamp = verify_rows_f32(t[Y], y, rows(&s), s.s, 1e-6, 1e-6);
+        check(!bad_scale.pass && !bad_clamp.pass,
+              "golden %s: references with scale = 1 (rel_l2 %.1e) and with the clamp's window "
+              "moved by 0.5 (rel_l2 %.1e) are caught", name, bad_scale.rel_l2, bad_clamp.rel_l2);
+        free(cu);
+        free(xd), free(xp), free(wd), free(c), free(y), free(dxp), free(dx), free(dw), free(abs_dw);
+        free(adxp), free(adx);
+        free(br.dc), free(br.abs_dc);
+    } else {
+        check(0, "golden %s: missing or malformed tensors", name);
+    }
+    for (int i = 0; i < N_FILES; i++)
+        free(t[i]);
+}
+
+/* --test's CPU checks: the reference against its derivation (reference.cu), then against
+ * PyTorch (a missing data/golden/ch05 is a SKIP: `make golden` writes it) */
+static void cpu_checks(uint64_t seed)
+{
+    reference_checks(seed);
+    for_each_golden_case("data/golden/ch05", golden_case);
+}
+
+/* ------------------------------------------------- GPU checks: shapes, cases */
+
+static const int64_t test_shapes[][CLI_MAX_DIMS] = {
+    /* N x 32 x D x H x W; pooled PD x PH x PW; a row is S = 8 PD PH PW values */
+    {1, 32, 2, 2, 2},    /* S = 8: two float4 a row, most threads and 6 of v6's 8 blocks idle */
+    {2, 32, 3, 5, 7},    /* odd extents (the pool drops a slice of each), S = 48 */
+    {3, 32, 4, 6, 10},   /* S = 240, 60 float4: fewer than a warp's worth for some blocks */
+    {2, 32, 6, 10, 22},  /* S = 1320 = 8 x 3 x 5 x 11, 330 float4: v6's slices uneven */
+    {1, 32, 18, 34, 66}, /* S = 40392, 10098 float4: several chunks of a block's slice */
+    {1, 32, 32, 64, 64}, /* S = 131072: the KernelBench row (v6: 64 KB a block) */
+};
+#define EXTREME_SHAPE 2 /* the extreme values run on 3x32x4x6x10 */
+
+/* the library conv the epilogues read, against the reference; then v6 and b3 forced to keep
+ * only a third of each block's slice in shared memory, so that their path for rows longer than
+ * a cluster holds (the rest read twice) runs on every test shape */
+static void shape_checks(problem *pb, int t)
+{
+    const shape *s = &pb->sh;
+    (void)t;
+    verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, 1e-4);
+    check(vc.pass, "%s transposed conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
+          pb->lib.backend, pb->lib.dx_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
+    if (!pb->clusters_run) {
+        skip("v6 keeping a third of each slice on %dx32x%dx%dx%d: needs sm_90 (clusters)", s->n,
+             s->d, s->h, s->w);
+        return;
+    }
+    int keep4 = v6_keep4(&pb->r) / 3;
+    gpu_poison(pb->r.y, out_elems(s));
+    gpu_poison(pb->r.lse, rows(s));
+    v6_epilogue_keep(&pb->r, keep4);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    hx_verdict v = {1, 1, HASH_INIT, ""};
+    hx_check_rows(&v, "y (by row)", pb->r.y, pb->host_out, rows(s), s->s, pb->ref_epilogue,
+                  TOL_REL_L2, TOL_ROW);
+    hx_check_output(&v, "lse", pb->r.lse, pb->host_lse, rows(s), pb->lse_epi, HX_SCALED, NULL,
+                    TOL_REL_L2, TOL_LSE);
+    check(v.pass, "v6 keeping %d of %d float4 a block in shared memory, the rest read twice, on "
+          "%dx32x%dx%dx%d: %s", keep4, v6_keep4(&pb->r), s->n, s->d, s->h, s->w, v.detail);
+    /* the same for b3's backward, after v6's forward (lse) */
+    if (!pb->have_bwd_refs) {
+        epilogue_backward_ref(s, pb->host_c, NULL, pb->sd, pb->g, &pb->bref);
+        pb->have_bwd_refs = 1;
+    }
+    int keep_b = b3_keep4_max(&pb->r) / 3;
+    gpu_poison(pb->r.dc, conv_elems(s));
+    gpu_poison(pb->r.dscale, C_OUT);
+    b3_backward_keep(&pb->r, keep_b);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    hx_verdict vb = {1, 1, HASH_INIT, ""};
+    hx_check_output(&vb, "dc", pb->r.dc, pb->host_dc, conv_elems(s), pb->bref.dc, HX_SUM,
+                    pb->bref.abs_dc, 0, TOL_SUM);
+    hx_check_output(&vb, "dscale", pb->r.dscale, pb->host_dscale, C_OUT, pb->bref.dscale, HX_SUM,
+                    pb->bref.abs_dscale, 0, TOL_SUM);
+    check(vb.pass, "b3 keeping %d of %d float4 of c and of g a block, the rest read twice, on "
+          "%dx32x%dx%dx%d: %s", keep_b, b3_keep4_max(&pb->r), s->n, s->d, s->h, s->w, vb.detail);
+}
+
+/* extremes: the input x 1000 (c in the hundreds: nearly every value clamps to 0 or 1), a
+ * planted c of +-1000 (what the clamp makes harmless: exp(1000) is inf in float), c planted at
+ * exactly the bounds 0 and 1 among values inside and outside (the clamp passes the gradient at
+ * the bounds), and a constant row (p = 1 / S exactly) */
+static const hx_case cases[] = {
+    {"x*1000", ~0u, NULL},
+    {"c ~ +-1000", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD), NULL},
+    {"c at 0, 1", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD), NULL},
+    {"c const/row", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD), NULL},
+    {NULL, 0, NULL},
+};
+
+static void set_case(problem *pb, int k)
+{
+    const shape *s = &pb->sh;
+    if (k == 0) {
+        for (size_t i = 0; i < x_elems(s); i++)
+            pb->x[i] *= 1000.0f;
+        problem_refresh(pb);
+        return;
+    }
+    rng_state rng;
+    rng_seed(&rng, 7 + k);
+    static const float at[5] = {0.0f, 1.0f, -0.25f, 1.25f, 0.5f};
+    for (size_t i = 0; i < conv_elems(s); i++) {
+        size_t row = i / s->s;
+        if (k == 1)
+            pb->host_c[i] = (float)((row % 2 ? 1000.0 : -1000.0) * (2.0 * rng_uniform(&rng) - 1.0));
+        else if (k == 2) /* a mix: the bounds, outside, inside */
+            pb->host_c[i] = rng_uniform(&rng) < 0.5 ? at[i % 5] : (float)rng_uniform(&rng);
+        else
+            pb->host_c[i] = (float)(0.2 * (double)(row % 7) - 0.3);
+    }
+    CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
+    epilogue_refs(pb);
+}
+
+/* ---------------------------------------------------------------- after the table; --dump */
+
+static void time_pool(const void *r) { pool_forward((const run_ctx *)r); }
+static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
+static void time_grads(const void *r) { conv_pool_grads((const run_ctx *)r); }
+
+static void notes(problem *pb, const device_info *dev, int reps, const char *only)
+{
+    const shape *s = &pb->sh;
+    const lib_conv3d *cc = &pb->lib;
+    const run_ctx *r = &pb->r;
+    timing tp = gpu_time(time_pool, r, reps);
+    printf("AvgPool3d alone (v1's kernel, as ATen's): median %.4f ms [%.4f - %.4f], %.0f GB/s\n",
+           tp.median_ms, tp.min_ms, tp.max_ms,
+           4.0 * (x_elems(s) + pool_elems(s)) / (tp.median_ms * 1e6));
+    timing tc = gpu_time(time_conv, r, reps);
+    printf("%s ConvTranspose3d alone (backward-data algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
+           "TFLOP/s\n", cc->backend, cc->dx_algo,
+           cc->dx_det ? "deterministic" : "nondeterministic", tc.median_ms, tc.min_ms, tc.max_ms,
+           conv_flops(s) / (tc.median_ms * 1e9));
+    if (!only) {
+        timing tg = gpu_time(time_grads, r, reps);
+        printf("in the training step: the transposed conv's and the pool's gradients (%s dxp: "
+               "forward algo %d, dw algo %d %s, dbias, the pool's backward): median %.4f ms\n",
+               cc->backend, cc->fwd_algo, cc->dw_algo, cc->dw_det ? "deterministic" : "nondeterministic",
+               tg.median_ms);
+    }
+    printf("v5, b2: rows split over %d blocks of %d threads\n", r->split, V5_BLOCK);
+    if (pb->clusters_run)
+        printf("v6: clusters of %d blocks, %d KB of a row a block in shared memory (of %zu KB "
+               "allowed), %d clusters resident at once for %d rows; b3: clusters of %d\n", V6_CL,
+               v6_keep4(r) * 16 / 1024, r->smem_optin / 1024, v6_resident_clusters(r), rows(s),
+               b3_cluster_size(r));
+    printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; c read twice %.1f MB -> %.4f ms; "
+           "epilogue fwd+bwd %.1f MB -> %.4f ms; the transposed conv: %.2f GFLOP -> %.4f ms at "
+           "%.1f TFLOP/s\n",
+           dev->copy_gbps, epilogue_bytes(s) / 1e6, epilogue_bytes(s) / (dev->copy_gbps * 1e6),
+           (epilogue_bytes(s) + 4.0 * conv_elems(s)) / 1e6,
+           (epilogue_bytes(s) + 4.0 * conv_elems(s)) / (dev->copy_gbps * 1e6),
+           epilogue_fwdbwd_bytes(s) / 1e6, epilogue_fwdbwd_bytes(s) / (dev->copy_gbps * 1e6),
+           conv_flops(s) / 1e9, conv_flops(s) / (dev->fp32_tflops * 1e9), dev->fp32_tflops);
+}
+
+static void dump(problem *pb, const char *dir, const char *id, int scope)
+{
+    const shape *s = &pb->sh;
+    int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_IN, C_OUT, KS, KS, KS};
+    int64_t bs[1] = {C_OUT}, ss[5] = {1, C_OUT, 1, 1, 1};
+    int64_t cs[5] = {s->n, C_OUT, s->od, s->oh, s->ow};
+    if (!id) {
+        npy_save_or_exit(dir, "x", pb->x, 5, xs);
+        npy_save_or_exit(dir, "conv_weight", pb->weight, 5, ws);
+        npy_save_or_exit(dir, "conv_bias", pb->bias, 1, bs);
+        npy_save_or_exit(dir, "scale", pb->scale, 5, ss);
+        npy_save_or_exit(dir, "conv_out", pb->host_c, 5, cs);
+        npy_save_or_exit(dir, "grad_output", pb->g, 5, cs);
+        return;
+    }
+    if (scope != SCOPE_TRAIN) {
+        char name[64];
+        snprintf(name, sizeof name, scope == SCOPE_MODEL_FWD ? "out_%s_model" : "out_%s", id);
+        npy_save_or_exit(dir, name, pb->host_out, 5, cs);
+        return;
+    }
+    npy_save_id_or_exit(dir, "grad_conv_out", id, pb->host_dc, 5, cs);
+    npy_save_id_or_exit(dir, "grad_scale", id, pb->host_dscale, 5, ss);
+    npy_save_id_or_exit(dir, "grad_conv_weight", id, pb->host_dw, 5, ws);
+    npy_save_id_or_exit(dir, "grad_conv_bias", id, pb->host_dbias, 1, bs);
+    npy_save_id_or_exit(dir, "grad_x", id, pb->host_dx, 5, xs);
+}
+
+const hx_chapter chapter_machinery = {
+    "05",
+    "AvgPool3d -> ConvTranspose3d -> clamp -> softmax over D*H*W -> *scale (KernelBench level 2, #38)",
+    "\nChapter 5, KernelBench level 2 model #38:\n"
+    "  AvgPool3d(2) -> ConvTranspose3d(32->64, k3, s2, p1, output_padding 1) -> clamp(0, 1)\n"
+    "  -> softmax over each (n, channel) row of D*H*W values -> * scale (1x64x1x1x1, learned).\n"
+    "  --shape is N x 32 x D x H x W (default 32x32x32x64x64), D, H, W >= 2; the output is\n"
+    "  N x 64 x 2(D/2) x 2(H/2) x 2(W/2). The default shape needs about 11 GB of device memory\n"
+    "  (c, y, g, dc and v1's four intermediates are 1.07 GB each); a smaller batch needs less.\n"
+    "  Limits: input and conv output < 2^31 elements.\n"
+    "  --dump DIR writes x.npy, conv_weight.npy (32,64,3,3,3), conv_bias.npy (64), scale.npy\n"
+    "  (1,64,1,1,1), conv_out.npy (the library conv output the epilogue versions read),\n"
+    "  grad_output.npy; then out_v1.npy .. out_v6.npy (the epilogue from conv_out),\n"
+    "  out_vK_model.npy (the whole model from x) and from each backward version's training step\n"
+    "  grad_conv_out_bK.npy, grad_scale_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy,\n"
+    "  grad_x_bK.npy. Check a dump: python3 data/pytorch_peer.py check DIR --chapter 5\n",
+    5,
+    {32, 32, 32, 64, 64},
+    NULL, /* main.cu's version table */
+    0,
+    shape_problem,
+    problem_create,
+    problem_destroy,
+    problem_ctx,
+    problem_poison,
+    problem_verify,
+    problem_counts,
+    cpu_checks,
+    test_shapes,
+    (int)(sizeof test_shapes / sizeof test_shapes[0]),
+    shape_checks,
+    cases,
+    set_case,
+    EXTREME_SHAPE,
+    notes,
+    dump,
+};
