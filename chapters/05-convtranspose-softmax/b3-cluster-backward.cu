@@ -31,6 +31,7 @@
 
 namespace cg = cooperative_groups;
 
+#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
 /* dc from a signed p (-p: c was outside [0, 1]) */
 __device__ static inline float dc_signed(float ps, float g, float dot, float sc)
 {
@@ -50,6 +51,8 @@ __device__ static inline float gp4(float4 ps, float4 g)
 {
     return (g.x * fabsf(ps.x) + g.y * fabsf(ps.y)) + (g.z * fabsf(ps.z) + g.w * fabsf(ps.w));
 }
+
+#endif
 
 __global__ void __launch_bounds__(V6_THREADS)
 k_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
