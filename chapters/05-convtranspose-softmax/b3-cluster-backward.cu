@@ -18,8 +18,12 @@
  * Bytes: forward 2 x 1073.7 MB (v6), backward 3 x 1073.7 MB: 5.4 GB, the fwd + bwd floor.
  * Prediction: 1.8 ms at the ceiling if the clusters overlap as v6's do.
  * Measured: 2.225 ms with clusters of 8, 80.5% of the ceiling, 1.31x faster than b2 and 1.81x
- * torch.compile's 4.030 ms; 1.24x the prediction, and 11% over the 2.0 ms target. With clusters
- * of 16 (CH05_B3_CL=16, the same machine minutes later) 2.143 ms [2.131 - 2.158]. The training
+ * torch.compile's 4.030 ms; 1.24x the prediction, and 11% over the 2.0 ms target. Nsight
+ * Compute (at 8x32x32x64x64) shows why: the backward kernel reaches 61% of the DRAM's peak
+ * against v6's 74.5%, because 128 KB of shared memory a block leave room for one block an SM
+ * (25% of the warps): while that block sums and waits at the cluster barrier, its SM loads
+ * nothing. With clusters of 16 (CH05_B3_CL=16, 64 KB a block, three an SM; the same machine
+ * minutes later) b3 measured 2.143 ms [2.131 - 2.158]. The training
  * step, 28.52 ms, is still slower than torch.compile's 21.71: the library's transposed conv and
  * its gradients, cuDNN as common/conv.cu calls it, take 26 ms of it (b1-autograd.cu).
  */
