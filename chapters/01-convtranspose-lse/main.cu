@@ -10,8 +10,8 @@
  *
  * Read in this order (the chapter README lists the same):
  *   model.h                  the model, its shapes, its bytes and FLOPs, and the floors they imply
- *   reference.cu             the CPU reference in double: the transposed conv as a Conv3d of the
- *                            zero-upsampled input, the epilogue, and the backward derived
+ *   reference.cu             the CPU reference in double: the transposed conv (why it is a Conv3d
+ *                            of the zero-upsampled input), the epilogue, and the backward derived
  *   tail.cuh                 the pointwise tail in float, every version's last step
  *   v1-eager.cu          v1  eager-like: cuDNN's transposed conv, then 7 naive kernels, every
  *                            intermediate in DRAM; and the unstable log(sum(exp)) --test shows

@@ -297,8 +297,8 @@ static void problem_counts(const problem *pb, double bytes[N_SCOPES], double flo
 /* ------------------------------------------------------------------- CPU checks (CI too) */
 
 /* The transposed conv as its definition, read from the output's side: each output asks which
- * inputs reach it (o = 2 i - 1 + k). Independent of the reference's Conv3d of the upsampled
- * input, so a wrong index or flip in either shows up. */
+ * inputs reach it (o = 2 i - 1 + k). Written apart from the reference's gathers
+ * (common/conv_ref.c), so a wrong index or flip in either shows up. */
 static double conv_gather_point(const shape *s, const float *x, const float *w, const float *bias,
                                 int n, int co, int od, int oh, int ow)
 {
@@ -466,8 +466,7 @@ static void golden_case(const char *dir, const char *name)
 
 static void cpu_checks(uint64_t seed)
 {
-    /* 1. the reference conv (common/conv_ref.c: a Conv3d of the upsampled input) against the
-     * definition */
+    /* 1. the reference conv (common/conv_ref.c) against the definition */
     shape s = make_shape(2, 3, 4, 5);
     float *x = (float *)host_alloc(4 * x_elems(&s)), w[N_WEIGHT], cb[C_OUT];
     double *ref = (double *)host_alloc(8 * conv_elems(&s));
@@ -495,7 +494,7 @@ static void cpu_checks(uint64_t seed)
                         double gathered = conv_gather_point(&s, x, w, cb, n, co, od, oh, ow);
                         worst = fmax(worst, fabs(ref[i] - gathered));
                     }
-    check(worst < 1e-12, "cpu: reference conv (Conv3d of the upsampled input) = the definition, "
+    check(worst < 1e-12, "cpu: reference conv (common/conv_ref.c) = the definition, "
           "gathered, on 2x3x3x4x5, max diff %.1e", worst);
 
     /* 2. v5's per-thread parity computation, run on the host over the whole tensor */

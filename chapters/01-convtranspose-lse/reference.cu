@@ -13,12 +13,13 @@
  * o = 2 i - 1 + k along each axis, for every output channel:
  *     c[n][co][o] = bias[co] + sum over ci, and (i, k) with o = 2 i - 1 + k on every axis, of
  *                              x[n][ci][i] w[ci][co][k]
- * The reference computes it as common/conv_ref.c does any ConvTranspose3d: a stride-1 Conv3d,
- * padding 1, of the zero-upsampled input u (u[2 i] = x[i], u at odd indices 0, extent 2L - 1)
- * with the kernel flipped and in and out swapped, the "fractionally strided" view (Dumoulin &
- * Visin, 2016, section 4; conv_ref.h derives it). It costs 8x the multiplications (7 of 8 u
- * are 0); the parity decomposition of v5 is this identity with the zeros skipped. The CPU checks
- * compare it with the definition, output by output. */
+ * The same sum is a stride-1 Conv3d, padding 1, of the zero-upsampled input u (u[2 i] = x[i],
+ * u at odd indices 0, extent 2L - 1) with the kernel flipped and in and out swapped, the
+ * "fractionally strided" view (Dumoulin & Visin, 2016, section 4; conv_ref.h derives it). Done
+ * that way it costs 8x the multiplications (7 of 8 u are 0); the parity decomposition of v5 is
+ * this identity with the zeros skipped, and common/conv_ref.c, which the reference calls, gathers
+ * each output's inputs directly, as any ConvTranspose3d. The CPU checks compare it with the
+ * definition, output by output. */
 convT3d_geom conv_geom(const shape *s)
 {
     return convT3d_geom_make(s->n, C_IN, C_OUT, s->d, s->h, s->w, KS, 2, 1, 0);
@@ -78,7 +79,7 @@ void epilogue_ref(const shape *s, const float *cf, const double *cd, double b, d
  *                        (a strided Conv3d of dc with w: the transposed conv's input gradient
  *                        is the conv it transposes)
  *                        conv_transpose3d_backward_ref (common/conv_ref.c) computes the
- *                        three through the Conv3d of u.
+ *                        three as these gathers.
  * What the backward needs: v (the conv output, 1 GB at the KernelBench shape), g, and b.
  *   Saving z, t and s in the forward (what autograd does, b1) costs 3 x 63 MB written in the
  *   forward and read in the backward, and the backward still reads v for the softmax.

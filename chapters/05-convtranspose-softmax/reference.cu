@@ -1,7 +1,8 @@
 /*
  * reference.cu: chapter 5's CPU reference, in double, written the way the math is written.
- * The transposed conv itself is common/conv_ref.c (PyTorch's ConvTranspose3d as a Conv3d of the
- * zero-upsampled input, forward and backward); this file is the rest: the average pool before
+ * The transposed conv itself is common/conv_ref.c (PyTorch's ConvTranspose3d, forward and
+ * backward, as direct gathers; its header says why it is a Conv3d of the zero-upsampled input);
+ * this file is the rest: the average pool before
  * it, the epilogue after it (clamp, softmax over each row, scale) and their backward, derived
  * term by term; then the CPU checks that hold the reference to the definition and to central
  * differences.
