@@ -28,7 +28,8 @@
  * fwd + bwd floor of 5.4 GB. Prediction: about 4.4x the floor, 7.9 ms at the ceiling.
  * Measured: 8.947 ms, 20.0% of the ceiling (5.0x the 1.791 ms floor), 1.13x the prediction; PyTorch
  * eager's epilogue forward + backward takes 10.21 ms. The training step 35.24 ms, of which the
- * library's transposed conv and its gradients (cuDNN, common/conv.h) are 10.97 + 15.28 ms.
+ * library's transposed conv takes 10.97 ms and its gradients, the bias gradient and the pool's
+ * backward 15.28 ms (cuDNN as common/conv.cu calls it; the notes after the table).
  */
 #include "model.h"
 #include "reduce.cuh"

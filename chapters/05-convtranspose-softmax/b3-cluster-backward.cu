@@ -7,7 +7,9 @@
  * a row, each block holding its slice of c and of g in shared memory (two bulk copies a chunk,
  * completing on one mbarrier): it turns c into p = exp(clamp(c) - lse) in place, sums g p,
  * exchanges the sums through distributed shared memory as v6 does, and writes
- * dc = [0 <= c <= 1] scale_ch p (g - dot) from shared memory. The mask needs c, which p has
+ * dc = [0 <= c <= 1] scale_ch p (g - dot) from shared memory. Rows longer than the cluster
+ * holds (above 231,424 values on the H100: half of v6's, two arrays a block) keep what fits and
+ * read the rest twice, as v6 does. The mask needs c, which p has
  * replaced: it is kept in p's sign bit (p > 0 always, so the bit is free: -p marks a c outside
  * [0, 1]). Two slices a block double v6's shared memory: with v6's clusters of 8, 64 + 64 KB
  * a block at the KernelBench shape, one block an SM. Clusters of 16 (a non-portable size,
@@ -18,14 +20,19 @@
  * Bytes: forward 2 x 1073.7 MB (v6), backward 3 x 1073.7 MB: 5.4 GB, the fwd + bwd floor.
  * Prediction: 1.8 ms at the ceiling if the clusters overlap as v6's do.
  * Measured: 2.225 ms with clusters of 8, 80.5% of the ceiling, 1.31x faster than b2 and 1.81x
- * torch.compile's 4.030 ms; 1.24x the prediction, and 11% over the 2.0 ms target. Nsight
- * Compute (at 8x32x32x64x64) shows why: the backward kernel reaches 61% of the DRAM's peak
+ * torch.compile's 4.030 ms; 1.24x the prediction, and 11% over the 2.0 ms target. The
+ * prediction missed what was computable in advance, and Nsight Compute (at 8x32x32x64x64) shows
+ * it: the backward kernel reaches 61% of the DRAM's peak
  * against v6's 74.5%, because 128 KB of shared memory a block leave room for one block an SM
  * (25% of the warps): while that block sums and waits at the cluster barrier, its SM loads
  * nothing. With clusters of 16 (CH05_B3_CL=16, 64 KB a block, three an SM; the same machine
  * minutes later) b3 measured 2.143 ms [2.131 - 2.158]. The training
- * step, 28.52 ms, is still slower than torch.compile's 21.71: the library's transposed conv and
- * its gradients, cuDNN as common/conv.cu calls it, take 26 ms of it (b1-autograd.cu).
+ * step, 28.52 ms, is still slower than torch.compile's 21.71, and the gradients of the conv and
+ * the pool are why: by subtraction of the medians (training step - whole model - the
+ * epilogue's backward), they take 15.2 ms here against 7.5 ms in PyTorch eager and 7.7 ms
+ * with torch.compile, which compute the same gradients; the forward's pool and conv take
+ * 11.14 ms here and 11.07 ms in eager. At PyTorch's speed for them, b3's step would be near
+ * 21 ms. Why cuDNN, as common/conv.cu calls it, is twice as slow there is open.
  */
 #include <cooperative_groups.h>
 #include <stdlib.h>
@@ -96,7 +103,7 @@ k_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
         mbar_wait(&bars[k], 0);
         for (int j = a + threadIdx.x; j < b; j += V6_THREADS) {
             float4 ps = p_signed4(held[j], m);
-            held[j] = ps; /* the same thread reads it back below */
+            held[j] = ps; /* read below, after block_sum's and the cluster's barriers */
             dot += gp4(ps, held_g[j]);
         }
     }

@@ -20,7 +20,8 @@
  *   v2-fused-three-pass.cu v2  one kernel, still three passes over c
  *   v3-online.cu           v3  the online softmax: max and sum in one pass, c read twice
  *   v4-no-max.cu           v4  no max: the clamp bounds exp, and partial sums simply add
- *   v5-split-rows.cu       v5  rows split over blocks: small batches fill the GPU
+ *   v5-split-rows.cu       v5  rows split over blocks (a prediction that failed)
+ *   hopper.cuh (common/)   mbarriers, TMA bulk copies, the cluster launch, in raw PTX
  *   v6-cluster.cu          v6  a row in a cluster's shared memory: c read once (Hopper)
  *   b1-autograd.cu         the backward's derivation; b1 autograd-like: v1 saving p, a kernel
  *                              per op; the training step's conv and pool gradients

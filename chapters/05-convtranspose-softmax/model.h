@@ -34,7 +34,11 @@
  *             64 scales: 221.7 KB), write y (1073.7 MB): 1610.8 MB. The transposed conv is a
  *             multiply-add per input value (of the pooled input), tap and output channel:
  *             2 * 32 * 32 * 64 * 27 * 16384 = 57.98 GFLOP, 0.867 ms at 66.9 TFLOP/s, longer than
- *             the bytes take (0.54 ms at 3000 GB/s): the FLOPs are the model's floor.
+ *             the bytes take (0.54 ms at 3000 GB/s): the FLOPs are the model's floor. This is
+ *             the nominal count (every tap of every input, as FLOP counters count a
+ *             ConvTranspose3d); padding 1 crops the taps that land outside the output, one in
+ *             3 PD along depth and likewise along the others, so the multiply-adds that count
+ *             are (47/48)(95/96)^2 = 95.9% of it, 55.6 GFLOP.
  *   fwd + bwd the forward reads c and writes y; the backward reads c again (p is recomputed from
  *             c and the saved lse) and g, and writes dc: 5 * 1073.7 MB (+ the scales, their
  *             gradients, lse) = 5368.7 MB.

@@ -62,10 +62,11 @@ static const char *shape_problem(const int64_t *dims)
 
 /* ------------------------------------------------------------------ inputs and buffers */
 
-/* device bytes of a problem of this shape (the buffers below, not cuDNN's workspace) */
+/* device bytes of a problem of this shape: the buffers below (x, dx, xp, dxp; c, y, g, dc and
+ * t[0..3]; the small ones), not cuDNN's workspace */
 static double device_bytes(const shape *s)
 {
-    return 4.0 * (2.0 * x_elems(s) + 2.0 * pool_elems(s) + 9.0 * conv_elems(s)) +
+    return 4.0 * (2.0 * x_elems(s) + 2.0 * pool_elems(s) + 8.0 * conv_elems(s)) +
            4.0 * (double)rows(s) * (3.0 + v5_split(s, 1024));
 }
 
@@ -580,8 +581,9 @@ const hx_chapter chapter_machinery = {
     "  AvgPool3d(2) -> ConvTranspose3d(32->64, k3, s2, p1, output_padding 1) -> clamp(0, 1)\n"
     "  -> softmax over each (n, channel) row of D*H*W values -> * scale (1x64x1x1x1, learned).\n"
     "  --shape is N x 32 x D x H x W (default 32x32x32x64x64), D, H, W >= 2; the output is\n"
-    "  N x 64 x 2(D/2) x 2(H/2) x 2(W/2). The default shape needs about 11 GB of device memory\n"
-    "  (c, y, g, dc and v1's four intermediates are 1.07 GB each); a smaller batch needs less.\n"
+    "  N x 64 x 2(D/2) x 2(H/2) x 2(W/2). The default shape needs about 9.8 GB of device memory\n"
+    "  and up to 2 GiB of cuDNN workspace (c, y, g, dc and v1's four intermediates are 1.07 GB\n"
+    "  each); a smaller batch needs less.\n"
     "  Limits: input and conv output < 2^31 elements.\n"
     "  --dump DIR writes x.npy, conv_weight.npy (32,64,3,3,3), conv_bias.npy (64), scale.npy\n"
     "  (1,64,1,1,1), conv_out.npy (the library conv output the epilogue versions read),\n"

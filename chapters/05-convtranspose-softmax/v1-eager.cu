@@ -11,7 +11,7 @@
  * Bytes: clamp reads c and writes z, softmax reads z three times and writes p, scale reads p and
  * writes y: 8 x 1073.7 MB = 8.6 GB against the epilogue's 2.15 GB floor. Prediction: about 4x
  * the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and third reads come
- * from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight, 135 MB, more than
+ * from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight, 138 MB, more than
  * the 50 MB L2).
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv; copy ceiling 2998 GB/s in
  * that run): the epilogue 3.236 ms, 22.1% of the ceiling, 4.5x its 0.716 ms floor and 1.12x the

@@ -4,7 +4,8 @@
  * Defect of v4: a block a row. 2048 rows at the KernelBench shape keep 264 blocks of 1024
  * threads busy (two an SM) through 7.8 waves, but at batch 1 there are 64 rows for 132 SMs:
  * half the GPU idles, and each of the 64 blocks walks 512 KB twice with the latency of one
- * SM. Any batch below 5 leaves SMs without a row (64 N < 264).
+ * SM. Any batch below 5 leaves some of the 264 block slots empty (64 N < 264), and below 3
+ * some SMs idle (64 N < 132). (A wave: as many blocks as fit on the GPU at once.)
  * Change: split each row over `split` blocks (run_ctx.split, problem.cu: enough for two waves
  * of resident blocks, at least a float4 a thread). Kernel 1: each block sums exp(z) over its
  * chunk into rpart; kernel 2: each block adds its row's `split` partials, in the same order in

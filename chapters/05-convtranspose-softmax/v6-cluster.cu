@@ -3,7 +3,7 @@
  *
  * Defect of v4 and v5: c is read twice, because no output of a row can be written before the
  * whole row is summed, and a row (512 KB) is larger than an SM's shared memory (228 KB): the
- * first read is gone by the time the second pass needs it. 264 rows in flight are 135 MB,
+ * first read is gone by the time the second pass needs it. 264 rows in flight are 138 MB,
  * nearly three times the 50 MB L2, so the second read comes from DRAM too.
  * Change: a thread-block cluster of V6_CL = 8 blocks on 8 SMs (CUDA C++ Programming Guide,
  * "Thread Block Clusters") takes a row; each block keeps its eighth of it, 64 KB at the
@@ -15,19 +15,21 @@
  *      sum: partial sums simply add);
  *   3. the block's sum goes to shared memory; a cluster barrier; then warp 0 of every block
  *      reads the 8 sums through distributed shared memory (cluster.map_shared_rank) and adds
- *      them in rank order, so all 8 blocks hold the same bits;
+ *      them in the same order (warp_sum's tree) in every block, so all 8 hold the same bits;
  *   4. each block writes y = scale_c exp(z) / sum from shared memory;
  *   5. a second cluster barrier, split into arrive (after step 3's reads) and wait (at the
  *      end), keeps every block's sum alive until the others have read it, without stalling
  *      step 4.
- * Where a slice is longer than the shared memory one block may have (rows above about 3.6 M
- * values: 8 x 227 KB), the block keeps what fits and reads the rest twice, as v4 does.
+ * Where a slice is longer than the shared memory one block may have (on the H100, rows above
+ * 462,848 values, 1.85 MB: 8 blocks x 14,464 float4 of the 226 KB opt-in), the block keeps
+ * what fits and reads the rest twice, as v4 does.
  * Prediction: one read and one write, 2.15 GB: the floor, 0.72 ms at the ceiling, if enough
  * clusters are resident that some load while others reduce: 64 KB a block leaves room for 3 an
  * SM, so up to 49 clusters (392 blocks) at once.
  * Measured: 0.807 ms, 88.8% of the ceiling, 1.36x faster than v4 and 1.37x torch.compile's
  * 1.105 ms; 45 clusters were resident at once (the notes after the table). The target, 0.75 ms,
- * is missed by 7.6%. Nsight Compute (at 8x32x32x64x64, inside b3's run; its clocks are lower):
+ * is missed by 7.6%. Nsight Compute (at 8x32x32x64x64, profiled as b3's forward kernel, at the
+ * lower clocks Nsight Compute locks):
  * 74.5% of the DRAM's peak, three blocks an SM (36 registers a thread and 64 KB of shared
  * memory both allow three, not four), 68% of the warps achieved against 75% possible, and 10.3
  * waves of clusters per SM. What the remaining gap is made of is not broken down yet.
@@ -71,7 +73,7 @@ k_softmax_cluster(const float *__restrict__ c, const float *__restrict__ scale,
         mbar_wait(&bars[k], 0);
         for (int j = a + threadIdx.x; j < b; j += V6_THREADS) {
             float4 e = exp4(clamp4(held[j]), 0.0f);
-            held[j] = e; /* the same thread reads it back in step 4 */
+            held[j] = e; /* read in step 4, after block_sum's and the cluster's barriers */
             sum += hsum4(e);
         }
     }
