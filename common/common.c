@@ -252,6 +252,29 @@ verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, 
     return all;
 }
 
+#define FNV_PRIME 0x100000001b3ull
+#define HASH_SPAN ((size_t)1 << 18)
+
+uint64_t hash_f32(uint64_t h, const float *x, size_t n)
+{
+    size_t spans = (n + HASH_SPAN - 1) / HASH_SPAN;
+    uint64_t *part = (uint64_t *)host_alloc(sizeof(uint64_t) * (spans ? spans : 1));
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < (long long)spans; k++) {
+        size_t first = (size_t)k * HASH_SPAN, len = n - first < HASH_SPAN ? n - first : HASH_SPAN;
+        const unsigned char *p = (const unsigned char *)(x + first);
+        uint64_t s = HASH_INIT;
+        for (size_t i = 0; i < len * sizeof(float); i++)
+            s = (s ^ p[i]) * FNV_PRIME;
+        part[k] = s;
+    }
+    for (size_t k = 0; k < spans; k++) /* the spans' hashes, byte by byte, in order */
+        for (int b = 0; b < 8; b++)
+            h = (h ^ ((part[k] >> (8 * b)) & 0xffu)) * FNV_PRIME;
+    free(part);
+    return h;
+}
+
 double logsumexp_ref(const double *v, int n, size_t stride)
 {
     double m = v[0], sum = 0.0;

@@ -97,6 +97,13 @@ verify_result verify_sum_f32(const float *out, const double *ref, const double *
  * absolute bound is tol_abs x max(1, max_i |ref_i|), float rounding being relative. */
 verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,
                                 double tol_abs);
+/* A hash of the bits of n floats, to compare two runs' outputs bit for bit: 64-bit FNV-1a
+ * (Fowler, Noll, Vo) over each span of HASH_SPAN floats, in parallel (OpenMP), then FNV-1a over
+ * the spans' hashes in order, starting from h (HASH_INIT, or an earlier result to chain
+ * outputs). Any change of a bit changes its span's hash and, with FNV's odds, the result. */
+uint64_t hash_f32(uint64_t h, const float *x, size_t n);
+#define HASH_INIT 0xcbf29ce484222325ull
+
 /* For rows whose scale differs from row to row, none near 1 (a softmax over 131072 values: every
  * output below 2.1e-5, where an absolute tolerance of 1e-4 would accept all zeros): each of the
  * `rows` rows of `len` values must have its own relative L2 error <= tol_rel_l2 and every

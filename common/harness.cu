@@ -9,14 +9,6 @@
 const char *const scope_name[N_SCOPES] = {"epilogue_fwd", "model_fwd", "epilogue_fwdbwd",
                                           "train_step", "stats"};
 
-uint64_t hash_f32(uint64_t h, const float *x, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)x;
-    for (size_t i = 0; i < n * sizeof(float); i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v)
 {
     size_t len = strlen(out->detail);

@@ -162,8 +162,5 @@ typedef struct {
 /* The whole program: parses the command line and does what it asks. Returns the exit status. */
 int hx_main(int argc, char **argv, const hx_chapter *ch);
 
-/* 64-bit FNV-1a over the bits of n floats (the bit-for-bit comparison of two runs) */
-uint64_t hash_f32(uint64_t h, const float *x, size_t n);
-#define HASH_INIT 0xcbf29ce484222325ull
 
 #endif

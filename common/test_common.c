@@ -11,6 +11,35 @@
 #include <string.h>
 #include <unistd.h>
 
+/* hash_f32: the same bits give the same hash, any flipped bit another, wherever it is */
+static void test_hash(void)
+{
+    enum { N = 1000003 }; /* four spans and a partial one */
+    static float x[N];
+    rng_state r;
+    rng_seed(&r, 3);
+    fill_normal(x, N, &r);
+    uint64_t h0 = hash_f32(HASH_INIT, x, N), h1 = hash_f32(HASH_INIT, x, N);
+    int caught = 0, tries = 0;
+    size_t at[4] = {0, (size_t)1 << 18, N / 2, N - 1};
+    for (int k = 0; k < 4; k++)
+        for (int bit = 0; bit < 32; bit += 31) {
+            uint32_t u;
+            memcpy(&u, &x[at[k]], 4);
+            u ^= 1u << bit;
+            float saved = x[at[k]];
+            memcpy(&x[at[k]], &u, 4);
+            caught += hash_f32(HASH_INIT, x, N) != h0;
+            tries++;
+            x[at[k]] = saved;
+        }
+    check(h0 == h1 && caught == tries && hash_f32(HASH_INIT, x, N) == h0 &&
+              hash_f32(h0, x, N) != h0 && hash_f32(h0, x, 0) == h0,
+          "hash_f32: the same bits hash alike; a flipped bit (lowest or sign, in the first, a "
+          "span's first, the middle and the last float of 1000003) changes it (%d of %d); "
+          "chaining and n = 0 behave", caught, tries);
+}
+
 /* verify_rows_f32 on softmax-like rows: values near 1/len, where an absolute tolerance of 1e-4
  * would pass anything */
 static void test_verify_rows(void)
@@ -570,6 +599,7 @@ int main(void)
 {
     test_verify();
     test_verify_rows();
+    test_hash();
     test_stats();
     test_npy();
     test_cli();
