@@ -162,5 +162,4 @@ typedef struct {
 /* The whole program: parses the command line and does what it asks. Returns the exit status. */
 int hx_main(int argc, char **argv, const hx_chapter *ch);
 
-
 #endif
