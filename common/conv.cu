@@ -95,10 +95,14 @@ void cudnn_check_(cudnnStatus_t s, const char *what, const char *file, int line)
 /* bytes is read here, after the cudnnGet...WorkspaceSize call that is the third argument has
  * written it (a by-value size_t argument could be evaluated before the call: C leaves the order
  * of argument evaluation unspecified) */
+static int find_log(void);
 static void workspace_need(size_t *need, const size_t *bytes, cudnnStatus_t st)
 {
     if (st == CUDNN_STATUS_SUCCESS && *bytes > *need && *bytes <= ((size_t)1 << 31))
         *need = *bytes;
+    if (st == CUDNN_STATUS_SUCCESS && *bytes > ((size_t)1 << 31) && find_log())
+        fprintf(stderr, "cuDNN: an algorithm asks for %zu B of workspace, above the 2 GiB cap: "
+                "left out of the search\n", *bytes);
 }
 
 /* the first successful strict-fp32 entry of a FindEx result (they come fastest first) */
@@ -113,6 +117,35 @@ static void workspace_need(size_t *need, const size_t *bytes, cudnnStatus_t st)
             die(1, "cuDNN found no fp32 (non-tensor-core) algorithm for %s", what);                \
         out_algo = (int)(perf)[pick_].algo;                                                        \
         out_det = (perf)[pick_].determinism == CUDNN_DETERMINISTIC;                                \
+    } while (0)
+
+/* CONV_FIND_LOG=1 in the environment: every algorithm a FindEx call measured, to stderr (its
+ * status, time, workspace, determinism and math type, in cuDNN's order, fastest first); and
+ * every algorithm whose workspace the 2 GiB cap left out. A diagnostic for comparing the
+ * library baseline with PyTorch's choices; off by default. */
+static int find_log(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("CONV_FIND_LOG");
+        on = e && *e && *e != '0';
+    }
+    return on;
+}
+#define LOG_FIND(perf, found, what, x_dims, y_dims)                                                \
+    do {                                                                                           \
+        if (!find_log())                                                                           \
+            break;                                                                                 \
+        fprintf(stderr, "cudnnFind %s, x %dx%dx%dx%dx%d -> y %dx%dx%dx%dx%d:\n", what,             \
+                (x_dims)[0], (x_dims)[1], (x_dims)[2], (x_dims)[3], (x_dims)[4], (y_dims)[0],      \
+                (y_dims)[1], (y_dims)[2], (y_dims)[3], (y_dims)[4]);                               \
+        for (int i_ = 0; i_ < (found); i_++)                                                       \
+            fprintf(stderr, "  algo %d status %d time %.3f ms workspace %zu B %s %s\n",            \
+                    (int)(perf)[i_].algo, (int)(perf)[i_].status, (double)(perf)[i_].time,          \
+                    (size_t)(perf)[i_].memory,                                                     \
+                    (perf)[i_].determinism == CUDNN_DETERMINISTIC ? "deterministic"                \
+                                                                   : "nondeterministic",           \
+                    (perf)[i_].mathType == CUDNN_FMA_MATH ? "fma" : "tensor-op or default");       \
     } while (0)
 
 /* the handle and every descriptor (the callers set them), the conv's strict fp32 math */
@@ -156,6 +189,7 @@ static void find_forward(lib_conv3d *cc, const float *x, const float *w, float *
     CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
         cc->handle, cc->x_desc, x, cc->w_desc, w, cc->conv_desc, cc->y_desc, y,
         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, pf, cc->workspace, cc->workspace_bytes));
+    LOG_FIND(pf, found, "forward", cc->x_dims, cc->y_dims);
     PICK_FP32(pf, found, cc->fwd_algo, cc->fwd_det, "the conv");
 }
 
@@ -202,10 +236,12 @@ static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3]
     CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         cc->handle, cc->w_desc, w, cc->y_desc, dy, cc->conv_desc, cc->x_desc, dx,
         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, pdx, cc->workspace, cc->workspace_bytes));
+    LOG_FIND(pdx, found, "backward data", cc->x_dims, cc->y_dims);
     PICK_FP32(pdx, found, cc->dx_algo, cc->dx_det, "the conv's data gradient");
     CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         cc->handle, cc->x_desc, x, cc->y_desc, dy, cc->conv_desc, cc->w_desc, dw,
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, pdw, cc->workspace, cc->workspace_bytes));
+    LOG_FIND(pdw, found, "backward filter", cc->x_dims, cc->y_dims);
     PICK_FP32(pdw, found, cc->dw_algo, cc->dw_det, "the conv's weight gradient");
 }
 

@@ -13,7 +13,9 @@
  *           algorithm cudnnFind...Ex measures on the given buffers (what torch.backends.cudnn.
  *           benchmark = True does), with a zeroed workspace large enough for every algorithm (at
  *           most 2 GiB). cuDNN documentation: "cudnnFindConvolutionForwardAlgorithmEx" and the
- *           backward ones.
+ *           backward ones. CONV_FIND_LOG=1 in the environment prints every algorithm each
+ *           search measured (status, time, workspace, determinism, math) and those the 2 GiB
+ *           cap left out, to stderr.
  *   direct  (HAVE_CUDNN 0) conv.cu's own kernels, so a machine with only the CUDA toolkit runs
  *           every chapter: one thread per output (forward) or per input (backward data) looping
  *           over the taps, the weight gradient as per-block partial sums added in a fixed order.
