@@ -26,6 +26,9 @@
 #              chapter (into data/<gpu>-mine/, not the recorded data); run it last, the next
 #              stage's build is the cuDNN one again
 #   chapters   make chapter-N for every chapter (data/<gpu>-mine/: compare with data/<gpu>/)
+#   findlog    every chapter's library conv set up at its KernelBench shape with CONV_FIND_LOG=1
+#              (common/conv.h): every algorithm cudnnFind measured, into build/out/findlogN.log
+#              (v1 run once, 1 rep)
 #   (none given: test record check sanitize sm80)
 # ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers, record,
 # sanitize and nocudnn's chapter runs to those chapters; test always runs every chapter.
@@ -73,6 +76,8 @@ for s in $stages; do
               dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
               --kernel-name regex:'k_(stats|apply|team|conv)' \
               --launch-count 4 build/ch04 --version $v --reps 1 --shape 32x8x128x128; done ;;
+    findlog) for c in $CHAPTER_NUMBERS; do step findlog$c env CONV_FIND_LOG=1 build/ch0$c \
+                 --version v1 --reps 1; done ;;
     ncu) step ncu make -s profile CH=${NCU_CH:-3} V=${NCU_V:-v1} ARCH=sm_90 NCU_ARGS="${NCU_ARGS:-}" ;;
     *) echo "unknown stage $s"; status=1 ;;
     esac
