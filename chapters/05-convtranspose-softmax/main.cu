@@ -23,6 +23,8 @@
  *   v5-split-rows.cu       v5  rows split over blocks (a prediction that failed)
  *   hopper.cuh (common/)   mbarriers, TMA bulk copies, the cluster launch, in raw PTX
  *   v6-cluster.cu          v6  a row in a cluster's shared memory: c read once (Hopper)
+ *   v7-own-convt.cu        v7  whole model: our transposed conv (parity decomposition), the pool
+ *                              in its loads, the clamp and row sums in its epilogue; one pass more
  *   b1-autograd.cu         the backward's derivation; b1 autograd-like: v1 saving p, a kernel
  *                              per op; the training step's conv and pool gradients
  *   b2-fused-backward.cu   b2  v4, then two kernels that recompute p from c and lse
@@ -51,6 +53,7 @@ static const hx_version versions[] = {
     {"v4", FWD, "no max: the clamp bounds exp, 2 reads", v4_launch, 0},
     {"v5", FWD, "rows split over blocks, partial sums merged", v5_launch, 0},
     {"v6", FWD, "cluster holds a row in smem: c read once", v6_launch, NEEDS_SM90},
+    {"v7", SC(SCOPE_MODEL_FWD), "own convT: pool in its loads, row sums in epilogue", v7_launch, 0},
     {"b1", BWD, "autograd-like: v1 saving p, a kernel per op", b1_launch, 0},
     {"b2", BWD, "fused: v4, then 2 kernels recomputing p", b2_launch, 0},
     {"b3", BWD, "clusters: v6, then c and g held in smem, read once", b3_launch, NEEDS_SM90},

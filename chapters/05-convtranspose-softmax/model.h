@@ -112,7 +112,7 @@ static inline double conv_flops(const shape *s)
     return 2.0 * s->n * C_IN * C_OUT * KVOL * (double)s->ps;
 }
 
-static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* reference.cu: the CPU reference in double (and the backward's derivation) */
 convT3d_geom conv_geom(const shape *s); /* ConvTranspose3d(32 -> 64, 3, 2, 1, output_padding 1) */
@@ -160,6 +160,8 @@ struct run_ctx {
     float *lse;                     /* N x 64: log sum exp(z) of each row (every forward) */
     int split;                      /* v5: blocks a row is split over */
     float *rpart;                   /* v5: N x 64 x split partial sums */
+    float *tpart;                   /* v7: N x 64 x v7_tiles partial sums, a tile's each */
+    float *wt;                      /* v7: the weights [ci][tap][co] */
     float *bpart;                   /* b1: dscale partials (64 x 64); b2: N x 64 x split dot partials */
     float *dot;                     /* N x 64: sum over the row of g p (the backward's reduction) */
     const float *g;                 /* dL/dy */
@@ -184,6 +186,8 @@ int v6_resident_clusters(const run_ctx *r); /* v6: clusters resident at once */
 void v6_epilogue_keep(const run_ctx *r, int keep4); /* v6 keeping keep4 float4 a block */
 void v6_epilogue(const run_ctx *r);         /* b3's forward */
 void v6_launch(const run_ctx *r, int scope);
+int v7_tiles(const shape *s); /* v7: tiles of pooled cells a sample */
+void v7_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);
