@@ -11,7 +11,8 @@
 #   make record      the tutorial's own data: chapter-N and bench into data/<gpu>/ itself
 #   make golden      PyTorch's float64 results on small shapes, data/golden/ (make test reads them);
 #                    every chapter, or chapter N's alone with CH=N
-#   make peers CH=N  chapter N's PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv
+#   make peers CH=N  chapter N's PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv,
+#                    and its conv's ops alone (pytorch-chNN-ops.csv, the chapters' per-op tables)
 #   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
@@ -196,6 +197,7 @@ golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden$(if $(filter command line environment,$(origin CH)), --chapter $(CH))
 peers:
 	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH)
+	$(PYTHON) data/pytorch_peer.py ops --chapter $(CH)
 check-pytorch: build/ch0$(CH)
 	@rm -rf build/dump-ch0$(CH)
 	build/ch0$(CH) --shape $(CHECK_SHAPE_0$(CH)) $(ARGS_0$(CH)) --reps 3 --dump build/dump-ch0$(CH) > build/dump-ch0$(CH).log

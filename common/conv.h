@@ -8,14 +8,17 @@
  *   y[n][co][o] = bias[co] + sum over ci and the k^3 taps t of w[co][ci][t] x[n][ci][o stride + t - pad]
  *
  * Two backends, chosen when the program is built (the Makefile's CUDNN, HAVE_CUDNN here):
- *   cuDNN   (HAVE_CUDNN 1) the library baseline: cuDNN's legacy API with CUDNN_FMA_MATH (strict
- *           fp32, as PyTorch with allow_tf32 = False). Each direction runs the fastest fp32
- *           algorithm cudnnFind...Ex measures on the given buffers (what torch.backends.cudnn.
- *           benchmark = True does), with a zeroed workspace large enough for every algorithm (at
- *           most 2 GiB). cuDNN documentation: "cudnnFindConvolutionForwardAlgorithmEx" and the
- *           backward ones. CONV_FIND_LOG=1 in the environment prints every algorithm each
- *           search measured (status, time, workspace, determinism, math) and those the 2 GiB
- *           cap left out, to stderr.
+ *   cuDNN   (HAVE_CUDNN 1) the library baseline, set up as PyTorch sets it up (fp32 with
+ *           allow_tf32 = False, cudnn.benchmark = True): each direction is a one-operation graph
+ *           of cuDNN's graph (backend) API, the API PyTorch uses, on 5-D tensors (4-D for
+ *           Conv2d); its engines come from the heuristics (mode A) and the fallback list, those
+ *           with tensor cores or down-converted inputs are left out, and the fastest of the rest on
+ *           the given buffers, within a 2 GiB workspace, is kept. Engines are labelled by cuDNN's
+ *           engine number and whether they are deterministic. The bias gradients are CUB's
+ *           segmented sums, as PyTorch sums them with its own reduction. cuDNN documentation:
+ *           "Graph API", "Backend Descriptor Types"; CUB: "cub::DeviceSegmentedReduce".
+ *           CONV_FIND_LOG=1 in the environment prints every engine each search considered (why
+ *           it was left out, or its workspace and time), to stderr.
  *   direct  (HAVE_CUDNN 0) conv.cu's own kernels, so a machine with only the CUDA toolkit runs
  *           every chapter: one thread per output (forward) or per input (backward data) looping
  *           over the taps, the weight gradient as per-block partial sums added in a fixed order.
@@ -36,9 +39,8 @@
  * Channels last (NHWC, PyTorch's torch.channels_last): lib_conv2d_setup_nhwc sets up the same
  * Conv2d on tensors stored N x H x W x C (a position's channels contiguous), as cuDNN runs it when
  * PyTorch hands it channels-last tensors. cuDNN then wants the filter channels last too,
- * C_out x k x k x C_in ("KRSC": cudnnSetFilter4dDescriptor with CUDNN_TENSOR_NHWC, cuDNN API
- * reference), so PyTorch's C_out x C_in x k x k weights must be permuted first
- * (lib_conv_channels_last). Forward only: the backward functions exit on such a setup.
+ * C_out x k x k x C_in ("KRSC", cuDNN's name for it), so PyTorch's C_out x C_in x k x k
+ * weights must be permuted first (lib_conv_channels_last). Forward only: the backward functions exit on such a setup.
  */
 #ifndef CONV_H
 #define CONV_H
@@ -68,9 +70,9 @@ typedef struct {
     int x_dims[5], y_dims[5]; /* N, C, D, H, W of the input and of the output */
     int k[3], pad[3], stride; /* kernel and zero padding per spatial dim (D, H, W) */
     const char *backend;      /* "cuDNN" or "direct" */
-    int fwd_algo, dx_algo, dw_algo; /* cuDNN's algorithm numbers; -1 for the direct kernels */
-    int fwd_det, dx_det, dw_det;    /* whether that algorithm is deterministic */
-    float *partials;          /* the direct kernels' per-block sums (dw, dbias) */
+    int fwd_algo, dx_algo, dw_algo; /* cuDNN's engine numbers; -1 for the direct kernels */
+    int fwd_det, dx_det, dw_det;    /* whether that engine is deterministic */
+    float *partials;          /* per-block (direct) or per-row (cuDNN) sums for dw and dbias */
     int dw_split;             /* blocks a (co, ci) pair's weight gradient is split over */
     int sm_count;             /* the direct kernels' grids */
     int nhwc;                 /* 1: lib_conv2d_setup_nhwc's (channels last, forward only) */
@@ -79,17 +81,18 @@ typedef struct {
     cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* input, output, bias 1 x C_out x 1 x 1 x 1 */
     cudnnTensorDescriptor_t xb_desc;                /* 1 x C_in x 1 x 1 x 1: a transposed conv's bias */
     cudnnTensorDescriptor_t yflat_desc;             /* NHWC: y as (N OH OW) x C_out x 1 x 1 */
-    cudnnFilterDescriptor_t w_desc;
-    cudnnConvolutionDescriptor_t conv_desc;
+    cudnnBackendDescriptor_t plan[3]; /* the chosen engines: forward, backward data, filter */
     void *workspace;
     size_t workspace_bytes;
+    void *sum_temp;                 /* CUB's temporary storage for the bias gradients */
+    size_t sum_bytes;
 #endif
 } lib_conv3d;
 
 /* x_dims: N, C_in, D, H, W; y, dy: N x c_out x ((D + 2 pad - k) / stride + 1) x ...; dx like x;
- * dw like the weights. The buffers are only used to time cuDNN's algorithms (dy is zeroed, y, dx
+ * dw like the weights. The buffers are only used to time cuDNN's engines (dy is zeroed, y, dx
  * and dw are overwritten; x and w must hold finite values). Exits 1 with a message when cuDNN has
- * no fp32 algorithm for a direction, or (direct) when k is above 3. */
+ * no fp32 engine for a direction, or (direct) when k is above 3. */
 void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad, int stride,
                       const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
 /* Conv2d(k, padding pad, stride) on N x C_in x H x W (x_dims[4]) as the depth-1 Conv3d with a
@@ -99,10 +102,9 @@ void lib_conv2d_setup(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int
 /* The same Conv2d, channels last and forward only (see the top): x_dims is N, C_in, H, W as
  * above (PyTorch's shape), but x is stored N x H x W x C_in, y N x OH x OW x c_out, and the
  * weights w C_out x k x k x C_in. x and w must hold finite values; y is overwritten while cuDNN's
- * algorithms are timed (cudnnFindConvolutionForwardAlgorithmEx on 4-D NHWC descriptors, cuDNN API
- * reference: cudnnSetTensor4dDescriptor, cudnnSetFilter4dDescriptor). Exits 1 with a message
- * when cuDNN has no fp32 algorithm for it, or (direct) when k is above 3. lib_conv3d_forward then
- * runs it; lib_conv3d_destroy frees it. */
+ * engines are timed (4-D tensors with channels-last strides). Exits 1 with a message when cuDNN
+ * has no fp32 engine for it, or (direct) when k is above 3. lib_conv3d_forward then runs it;
+ * lib_conv3d_destroy frees it. */
 void lib_conv2d_setup_nhwc(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad,
                            int stride, const float *x, const float *w, float *y);
 /* out[i][j][c] = in[i][c][j] for i < n, c < channels, j < s (host memory, floats): an N x C x S

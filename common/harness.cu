@@ -137,6 +137,131 @@ static void shape_string(const hx_chapter *ch, const int64_t *dims, char *buf, s
         n += snprintf(buf + n, len - n, "%s%lld", i ? "x" : "", (long long)dims[i]);
 }
 
+/* ------------------------------------------------------------------ the library's ops alone */
+
+static const char *op_chapter; /* the chapter and shape of the run whose notes are printing */
+static char op_shape[64];
+
+typedef struct {
+    const lib_conv3d *cc;
+    const hx_conv_bufs *b;
+} op_ctx;
+
+static void op_fwd(const void *p)
+{
+    const op_ctx *o = (const op_ctx *)p;
+    if (o->b->transposed)
+        lib_conv_transpose3d_forward(o->cc, o->b->w, o->b->in, o->b->bias, o->b->out);
+    else
+        lib_conv3d_forward(o->cc, o->b->in, o->b->w, o->b->bias, o->b->out);
+}
+static void op_dx(const void *p)
+{
+    const op_ctx *o = (const op_ctx *)p;
+    if (o->b->transposed) /* the transposed conv's input gradient is the conv's forward */
+        lib_conv3d_forward(o->cc, o->b->dout, o->b->w, NULL, o->b->din);
+    else
+        lib_conv3d_backward_data(o->cc, o->b->w, o->b->dout, o->b->din);
+}
+static void op_dw(const void *p)
+{
+    const op_ctx *o = (const op_ctx *)p;
+    if (o->b->transposed) /* the conv's x is the transposed conv's output gradient */
+        lib_conv3d_backward_filter(o->cc, o->b->dout, o->b->in, o->b->dw);
+    else
+        lib_conv3d_backward_filter(o->cc, o->b->in, o->b->dout, o->b->dw);
+}
+static void op_dbias(const void *p)
+{
+    const op_ctx *o = (const op_ctx *)p;
+    if (o->b->transposed)
+        lib_conv_transpose3d_backward_bias(o->cc, o->b->dout, o->b->dbias);
+    else
+        lib_conv3d_backward_bias(o->cc, o->b->dout, o->b->dbias);
+}
+
+/* PyTorch eager's median for op at this chapter's shape on this GPU, or -1; *from: the file */
+static double pytorch_op_ms(const device_info *dev, const char *op, char *from, size_t len)
+{
+    static const char *const suffix[2] = {"-mine", ""};
+    for (int d = 0; d < 2; d++) {
+        snprintf(from, len, "data/%s%s/pytorch-ch%s-ops.csv", dev->tag, suffix[d], op_chapter);
+        FILE *f = fopen(from, "r");
+        if (!f)
+            continue;
+        char line[1024];
+        double ms = -1;
+        while (ms < 0 && fgets(line, sizeof line, f)) {
+            /* gpu,chapter,version,name,scope,shape,median_ms,... (no field holds a comma) */
+            char *field[7], *p = line;
+            int n = 0;
+            while (n < 7 && p) {
+                field[n++] = p;
+                p = strchr(p, ',');
+                if (p)
+                    *p++ = '\0';
+            }
+            if (n == 7 && !strcmp(field[0], dev->tag) && !strcmp(field[1], op_chapter) &&
+                !strcmp(field[2], "eager") && !strcmp(field[4], op) &&
+                !strcmp(field[5], op_shape))
+                ms = atof(field[6]);
+        }
+        fclose(f);
+        if (ms >= 0)
+            return ms;
+    }
+    return -1;
+}
+
+void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps,
+                 int grads)
+{
+    static const char *const op[4] = {"conv_fwd", "conv_dx", "conv_dw", "conv_dbias"};
+    static launch_fn const fn[4] = {op_fwd, op_dx, op_dw, op_dbias};
+    int two_d = cc->x_dims[2] == 1 && cc->k[0] == 1;
+    const char *kind = b->transposed ? "ConvTranspose3d" : two_d ? "Conv2d" : "Conv3d";
+    int cudnn = !strcmp(cc->backend, "cuDNN");
+    /* the transposed conv's forward is the conv's data gradient, its dx the conv's forward */
+    int engine[4] = {b->transposed ? cc->dx_algo : cc->fwd_algo,
+                     b->transposed ? cc->fwd_algo : cc->dx_algo, cc->dw_algo, -1};
+    int det[4] = {b->transposed ? cc->dx_det : cc->fwd_det,
+                  b->transposed ? cc->fwd_det : cc->dx_det, cc->dw_det, 1};
+    if (!cudnn) {
+        printf("the library's %s and its gradients alone: skipped: %s\n", kind, NO_CUDNN);
+        return;
+    }
+    op_ctx o = {cc, b};
+    char from[256] = "", used[256] = "";
+    printf("the library's %s alone at %s, each op timed by itself beside PyTorch eager's:\n"
+           "  op          what ran                                                   median ms  TFLOP/s"
+           "  PyTorch ms  ours/PyTorch\n", kind, op_shape);
+    for (int i = 0; i < (grads ? 4 : 1); i++) {
+        timing t = gpu_time(fn[i], &o, reps);
+        char what[96];
+        if (i == 3)
+            snprintf(what, sizeof what, "dbias: CUB segmented sums, deterministic");
+        else
+            snprintf(what, sizeof what, "%s%s: cuDNN engine %d, %s", i ? op[i] + 5 : kind,
+                     i ? "" : " + bias", engine[i], det[i] ? "deterministic" : "nondeterministic");
+        char tf[16] = "-";
+        if (i < 3 && b->flops > 0)
+            snprintf(tf, sizeof tf, "%.1f", b->flops / (t.median_ms * 1e9));
+        double py = pytorch_op_ms(dev, op[i], from, sizeof from);
+        if (py >= 0)
+            snprintf(used, sizeof used, "%s", from);
+        if (py > 0)
+            printf("  %-11s %-58s %9.4f %8s %11.4f %13.2f\n", op[i], what, t.median_ms, tf, py,
+                   t.median_ms / py);
+        else
+            printf("  %-11s %-58s %9.4f %8s %11s %13s\n", op[i], what, t.median_ms, tf, "-", "-");
+    }
+    if (used[0])
+        printf("  (PyTorch: %s; eager, fp32, TF32 off, cudnn.benchmark on)\n", used);
+    else
+        printf("  (PyTorch: no rows for this GPU and shape in data/%s[-mine]/pytorch-ch%s-ops.csv; "
+               "make peers CH=N writes them)\n", dev->tag, op_chapter);
+}
+
 /* ------------------------------------------------------------------ one verified run */
 
 static hx_verdict run_verified(const hx_chapter *ch, problem *pb, const hx_version *v, int scope)
@@ -299,6 +424,8 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
     if (n_direct)
         printf("* (scope): that row's conv ran common/conv.cu's direct kernels (a build without "
                "cuDNN): a plain stand-in, not the library baseline\n");
+    op_chapter = ch->number;
+    snprintf(op_shape, sizeof op_shape, "%s", shape);
     if (ch->notes)
         ch->notes(pb, &dev, a->reps, only ? only->id : NULL);
     if (a->csv && n_rows && report_csv(a->csv, &ctx, rows, n_rows))

@@ -372,6 +372,8 @@ def c05_bytes(scope, shape):
 #   golden_ok:    golden_ok(y, arrays) with y the float64 output, arrays the inputs:
 #                 False rejects the seed as degenerate (golden tries seed + 100)
 #   seed:         default base seed of golden/bench; bench_batches: default --batches
+#   conv:         the model's convolution as torch.nn.functional runs it (fn, stride, padding,
+#                 output_padding; pool: the average pool before it): what `ops` times alone
 #   sum_grads:    {summed: terms}: grad_<summed>[c] is the sum of grad_<terms>[n, c, ...]
 #                 over every dim but 1 (a conv bias: sum of grad_conv_out over batch and
 #                 space). check judges grad_<summed> element by element against
@@ -382,6 +384,7 @@ CHAPTERS = {
     "01": dict(title="ConvTranspose3d + LogSumExp + x*sigmoid(x+3)/6 - bias + clamp (KB L2 #58)",
                default_shape=(128, 3, 16, 32, 32),
                golden_shapes=[(1, 3, 2, 3, 5), (2, 3, 3, 4, 7), (1, 3, 5, 6, 5)],
+               conv=dict(fn="conv_transpose3d", stride=2, padding=1, output_padding=0),
                inputs=("x", "conv_weight", "conv_bias", "bias"), batched=("x",),
                pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
                epi_args=("bias",), make_params=c01_make_params, shapes=c01_shapes,
@@ -396,6 +399,7 @@ CHAPTERS = {
                # odd sizes, so that pooling drops the last row; the weight and its
                # gradient are 216 KiB each per case: two cases keep the set under 1 MiB
                golden_shapes=[(1, C02_IN, 3, 5, 4), (2, C02_IN, 4, 3, 5)],
+               conv=dict(fn="conv3d", stride=1, padding=1),
                inputs=("x", "conv_weight", "conv_bias"), batched=("x",),
                pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
                epi_args=(), make_params=c02_make_params, shapes=c02_shapes,
@@ -410,6 +414,7 @@ CHAPTERS = {
                # small: output positions S = 24, 15, 4; none with S = 1, where
                # instance_norm has no variance to take (PyTorch and the C program refuse it)
                golden_shapes=[(2, 3, 4, 5, 6), (1, 3, 5, 3, 7), (1, 3, 3, 4, 4)],
+               conv=dict(fn="conv3d", stride=1, padding=0),
                inputs=("x", "conv_weight", "conv_bias", "m"), batched=("x",),
                pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
                epi_args=("m",), make_params=c03_make_params, shapes=c03_shapes,
@@ -427,6 +432,7 @@ CHAPTERS = {
                # GroupNorm has here), 8; two of them with N > 1, so that dgamma, dbeta and
                # dbias sum over samples
                golden_shapes=[(2, C04_IN, 5, 7), (1, C04_IN, 3, 3), (3, C04_IN, 4, 6)],
+               conv=dict(fn="conv2d", stride=1, padding=0),
                inputs=("x", "conv_weight", "conv_bias", "gamma", "beta"), batched=("x",),
                pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
                epi_args=("gamma", "beta"), make_params=c04_make_params, shapes=c04_shapes,
@@ -447,6 +453,8 @@ CHAPTERS = {
                # S = 8*PD*PH*PW = 32, 8 (one pooled position), 48; two cases with N > 1, so
                # that dscale and dbias sum over samples
                golden_shapes=[(2, C05_IN, 3, 4, 5), (1, C05_IN, 2, 2, 2), (2, C05_IN, 4, 2, 6)],
+               conv=dict(fn="conv_transpose3d", stride=2, padding=1, output_padding=1,
+                         pool=C05_POOL),
                inputs=("x", "conv_weight", "conv_bias", "scale"), batched=("x",),
                pre_args=("x", "conv_weight", "conv_bias"), epi_in="conv_out",
                epi_args=("scale",), make_params=c05_make_params, shapes=c05_shapes,
@@ -909,6 +917,73 @@ def cmd_bench(args):
     return 0
 
 
+OPS = (  # name, what convolution_backward's output_mask asks for (None: the forward)
+    ("conv_fwd", None), ("conv_dx", (True, False, False)), ("conv_dw", (False, True, False)),
+    ("conv_dbias", (False, False, True)), ("conv_bwd", (True, True, True)))
+
+
+def cmd_ops(args):
+    """Times the chapter's convolution alone, op by op, as PyTorch runs it in a training step
+    (F.conv* forward; aten.convolution_backward for each gradient alone and for all three,
+    as autograd calls it), at the KernelBench shape: the peer of the C program's per-op table
+    (common/conv.h's library calls). --kernels lists the CUDA kernels each op launched
+    (torch.profiler), to see which cuDNN engine PyTorch chose."""
+    key, spec = get_chapter(args.chapter)
+    if not torch.cuda.is_available():
+        die("CUDA is not available; ops needs a GPU")
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    cv = spec["conv"]
+    gpu = gpu_tag(torch.cuda.get_device_name())
+    path = args.csv or os.path.join(data_dir(gpu), "pytorch-ch%s-ops.csv" % key)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    rows = csv_rows(path)
+    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
+    shape = tuple(spec["default_shape"])
+    p = {k: torch.from_numpy(v).cuda() for k, v in spec["make_params"](args.seed or spec["seed"],
+                                                                        shape).items()}
+    x, w, b = p["x"], p["conv_weight"], p["conv_bias"]
+    if "pool" in cv:
+        x = F.avg_pool3d(x, cv["pool"])
+    transposed = cv["fn"].startswith("conv_transpose")
+    nd = 2 if cv["fn"] == "conv2d" else 3
+    kw = dict(stride=cv["stride"], padding=cv["padding"])
+    if transposed:
+        kw["output_padding"] = cv["output_padding"]
+    fwd = getattr(F, cv["fn"])
+    y = fwd(x, w, b, **kw)
+    g = torch.randn_like(y)
+    print("chapter %s: %s%s, x %s -> y %s, %s, torch %s, cuDNN %s (TF32 off, benchmark on)"
+          % (key, cv["fn"], kw, tuple(x.shape), tuple(y.shape), torch.cuda.get_device_name(),
+             torch.__version__, torch.backends.cudnn.version()))
+
+    def op(mask):
+        if mask is None:
+            return lambda: fwd(x, w, b, **kw)
+        return lambda: torch.ops.aten.convolution_backward(
+            g, x, w, [b.numel()], [cv["stride"]] * nd, [cv["padding"]] * nd, [1] * nd,
+            transposed, [cv.get("output_padding", 0)] * nd, 1, list(mask))
+    date = datetime.date.today().isoformat()
+    for name, mask in OPS:
+        run = op(mask)
+        for _ in range(3):  # warm-up: cudnn.benchmark's search happens here
+            run()
+        torch.cuda.synchronize()
+        med, lo, hi = time_cuda(run, lambda: None, args.reps, flush)
+        csv_put(path, rows, [gpu, key, "eager", "PyTorch eager", name, "x".join(map(str, shape)),
+                             "%.6g" % med, "%.6g" % lo, "%.6g" % hi, "", "", "", "", "", "", "",
+                             "", "", args.reps, date])
+        print("%-10s median %9.4f ms (min %.4f, max %.4f)" % (name, med, lo, hi))
+        if args.kernels:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                run()
+                torch.cuda.synchronize()
+            for e in prof.key_averages():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    print("    %8.3f ms  %s" % (e.device_time_total / 1e3, e.key[:150]))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="pytorch_peer", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -927,12 +1002,16 @@ def main(argv=None):
     pb.add_argument("--batches", help="batch sizes, comma-separated (default: 1,2,4,...,128 "
                     "for chapters 1, 3 and 4, 1,2,4 for chapter 2, 1,2,4,...,32 for chapter 5)")
     pb.add_argument("--reps", type=int, default=50)
+    po = sub.add_parser("ops", help="time the chapter's convolution alone, op by op, on CUDA")
+    po.add_argument("--csv", help="as bench's (default: data/<gpu>/pytorch-chNN-ops.csv)")
+    po.add_argument("--reps", type=int, default=20)
+    po.add_argument("--kernels", action="store_true", help="list each op's CUDA kernels")
     pg.add_argument("--chapter", default=None,
                     help="chapter number, 1 to 5 (also 01 .. 05; default: every chapter)")
-    for p in (pc, pb):
+    for p in (pc, pb, po):
         p.add_argument("--chapter", default="1",
                        help="chapter number, 1 to 5 (also 01 .. 05; default 1)")
-    for p in (pg, pb):
+    for p in (pg, pb, po):
         p.add_argument("--seed", type=int,
                        help="base seed (default: the chapter's own, 58, 43, 79, 92 and 38 "
                        "for chapters 1 to 5)")
@@ -941,7 +1020,8 @@ def main(argv=None):
         die("PyTorch is not installed (python3 -c 'import torch' failed)")
     if np is None:
         die("NumPy is not installed (python3 -c 'import numpy' failed)")
-    return {"golden": cmd_golden, "check": cmd_check, "bench": cmd_bench}[args.mode](args)
+    return {"golden": cmd_golden, "check": cmd_check, "bench": cmd_bench,
+            "ops": cmd_ops}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
+#   ncu5       chapter 5's v7 at the KernelBench shape: each of its three kernels' time, DRAM
+#              bytes, SM and FMA-pipe use and warps active (Nsight Compute)
 #   dram       Nsight Compute's DRAM bytes (read, written) and time of every statistics, apply,
 #              team and own-conv kernel of chapter 4's v4..v9 and b3 at 32x8x128x128 (c 130 MB,
 #              2.6 L2s),
@@ -27,8 +29,16 @@
 #              stage's build is the cuDNN one again
 #   chapters   make chapter-N for every chapter (data/<gpu>-mine/: compare with data/<gpu>/)
 #   findlog    every chapter's library conv set up at its KernelBench shape with CONV_FIND_LOG=1
-#              (common/conv.h): every algorithm cudnnFind measured, into build/out/findlogN.log
-#              (v1 run once, 1 rep)
+#              (common/conv.h): every engine each search considered and timed, into
+#              build/out/findlogN.log (b1 run with 3 reps: all three directions are searched)
+#   ops        make peers' second half: each chapter's conv ops alone in PyTorch
+#              (pytorch_peer.py ops, RECORD=1: data/<gpu>/pytorch-chNN-ops.csv), which the
+#              chapters' per-op tables read; run it before the stages that print those tables
+#   train      every backward version of each chapter at its KernelBench shape into the recorded
+#              data/<gpu>/chNN.csv (their rows replaced; no sweep): the training steps after a
+#              change to the library conv, without a whole record
+#   kb         every version of each chapter at its KernelBench shape into data/<gpu>/chNN.csv
+#              (record without the sweep)
 #   (none given: test record check sanitize sm80)
 # ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers, record,
 # sanitize and nocudnn's chapter runs to those chapters; test always runs every chapter.
@@ -77,7 +87,18 @@ for s in $stages; do
               --kernel-name regex:'k_(stats|apply|team|conv)' \
               --launch-count 4 build/ch04 --version $v --reps 1 --shape 32x8x128x128; done ;;
     findlog) for c in $CHAPTER_NUMBERS; do step findlog$c env CONV_FIND_LOG=1 build/ch0$c \
-                 --version v1 --reps 1; done ;;
+                 --version b1 --reps 3; done ;;
+    ops) for c in $CHAPTER_NUMBERS; do step ops$c env RECORD=1 python3 data/pytorch_peer.py ops \
+             --chapter $c; done ;;
+    train) d=$(RECORD=1 sh common/datadir.sh)
+           for c in $CHAPTER_NUMBERS; do
+               for v in $(build/ch0$c --list | awk '$1 ~ /^b[0-9]+$/ {print $1}'); do
+                   step train$c-$v build/ch0$c --version $v --csv $d/ch0$c.csv; done; done ;;
+    kb) d=$(RECORD=1 sh common/datadir.sh)
+        for c in $CHAPTER_NUMBERS; do step kb$c build/ch0$c --csv $d/ch0$c.csv; done ;;
+    ncu5) step ncu5-v7 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
+              --kernel-name regex:'k_(weights|convt|rows)' --launch-count 3 build/ch05 --version v7 \
+              --reps 1 ;;
     ncu) step ncu make -s profile CH=${NCU_CH:-3} V=${NCU_V:-v1} ARCH=sm_90 NCU_ARGS="${NCU_ARGS:-}" ;;
     *) echo "unknown stage $s"; status=1 ;;
     esac

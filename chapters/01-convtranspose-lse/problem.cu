@@ -581,7 +581,7 @@ static void shape_checks(problem *pb, int t)
                "keeps fewer than 10%% inside when b is outside about (-0.54, 1.46): try another "
                "--seed\n", 100 * (1 - inside));
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "%s transposed conv (algo %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
+    check(vc.pass, "%s transposed conv (engine %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
           pb->lib.conv.backend, pb->lib.conv.dx_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
     /* b3's own transposed conv, into the same buffer; then the cuDNN output back */
     gpu_poison(pb->r.c, conv_elems(s));
@@ -656,39 +656,22 @@ static void set_case(problem *pb, int k)
 
 /* ---------------------------------------------------------------- after the table; --dump */
 
-static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
-static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
-static void time_dbias(const void *r) { lib_dbias((const run_ctx *)r); }
 static void time_own_conv(const void *r) { b3_conv_forward((const run_ctx *)r); }
 static void time_own_dw(const void *r) { own_dw((const run_ctx *)r); }
 static void time_own_dbias(const void *r) { own_dbias((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
-    const lib_conv3d *cc = &pb->lib.conv;
-    (void)dev;
-    if (!HAVE_CUDNN) {
-        printf("cuDNN's ConvTranspose3d and its gradients alone: skipped: %s\n", NO_CUDNN);
-        return;
-    }
-    timing tc = gpu_time(time_conv, &pb->r, reps);
-    printf("cuDNN ConvTranspose3d alone (cudnnConvolutionBackwardData algo %d, %s, + bias): "
-           "median %.4f ms [%.4f - %.4f]\n",
-           cc->dx_algo, cc->dx_det ? "deterministic" : "nondeterministic", tc.median_ms,
-           tc.min_ms, tc.max_ms);
+    const run_ctx *r = &pb->r;
+    hx_conv_bufs b = {1, r->x, r->weight, r->conv_bias, r->dc, r->c, r->dx, r->dw, r->dbias,
+                      conv_flops(&pb->sh)};
+    hx_conv_ops(&pb->lib.conv, &b, dev, reps, !only || only[0] == 'b');
     if (only)
         return;
-    timing tx = gpu_time(time_dx, &pb->r, reps), tw = gpu_time(time_dw, &pb->r, reps);
-    timing tb = gpu_time(time_dbias, &pb->r, reps);
-    timing oc = gpu_time(time_own_conv, &pb->r, reps), ow = gpu_time(time_own_dw, &pb->r, reps);
-    timing ob = gpu_time(time_own_dbias, &pb->r, reps);
-    printf("in the training step, median ms: cuDNN dx (Conv3d forward, algo %d) %.4f, dw "
-           "(backward filter, algo %d, %s) %.4f, dbias (backward bias) %.4f; b3's own: "
-           "transposed conv %.4f, dw %.4f, dbias %.4f\n",
-           cc->fwd_algo, tx.median_ms, cc->dw_algo,
-           cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
-           oc.median_ms, ow.median_ms, ob.median_ms);
+    timing oc = gpu_time(time_own_conv, r, reps), ow = gpu_time(time_own_dw, r, reps);
+    timing ob = gpu_time(time_own_dbias, r, reps);
+    printf("b3's own, median ms: transposed conv %.4f, dw %.4f, dbias %.4f\n", oc.median_ms,
+           ow.median_ms, ob.median_ms);
 }
 
 static void dump(problem *pb, const char *dir, const char *id, int scope)

@@ -429,7 +429,7 @@ static void shape_checks(problem *pb, int t)
     const shape *s = &pb->sh;
     (void)t;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "%s conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
+    check(vc.pass, "%s conv (engine %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
           pb->lib.conv.backend, pb->lib.conv.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
 }
 
@@ -465,34 +465,18 @@ static void set_case(problem *pb, int k)
 
 /* ---------------------------------------------------------------- after the table; --dump */
 
-static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
-static void time_dbias_lib(const void *r) { lib_dbias((const run_ctx *)r); }
 static void time_dbias_own(const void *r) { own_dbias((const run_ctx *)r); }
-static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
-    const shape *s = &pb->sh;
-    const lib_conv3d *cc = &pb->lib.conv;
-    (void)dev;
-    if (!HAVE_CUDNN) {
-        printf("cuDNN's Conv3d and its gradients alone: skipped: %s\n", NO_CUDNN);
-        return;
+    const run_ctx *r = &pb->r;
+    hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
+                      conv_flops(&pb->sh)};
+    hx_conv_ops(&pb->lib.conv, &b, dev, reps, !only || only[0] == 'b');
+    if (!only) {
+        timing to = gpu_time(time_dbias_own, r, reps);
+        printf("our dbias (b2's two-stage sum, common/reduce.cuh): median %.4f ms\n", to.median_ms);
     }
-    timing tc = gpu_time(time_conv, &pb->r, reps);
-    printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f TFLOP/s\n",
-           cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic", tc.median_ms,
-           tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
-    if (only)
-        return;
-    timing tx = gpu_time(time_dx, &pb->r, reps), tw = gpu_time(time_dw, &pb->r, reps);
-    timing tb = gpu_time(time_dbias_lib, &pb->r, reps), to = gpu_time(time_dbias_own, &pb->r, reps);
-    printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
-           "(backward filter, algo %d, %s) %.4f; dbias: cuDNN %.4f, ours %.4f\n",
-           cc->dx_algo, tx.median_ms, cc->dw_algo,
-           cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms, tb.median_ms,
-           to.median_ms);
 }
 
 static void dump(problem *pb, const char *dir, const char *id, int scope)

@@ -646,7 +646,7 @@ static void shape_checks(problem *pb, int t)
 {
     const shape *s = &pb->sh;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "%s conv (algo %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
+    check(vc.pass, "%s conv (engine %d) = reference on %dx3x%dx%dx%d, rel_l2 %.1e",
           pb->lib.backend, pb->lib.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
     if (s->s > 12600)
         printf("      S = %d: cluster versions %s (they need %zu bytes of shared memory a block, "
@@ -697,33 +697,18 @@ static void set_case(problem *pb, int k)
 
 /* ---------------------------------------------------------------- after the table; --dump */
 
-static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
-static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
 static void time_dw_own(const void *r) { own_dw((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
     const shape *s = &pb->sh;
-    const lib_conv3d *cc = &pb->lib;
     const run_ctx *r = &pb->r;
-    if (!HAVE_CUDNN) {
-        printf("cuDNN's Conv3d and its gradients alone: skipped: %s\n", NO_CUDNN);
-    } else {
-        timing tc = gpu_time(time_conv, r, reps);
-        printf("cuDNN Conv3d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
-               "TFLOP/s\n", cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic",
-               tc.median_ms, tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
-    }
+    hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
+                      conv_flops(s)};
+    hx_conv_ops(&pb->lib, &b, dev, reps, !only || only[0] == 'b');
     if (!only) {
-        if (HAVE_CUDNN) {
-            timing tx = gpu_time(time_dx, r, reps), tw = gpu_time(time_dw, r, reps);
-            timing to = gpu_time(time_dw_own, r, reps);
-            printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
-                   "(backward filter, algo %d, %s) %.4f; our dw (b2, b3) %.4f\n", cc->dx_algo,
-                   tx.median_ms, cc->dw_algo, cc->dw_det ? "deterministic" : "nondeterministic",
-                   tw.median_ms, to.median_ms);
-        }
+        timing to = gpu_time(time_dw_own, r, reps);
+        printf("our dw (b2, b3): median %.4f ms\n", to.median_ms);
         welford_errors(pb);
         const double *e0 = pb->welford_err[0], *e1 = pb->welford_err[1];
         printf("statistics of a = c m + offset, worst relative error of rstd over the %zu slices: "

@@ -436,7 +436,7 @@ static void shape_checks(problem *pb, int t)
     const shape *s = &pb->sh;
     (void)t;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
-    check(vc.pass, "%s conv (algo %d) = reference on %dx8x%dx%d, rel_l2 %.1e", pb->lib.backend,
+    check(vc.pass, "%s conv (engine %d) = reference on %dx8x%dx%d, rel_l2 %.1e", pb->lib.backend,
           pb->lib.fwd_algo, s->n, s->h, s->w, vc.rel_l2);
     /* v7's conv channels last (on x channels last, problem_refresh), made NCHW again; then
      * c_nhwc is host_c channels last again, the input of v7's epilogue */
@@ -446,7 +446,7 @@ static void shape_checks(problem *pb, int t)
     CUDA_CHECK(cudaMemcpy(pb->host_cl, pb->r.c_nhwc, 4 * nc, cudaMemcpyDeviceToHost));
     lib_conv_channels_last(pb->host_cl, back, s->n, s->s, C_OUT);
     verify_result vn = verify_f32(back, pb->ref_c, nc, TOL_REL_L2, TOL_ABS);
-    check(vn.pass, "%s conv channels last (v7, algo %d) = reference on %dx8x%dx%d, rel_l2 %.1e",
+    check(vn.pass, "%s conv channels last (v7, engine %d) = reference on %dx8x%dx%d, rel_l2 %.1e",
           pb->lib_nhwc.backend, pb->lib_nhwc.fwd_algo, s->n, s->h, s->w, vn.rel_l2);
     free(back);
     upload_c_nhwc(pb);
@@ -488,37 +488,24 @@ static void set_case(problem *pb, int k)
 
 /* ---------------------------------------------------------------- after the table; --dump */
 
-static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
 static void time_conv_nhwc(const void *r) { conv_forward_nhwc((const run_ctx *)r); }
 static void time_x_nhwc(const void *r) { x_to_nhwc((const run_ctx *)r); }
-static void time_dx(const void *r) { lib_dx((const run_ctx *)r); }
-static void time_dw(const void *r) { lib_dw((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
     const shape *s = &pb->sh;
-    const lib_conv3d *cc = &pb->lib;
     const run_ctx *r = &pb->r;
-    if (!HAVE_CUDNN) {
-        printf("cuDNN's Conv2d and its gradients alone: skipped: %s\n", NO_CUDNN);
-    } else {
-        timing tc = gpu_time(time_conv, r, reps);
-        printf("cuDNN Conv2d alone (algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
-               "TFLOP/s\n", cc->fwd_algo, cc->fwd_det ? "deterministic" : "nondeterministic",
-               tc.median_ms, tc.min_ms, tc.max_ms, conv_flops(s) / (tc.median_ms * 1e9));
+    hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
+                      conv_flops(s)};
+    hx_conv_ops(&pb->lib, &b, dev, reps, !only || only[0] == 'b');
+    if (HAVE_CUDNN) {
         const lib_conv3d *cn = &pb->lib_nhwc;
         timing tn = gpu_time(time_conv_nhwc, r, reps), tt = gpu_time(time_x_nhwc, r, reps);
-        printf("cuDNN Conv2d channels last alone (v7; algo %d, %s, + bias): median %.4f ms "
+        printf("cuDNN Conv2d channels last alone (v7; engine %d, %s, + bias): median %.4f ms "
                "[%.4f - %.4f], %.1f TFLOP/s; x to channels last (v7's transposition) %.4f ms\n",
                cn->fwd_algo, cn->fwd_det ? "deterministic" : "nondeterministic", tn.median_ms,
                tn.min_ms, tn.max_ms, conv_flops(s) / (tn.median_ms * 1e9), tt.median_ms);
         upload_c_nhwc(pb); /* c_nhwc is v7's epilogue input again (--dump runs it next) */
-        if (!only) {
-            timing tx = gpu_time(time_dx, r, reps), tw = gpu_time(time_dw, r, reps);
-            printf("in the training step, median ms: cuDNN dx (backward data, algo %d) %.4f, dw "
-                   "(backward filter, algo %d, %s) %.4f\n", cc->dx_algo, tx.median_ms,
-                   cc->dw_algo, cc->dw_det ? "deterministic" : "nondeterministic", tw.median_ms);
-        }
     }
     printf("v5: chunks of %d samples (%.1f MB of c; two chunks within %.0f%% of the %.0f MB L2)\n",
            r->chunk, 4.0 * C_OUT * s->s * r->chunk / 1e6, 100.0 * L2_SHARE, dev->l2_bytes / 1e6);

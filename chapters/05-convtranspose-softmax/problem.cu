@@ -430,7 +430,7 @@ static void shape_checks(problem *pb, int t)
     const shape *s = &pb->sh;
     (void)t;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, 1e-4);
-    check(vc.pass, "%s transposed conv (algo %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
+    check(vc.pass, "%s transposed conv (engine %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
           pb->lib.backend, pb->lib.dx_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
     if (!pb->clusters_run) {
         skip("v6 keeping a third of each slice on %dx32x%dx%dx%d: needs sm_90 (clusters)", s->n,
@@ -508,7 +508,6 @@ static void set_case(problem *pb, int k)
 /* ---------------------------------------------------------------- after the table; --dump */
 
 static void time_pool(const void *r) { pool_forward((const run_ctx *)r); }
-static void time_conv(const void *r) { conv_forward((const run_ctx *)r); }
 static void time_grads(const void *r) { conv_pool_grads((const run_ctx *)r); }
 
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
@@ -520,16 +519,13 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
     printf("AvgPool3d alone (v1's kernel, as ATen's): median %.4f ms [%.4f - %.4f], %.0f GB/s\n",
            tp.median_ms, tp.min_ms, tp.max_ms,
            4.0 * (x_elems(s) + pool_elems(s)) / (tp.median_ms * 1e6));
-    timing tc = gpu_time(time_conv, r, reps);
-    printf("%s ConvTranspose3d alone (backward-data algo %d, %s, + bias): median %.4f ms [%.4f - %.4f], %.1f "
-           "TFLOP/s\n", cc->backend, cc->dx_algo,
-           cc->dx_det ? "deterministic" : "nondeterministic", tc.median_ms, tc.min_ms, tc.max_ms,
-           conv_flops(s) / (tc.median_ms * 1e9));
+    hx_conv_bufs b = {1, r->xp, r->weight, r->bias, r->dc, r->c, r->dxp, r->dw, r->dbias,
+                      conv_flops(s)};
+    hx_conv_ops(cc, &b, dev, reps, !only || only[0] == 'b');
     if (!only) {
         timing tg = gpu_time(time_grads, r, reps);
-        printf("in the training step: the transposed conv's and the pool's gradients (%s dxp: "
-               "forward algo %d, dw algo %d %s, dbias, the pool's backward): median %.4f ms\n",
-               cc->backend, cc->fwd_algo, cc->dw_algo, cc->dw_det ? "deterministic" : "nondeterministic",
+        printf("in the training step: the transposed conv's and the pool's gradients together "
+               "(the table's dx, dw, dbias, then the pool's backward): median %.4f ms\n",
                tg.median_ms);
     }
     printf("v5, b2: rows split over %d blocks of %d threads\n", r->split, V5_BLOCK);
