@@ -40,7 +40,8 @@
  * Conv2d on tensors stored N x H x W x C (a position's channels contiguous), as cuDNN runs it when
  * PyTorch hands it channels-last tensors. cuDNN then wants the filter channels last too,
  * C_out x k x k x C_in ("KRSC", cuDNN's name for it), so PyTorch's C_out x C_in x k x k
- * weights must be permuted first (lib_conv_channels_last). Forward only: the backward functions exit on such a setup.
+ * weights must be permuted first (lib_conv_channels_last). Forward only: the backward functions
+ * exit on such a setup.
  */
 #ifndef CONV_H
 #define CONV_H
@@ -78,7 +79,8 @@ typedef struct {
     int nhwc;                 /* 1: lib_conv2d_setup_nhwc's (channels last, forward only) */
 #if HAVE_CUDNN
     cudnnHandle_t handle;
-    cudnnTensorDescriptor_t x_desc, y_desc, b_desc; /* input, output, bias 1 x C_out x 1 x 1 x 1 */
+    /* the bias adds' (cudnnAddTensor) descriptors: input, output, bias 1 x C_out x 1 x 1 x 1 */
+    cudnnTensorDescriptor_t x_desc, y_desc, b_desc;
     cudnnTensorDescriptor_t xb_desc;                /* 1 x C_in x 1 x 1 x 1: a transposed conv's bias */
     cudnnTensorDescriptor_t yflat_desc;             /* NHWC: y as (N OH OW) x C_out x 1 x 1 */
     cudnnBackendDescriptor_t plan[3]; /* the chosen engines: forward, backward data, filter */

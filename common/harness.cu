@@ -141,6 +141,7 @@ static void shape_string(const hx_chapter *ch, const int64_t *dims, char *buf, s
 
 static const char *op_chapter; /* the chapter and shape of the run whose notes are printing */
 static char op_shape[64];
+static int op_grads; /* whether that run has a version with a backward scope */
 
 typedef struct {
     const lib_conv3d *cc;
@@ -180,8 +181,11 @@ static void op_dbias(const void *p)
         lib_conv3d_backward_bias(o->cc, o->b->dout, o->b->dbias);
 }
 
-/* PyTorch eager's median for op at this chapter's shape on this GPU, or -1; *from: the file */
-static double pytorch_op_ms(const device_info *dev, const char *op, char *from, size_t len)
+/* PyTorch eager's medians of the n ops at this chapter's shape on this GPU (-1 where none) from
+ * the first of this GPU's data folders whose pytorch-chNN-ops.csv has any; *from: that file, or
+ * "" when none has */
+static void pytorch_ops_ms(const device_info *dev, const char *const *op, int n, double *ms,
+                           char *from, size_t len)
 {
     static const char *const suffix[2] = {"-mine", ""};
     for (int d = 0; d < 2; d++) {
@@ -189,53 +193,58 @@ static double pytorch_op_ms(const device_info *dev, const char *op, char *from, 
         FILE *f = fopen(from, "r");
         if (!f)
             continue;
+        int found = 0;
         char line[1024];
-        double ms = -1;
-        while (ms < 0 && fgets(line, sizeof line, f)) {
+        for (int i = 0; i < n; i++)
+            ms[i] = -1;
+        while (fgets(line, sizeof line, f)) {
             /* gpu,chapter,version,name,scope,shape,median_ms,... (no field holds a comma) */
             char *field[7], *p = line;
-            int n = 0;
-            while (n < 7 && p) {
-                field[n++] = p;
+            int k = 0;
+            while (k < 7 && p) {
+                field[k++] = p;
                 p = strchr(p, ',');
                 if (p)
                     *p++ = '\0';
             }
-            if (n == 7 && !strcmp(field[0], dev->tag) && !strcmp(field[1], op_chapter) &&
-                !strcmp(field[2], "eager") && !strcmp(field[4], op) &&
-                !strcmp(field[5], op_shape))
-                ms = atof(field[6]);
+            if (k < 7 || strcmp(field[0], dev->tag) || strcmp(field[1], op_chapter) ||
+                strcmp(field[2], "eager") || strcmp(field[5], op_shape))
+                continue;
+            for (int i = 0; i < n; i++)
+                if (!strcmp(field[4], op[i]))
+                    ms[i] = atof(field[6]), found = 1;
         }
         fclose(f);
-        if (ms >= 0)
-            return ms;
+        if (found)
+            return;
     }
-    return -1;
+    from[0] = '\0';
 }
 
-void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps,
-                 int grads)
+void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps)
 {
     static const char *const op[4] = {"conv_fwd", "conv_dx", "conv_dw", "conv_dbias"};
     static launch_fn const fn[4] = {op_fwd, op_dx, op_dw, op_dbias};
     int two_d = cc->x_dims[2] == 1 && cc->k[0] == 1;
     const char *kind = b->transposed ? "ConvTranspose3d" : two_d ? "Conv2d" : "Conv3d";
-    int cudnn = !strcmp(cc->backend, "cuDNN");
     /* the transposed conv's forward is the conv's data gradient, its dx the conv's forward */
     int engine[4] = {b->transposed ? cc->dx_algo : cc->fwd_algo,
                      b->transposed ? cc->fwd_algo : cc->dx_algo, cc->dw_algo, -1};
     int det[4] = {b->transposed ? cc->dx_det : cc->fwd_det,
                   b->transposed ? cc->fwd_det : cc->dx_det, cc->dw_det, 1};
-    if (!cudnn) {
+    if (strcmp(cc->backend, "cuDNN")) {
         printf("the library's %s and its gradients alone: skipped: %s\n", kind, NO_CUDNN);
         return;
     }
     op_ctx o = {cc, b};
-    char from[256] = "", used[256] = "";
+    int n = op_grads ? 4 : 1;
+    double py[4];
+    char from[256];
+    pytorch_ops_ms(dev, op, n, py, from, sizeof from);
     printf("the library's %s alone at %s, each op timed by itself beside PyTorch eager's:\n"
-           "  op          what ran                                                   median ms  TFLOP/s"
-           "  PyTorch ms  ours/PyTorch\n", kind, op_shape);
-    for (int i = 0; i < (grads ? 4 : 1); i++) {
+           "  op          what ran                                                   median ms"
+           "  TFLOP/s  PyTorch ms  ours/PyTorch\n", kind, op_shape);
+    for (int i = 0; i < n; i++) {
         timing t = gpu_time(fn[i], &o, reps);
         char what[96];
         if (i == 3)
@@ -246,17 +255,14 @@ void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info 
         char tf[16] = "-";
         if (i < 3 && b->flops > 0)
             snprintf(tf, sizeof tf, "%.1f", b->flops / (t.median_ms * 1e9));
-        double py = pytorch_op_ms(dev, op[i], from, sizeof from);
-        if (py >= 0)
-            snprintf(used, sizeof used, "%s", from);
-        if (py > 0)
-            printf("  %-11s %-58s %9.4f %8s %11.4f %13.2f\n", op[i], what, t.median_ms, tf, py,
-                   t.median_ms / py);
+        if (from[0] && py[i] > 0)
+            printf("  %-11s %-58s %9.4f %8s %11.4f %13.2f\n", op[i], what, t.median_ms, tf,
+                   py[i], t.median_ms / py[i]);
         else
             printf("  %-11s %-58s %9.4f %8s %11s %13s\n", op[i], what, t.median_ms, tf, "-", "-");
     }
-    if (used[0])
-        printf("  (PyTorch: %s; eager, fp32, TF32 off, cudnn.benchmark on)\n", used);
+    if (from[0])
+        printf("  (PyTorch: %s; eager, fp32, TF32 off, cudnn.benchmark on)\n", from);
     else
         printf("  (PyTorch: no rows for this GPU and shape in data/%s[-mine]/pytorch-ch%s-ops.csv; "
                "make peers CH=N writes them)\n", dev->tag, op_chapter);
@@ -426,6 +432,7 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
                "cuDNN): a plain stand-in, not the library baseline\n");
     op_chapter = ch->number;
     snprintf(op_shape, sizeof op_shape, "%s", shape);
+    op_grads = !only || (only->scopes & (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN)));
     if (ch->notes)
         ch->notes(pb, &dev, a->reps, only ? only->id : NULL);
     if (a->csv && n_rows && report_csv(a->csv, &ctx, rows, n_rows))

@@ -940,8 +940,8 @@ def cmd_ops(args):
     rows = csv_rows(path)
     flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
     shape = tuple(spec["default_shape"])
-    p = {k: torch.from_numpy(v).cuda() for k, v in spec["make_params"](args.seed or spec["seed"],
-                                                                        shape).items()}
+    p = {k: torch.from_numpy(v).cuda() for k, v in spec["make_params"](
+        spec["seed"] if args.seed is None else args.seed, shape).items()}
     x, w, b = p["x"], p["conv_weight"], p["conv_bias"]
     if "pool" in cv:
         x = F.avg_pool3d(x, cv["pool"])
