@@ -59,7 +59,15 @@ typedef struct {
     /* queues the version's kernels for one of its scopes on the default stream */
     void (*launch)(const run_ctx *r, int scope);
     unsigned needs;    /* NEEDS_SM90 | NEEDS_CUDNN, or 0 */
+    /* 1: the version computes in TF32 on purpose (tensor cores, a 10-bit mantissa: about 5e-4
+     * relative per product), to show what that precision costs. Its outputs are verified at
+     * HX_TF32_TOL times the chapter's tolerances; where they pass only there, the verdict says
+     * "over fp32's tolerance" (hx_check_output). Its CSV rows' name ends in " [TF32]", and the
+     * READMEs' summaries of the fastest version (data/readme-table.sh glance) leave them out.
+     * 0 for every fp32 version. */
+    int tf32;
 } hx_version;
+#define HX_TF32_TOL 100.0
 
 /* What a verification of one run found. */
 typedef struct {
@@ -80,7 +88,9 @@ void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v);
 typedef enum { HX_ABS, HX_SCALED, HX_SUM } hx_bound;
 
 /* One output of a run, checked: copies n floats from the device to host, compares them with the
- * double reference under `bound`, and adds the result to out under name. */
+ * double reference under `bound`, and adds the result to out under name. While a TF32 version
+ * (hx_version.tf32) is verified, an output over the tolerances is checked again at HX_TF32_TOL
+ * times them and, if it passes there, added as passed with "over fp32's tolerance". */
 verify_result hx_check_output(hx_verdict *out, const char *name, const float *dev, float *host,
                               size_t n, const double *ref, hx_bound bound, const double *abs_sum,
                               double tol_rel, double tol);

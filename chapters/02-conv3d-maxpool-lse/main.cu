@@ -6,7 +6,9 @@
  * What this chapter teaches: a windowed load fused with a reduction (8 inputs per pooled value,
  * 64 pooled values per output), coalescing when the window has stride 2, two-pass against
  * online logsumexp when the values do not fit in registers, thread coarsening with 16-byte loads,
- * and a backward that scatters through max pooling: 7 of every 8 gradients are zero.
+ * and a backward that scatters through max pooling: 7 of every 8 gradients are zero. Then the
+ * conv itself: an implicit GEMM, tensor cores, what TF32 costs in accuracy and how 3xTF32 buys
+ * it back, and the full fusion, where the conv's 537 MB output never reaches DRAM.
  *
  * Read in this order (the chapter README lists the same):
  *   model.h               the model, its shapes, its bytes and FLOPs, and the floors they imply
@@ -19,14 +21,22 @@
  *                             logsumexp: the second pass reads c again
  *   v4-online-lse.cu      v4  the online logsumexp: one pass, c read once
  *   v5-coarsened.cu       v5  four outputs a thread along W, 16-byte loads
+ *   igemm.cuh             the conv as an implicit GEMM: the tile, its shared memory, its loads
+ *   v6-implicit-gemm.cu   v6  our conv on the FMA units, 8 x 8 outputs a thread; v5's epilogue
+ *   mma.cuh               tensor cores: mma.sync's fragments, TF32, the 3xTF32 split, the tile
+ *   v7-tf32.cu            v7  the conv on tensor cores in TF32: fast, 2^-11 a product
+ *   v8-3xtf32.cu          v8  3xTF32: three TF32 products a term, fp32's accuracy back
+ *   v9-full-fusion.cu     v9  pooling and logsumexp in v8's conv epilogue: c never leaves the SM
  *   b1-autograd.cu        b1  autograd-like backward: saved argmax, memset + scatter; the
  *                             training step's cuDNN gradients
  *   b2-fused-backward.cu  b2  fused backward: recompute argmax and logsumexp, write all of dc
  *   problem.cu            host machinery (inputs, buffers, verification, tests): skip it
  *
- * Scopes: every forward version runs on the conv output (epilogue_fwd) and as the whole model,
- * cuDNN's conv plus its epilogue (model_fwd); each backward version as epilogue forward +
- * backward and as a training step (conv, epilogue, its backward, dx, dw, dbias).
+ * Scopes: v1 .. v5 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
+ * plus their epilogue (model_fwd); v6 .. v9, whose subject is the conv, as the whole model only;
+ * each backward version as epilogue forward + backward and as a training step (conv, epilogue,
+ * its backward, dx, dw, dbias). After the table, each conv alone (cuDNN's, v6's, v7's, v8's):
+ * time, TFLOP/s and its error against the double reference.
  *
  *   make chapter-2                 verify and time every version at the KernelBench shape
  *   build/ch02 --version v4        one version
@@ -41,6 +51,10 @@ static const hx_version versions[] = {
     {"v3", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "one fused kernel, float2 windows, two-pass LSE", v3_launch, 0},
     {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, online LSE: c read once", v4_launch, 0},
     {"v5", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, 4 outputs a thread, 16-byte loads", v5_launch, 0},
+    {"v6", SC(SCOPE_MODEL_FWD), "own conv: implicit GEMM on FMA, then v5", v6_launch, 0},
+    {"v7", SC(SCOPE_MODEL_FWD), "own conv on tensor cores in TF32, then v5", v7_launch, 0, 1},
+    {"v8", SC(SCOPE_MODEL_FWD), "own conv in 3xTF32 (fp32 accuracy), then v5", v8_launch, 0},
+    {"v9", SC(SCOPE_MODEL_FWD), "full fusion: 3xTF32 conv, pool + LSE in its epilogue", v9_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: saved indices, memset + scatter", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v5, then recompute + write all of dc", b2_launch, 0},
 };

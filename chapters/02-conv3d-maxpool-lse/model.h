@@ -94,6 +94,9 @@ struct run_ctx {
     const float *g;                 /* dL/dy */
     float *dc, *dx, *dw, *dbias;    /* the gradients */
     float *partials;                /* the deterministic bias sum's stage-1 partials */
+    float *w_k;                     /* v6 .. v9: the weights in the tiles' order (igemm.cuh) */
+    float *c_own;                   /* v6 .. v8's conv output (c stays cuDNN's, the epilogue
+                                     * scopes' input, which the references were made from) */
     lib_ctx *lib;
 };
 
@@ -111,7 +114,15 @@ void v2_launch(const run_ctx *r, int scope);
 void v3_launch(const run_ctx *r, int scope);
 void v4_launch(const run_ctx *r, int scope);
 void v5_launch(const run_ctx *r, int scope);
-void v5_epilogue(const run_ctx *r);    /* b2's forward */
+void v5_epilogue(const run_ctx *r);    /* b2's forward: v5 on r->c */
+void v5_epilogue_on(const run_ctx *r, const float *c); /* v6 .. v8's epilogue, on their c */
+void conv_ffma(const run_ctx *r, float *c);   /* our convs, c = conv(x) + bias: v6's, */
+void conv_tf32(const run_ctx *r, float *c);   /* v7's, */
+void conv_3xtf32(const run_ctx *r, float *c); /* v8's */
+void v6_launch(const run_ctx *r, int scope);
+void v7_launch(const run_ctx *r, int scope);
+void v8_launch(const run_ctx *r, int scope);
+void v9_launch(const run_ctx *r, int scope);
 void v1_saving(const run_ctx *r);      /* b1's forward: v1 keeping the argmax, z and y */
 void b1_launch(const run_ctx *r, int scope);
 void b2_launch(const run_ctx *r, int scope);

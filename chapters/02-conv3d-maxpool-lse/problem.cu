@@ -137,6 +137,8 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
     r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
     r->partials = (float *)gpu_alloc(4 * DBIAS_BLOCKS * C_OUT, "partial sums");
+    r->w_k = (float *)gpu_alloc(4 * N_WEIGHT, "weights, k-major");
+    r->c_own = (float *)gpu_alloc(4 * nc, "our conv's output");
     CUDA_CHECK(cudaMemcpy(x, pb->x, 4 * nx, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(w, pb->weight, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
@@ -157,7 +159,7 @@ static void problem_destroy(problem *pb)
 #endif
     lib_conv3d_destroy(&pb->lib.conv);
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->c, r->y, r->p, r->dp, r->idx, r->z,
-                         r->dz, r->dc, r->dx, r->dw, r->dbias, r->partials};
+                         r->dz, r->dc, r->dx, r->dw, r->dbias, r->partials, r->w_k, r->c_own};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
@@ -206,6 +208,8 @@ static void problem_poison(problem *pb, int scope)
 {
     const shape *s = &pb->sh;
     gpu_poison(pb->r.y, out_elems(s));
+    if (scope == SCOPE_MODEL_FWD)
+        gpu_poison(pb->r.c_own, conv_elems(s));
     if (scope == SCOPE_EPI_FWDBWD || scope == SCOPE_TRAIN)
         gpu_poison(pb->r.dc, conv_elems(s));
     if (scope == SCOPE_TRAIN) {
@@ -424,13 +428,42 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {2, 32, 5, 4, 16},  /* odd depth, W a multiple of 4 */
 };
 
+/* our convs (v6, v7, v8) alone: poison, run into c_own, compare with the double conv. host
+ * is n floats of scratch. */
+typedef void (*conv_fn)(const run_ctx *r, float *c);
+
+static verify_result own_conv_error(problem *pb, conv_fn fn, float *host)
+{
+    size_t n = conv_elems(&pb->sh);
+    gpu_poison(pb->r.c_own, n);
+    fn(&pb->r, pb->r.c_own);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpy(host, pb->r.c_own, 4 * n, cudaMemcpyDeviceToHost));
+    return verify_f32(host, pb->ref_c, n, TOL_REL_L2, TOL_ABS);
+}
+
 static void shape_checks(problem *pb, int t)
 {
     const shape *s = &pb->sh;
-    (void)t;
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
     check(vc.pass, "%s conv (engine %d) = reference on %dx32x%dx%dx%d, rel_l2 %.1e",
           pb->lib.conv.backend, pb->lib.conv.fwd_algo, s->n, s->d, s->h, s->w, vc.rel_l2);
+    if (t < 0) /* before a timed run: the conv table in the notes measures these */
+        return;
+    /* what each precision buys, on every test shape: v6's FMA conv within fp32's tolerance;
+     * v7's TF32 conv over it (the lesson's claim: a check that TF32 really ran) but within
+     * TF32's; v8's 3xTF32 within 2x of cuDNN's fp32 conv's error, relative L2 and largest */
+    verify_result f = own_conv_error(pb, conv_ffma, pb->host_dc);
+    verify_result t1 = own_conv_error(pb, conv_tf32, pb->host_dc);
+    verify_result t3 = own_conv_error(pb, conv_3xtf32, pb->host_dc);
+    check(f.pass, "v6 FMA conv = reference on %dx32x%dx%dx%d: rel_l2 %.1e max_abs %.1e", s->n, s->d,
+          s->h, s->w, f.rel_l2, f.max_abs);
+    check(!t1.pass && t1.rel_l2 > TOL_REL_L2 && t1.rel_l2 < HX_TF32_TOL * TOL_REL_L2,
+          "v7 TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
+          TOL_REL_L2, t1.rel_l2, t1.max_abs);
+    check(t3.pass && t3.rel_l2 <= 2.0 * vc.rel_l2 && t3.max_abs <= 2.0 * vc.max_abs,
+          "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
+          t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
 }
 
 /* extremes: the input x 1000, then planted conv outputs near +100, near -100 (relu cuts every
@@ -467,9 +500,57 @@ static void set_case(problem *pb, int k)
 
 static void time_dbias_own(const void *r) { own_dbias((const run_ctx *)r); }
 
+typedef struct {
+    conv_fn fn;
+    const run_ctx *r;
+} conv_job;
+
+static void time_own_conv(const void *p)
+{
+    const conv_job *j = (const conv_job *)p;
+    j->fn(j->r, j->r->c_own);
+}
+
+static void time_lib_conv(const void *r) { conv_forward((const run_ctx *)r); }
+
+/* Each conv alone (cuDNN's fp32, v6's, v7's, v8's): time, TFLOP/s, and its error against the
+ * double conv, the numbers behind the README's precision table. */
+static void conv_table(problem *pb, int reps)
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    double gflop = conv_flops(s) / 1e9;
+    verify_result lib = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), TOL_REL_L2, TOL_ABS);
+    printf("\nThe conv alone, %.1f GFLOP (c = conv(x) + bias), against the double reference:\n"
+           "  %-34s %9s %8s %10s %10s\n", gflop, "conv", "median ms", "TFLOP/s", "rel_l2",
+           "max_abs");
+    if (HAVE_CUDNN) {
+        timing t = gpu_time(time_lib_conv, r, reps);
+        char name[48];
+        snprintf(name, sizeof name, "cuDNN fp32 (engine %d)", pb->lib.conv.fwd_algo);
+        printf("  %-34s %9.4f %8.1f %10.1e %10.1e\n", name, t.median_ms, gflop / t.median_ms,
+               lib.rel_l2, lib.max_abs);
+    }
+    struct {
+        const char *name;
+        conv_fn fn;
+    } own[] = {{"v6: implicit GEMM, FMA", conv_ffma},
+               {"v7: tensor cores, TF32", conv_tf32},
+               {"v8: tensor cores, 3xTF32", conv_3xtf32}};
+    for (int i = 0; i < 3; i++) {
+        verify_result e = own_conv_error(pb, own[i].fn, pb->host_dc);
+        conv_job j = {own[i].fn, r};
+        timing t = gpu_time(time_own_conv, &j, reps);
+        printf("  %-34s %9.4f %8.1f %10.1e %10.1e%s\n", own[i].name, t.median_ms,
+               gflop / t.median_ms, e.rel_l2, e.max_abs, e.pass ? "" : "  (over fp32's tolerance)");
+    }
+}
+
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
     const run_ctx *r = &pb->r;
+    if (!only || strstr("v6 v7 v8 v9", only))
+        conv_table(pb, reps);
     hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
                       conv_flops(&pb->sh)};
     hx_conv_ops(&pb->lib.conv, &b, dev, reps);
