@@ -88,13 +88,15 @@ def c01_bytes(scope, shape):
     """Minimum bytes each timed scope must move (float32)."""
     n, _, d, h, w = shape
     s = (2 * d - 1) * (2 * h - 1) * (2 * w - 1)
-    fwd = 4 * (n * C01_IN * d * h * w + (C01_IN * C01_OUT * 27 + C01_OUT + 1) + n * s)
+    x, y = n * C01_IN * d * h * w, n * s  # input, outputs
+    p = C01_IN * C01_OUT * 27 + C01_OUT + 1  # weight, conv bias, the subtracted bias
     return {"epilogue_fwd": 4 * (n * C01_OUT * s + n * s + 1),
-            "model_fwd": fwd,
+            "model_fwd": 4 * (x + p + y),
             # read c twice, read y and g once, write dc
             "epilogue_fwdbwd": 4 * (2 * n * C01_OUT * s + n * s + n * s + n * C01_OUT * s),
-            # Rough placeholder: 3x the forward's bytes (no exact minimum derived yet).
-            "train_step": 3 * fwd}[scope]
+            # model.h's train_step_bytes: if c is never stored, read x (forward and dw),
+            # write dx, write y, read g; read the parameters, write their gradients
+            "train_step": 4 * (3 * x + 2 * y + 2 * p)}[scope]
 
 
 # ---- Chapter 02: Conv3d -> max_pool3d(2) -> logsumexp over channels -> relu ----
@@ -140,14 +142,15 @@ def c02_bytes(scope, shape):
     n, _, d, h, w = shape
     s = (d // C02_POOL) * (h // C02_POOL) * (w // C02_POOL)  # pooled positions per sample
     c = n * C02_OUT * d * h * w  # conv_out elements
-    fwd = 4 * (n * C02_IN * d * h * w + C02_OUT * C02_IN * C02_K ** 3 + C02_OUT + n * s)
+    x, y = n * C02_IN * d * h * w, n * s  # input, outputs
+    p = C02_OUT * C02_IN * C02_K ** 3 + C02_OUT  # weight, conv bias
     return {"epilogue_fwd": 4 * (c + n * s),
-            "model_fwd": fwd,
+            "model_fwd": 4 * (x + p + y),
             # read c twice, read y and g once, write dc
             "epilogue_fwdbwd": 4 * (2 * c + 2 * n * s + c),
-            # Rough placeholder, as for chapter 01: 3x the forward's bytes
-            # (no exact minimum derived yet).
-            "train_step": 3 * fwd}[scope]
+            # model.h's train_step_bytes: if c is never stored, read x (forward and dw),
+            # write dx, write y, read g; read the parameters, write their gradients
+            "train_step": 4 * (3 * x + 2 * y + 2 * p)}[scope]
 
 
 # ---- Chapter 03: Conv3d -> x*m -> InstanceNorm3d -> clamp -> x*m -> max over channels ----

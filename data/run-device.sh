@@ -16,6 +16,9 @@
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
+#   ncu2       chapter 2's own convs (v6 .. v9 kernels) at 1x32x16x128x128: time, tensor and FMA
+#              pipes, issue slots, shared-memory bank conflicts, warps active, and the stall
+#              reasons (Nsight Compute's WarpStateStats)
 #   ncu5       chapter 5's v7 at the KernelBench shape: each of its three kernels' time, DRAM
 #              bytes, SM and FMA-pipe use and warps active (Nsight Compute)
 #   dram       Nsight Compute's DRAM bytes (read, written) and time of every statistics, apply,
@@ -37,10 +40,12 @@
 #   train      every backward version of each chapter at its KernelBench shape into the recorded
 #              data/<gpu>/chNN.csv (their rows replaced; no sweep): the training steps after a
 #              change to the library conv, without a whole record
+#   sweep      the batch sweeps alone (RECORD=1 make bench) into data/<gpu>/chNN-sweep.csv: every
+#              version at each sweep shape, the KernelBench-shape CSVs untouched
 #   kb         every version of each chapter at its KernelBench shape into data/<gpu>/chNN.csv
 #              (record without the sweep)
 #   (none given: test record check sanitize sm80)
-# ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers, record,
+# ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers, record, sweep,
 # sanitize and nocudnn's chapter runs to those chapters; test always runs every chapter.
 set -uo pipefail
 OUT=${OUT:-build/out-pack}
@@ -66,6 +71,7 @@ for s in $stages; do
     test) step test make -s test ARCH=sm_90 ;;
     sanitize) step sanitize make -s sanitize ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     record) step record make -s record ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
+    sweep) step sweep env RECORD=1 make -s bench ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     check) for c in $CHAPTER_NUMBERS; do step check$c make -s check-pytorch CH=$c ARCH=sm_90; done ;;
     golden) if [ -n "${ONLY:-}" ]; then for c in $ONLY; do step golden$c make -s golden CH=$c; done
             else step golden make -s golden; fi
@@ -96,6 +102,9 @@ for s in $stages; do
                    step train$c-$v build/ch0$c --version $v --csv $d/ch0$c.csv; done; done ;;
     kb) d=$(RECORD=1 sh common/datadir.sh)
         for c in $CHAPTER_NUMBERS; do step kb$c build/ch0$c --csv $d/ch0$c.csv; done ;;
+    ncu2) for v in v6 v7 v8 v9; do step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
+              --kernel-name regex:'k_(conv_ffma|conv_mma|fused)' --launch-count 1 build/ch02 \
+              --version $v --shape 1x32x16x128x128 --reps 1; done ;;
     ncu5) step ncu5-v7 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
               --kernel-name regex:'k_(weights|convt|rows)' --launch-count 3 build/ch05 --version v7 \
               --reps 1 ;;
