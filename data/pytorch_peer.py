@@ -92,8 +92,8 @@ def c01_bytes(scope, shape):
     p = C01_IN * C01_OUT * 27 + C01_OUT + 1  # weight, conv bias, the subtracted bias
     return {"epilogue_fwd": 4 * (n * C01_OUT * s + n * s + 1),
             "model_fwd": 4 * (x + p + y),
-            # read c twice, read y and g once, write dc
-            "epilogue_fwdbwd": 4 * (2 * n * C01_OUT * s + n * s + n * s + n * C01_OUT * s),
+            # read c twice and the bias b, read y and g once, write dc (model.h)
+            "epilogue_fwdbwd": 4 * (2 * n * C01_OUT * s + n * s + n * s + n * C01_OUT * s + 1),
             # model.h's train_step_bytes: if c is never stored, read x (forward and dw),
             # write dx, write y, read g; read the parameters, write their gradients
             "train_step": 4 * (3 * x + 2 * y + 2 * p)}[scope]
