@@ -241,7 +241,8 @@ static void pytorch_ops_ms(const device_info *dev, const char *const *op, int n,
     from[0] = '\0';
 }
 
-void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps)
+int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps,
+                double ms[4])
 {
     static const char *const op[4] = {"conv_fwd", "conv_dx", "conv_dw", "conv_dbias"};
     static launch_fn const fn[4] = {op_fwd, op_dx, op_dw, op_dbias};
@@ -252,9 +253,11 @@ void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info 
                      b->transposed ? cc->fwd_algo : cc->dx_algo, cc->dw_algo, -1};
     int det[4] = {b->transposed ? cc->dx_det : cc->fwd_det,
                   b->transposed ? cc->fwd_det : cc->dx_det, cc->dw_det, 1};
+    for (int i = 0; ms && i < 4; i++)
+        ms[i] = -1.0;
     if (strcmp(cc->backend, "cuDNN")) {
         printf("the library's %s and its gradients alone: skipped: %s\n", kind, NO_CUDNN);
-        return;
+        return op_grads;
     }
     op_ctx o = {cc, b};
     int n = op_grads ? 4 : 1;
@@ -266,6 +269,8 @@ void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info 
            "  TFLOP/s  PyTorch ms  ours/PyTorch\n", kind, op_shape);
     for (int i = 0; i < n; i++) {
         timing t = gpu_time(fn[i], &o, reps);
+        if (ms)
+            ms[i] = t.median_ms;
         char what[96];
         if (i == 3)
             snprintf(what, sizeof what, "dbias: CUB segmented sums, deterministic");
@@ -286,6 +291,7 @@ void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info 
     else
         printf("  (PyTorch: no rows for this GPU and shape in data/%s[-mine]/pytorch-ch%s-ops.csv; "
                "make peers CH=N writes them)\n", dev->tag, op_chapter);
+    return op_grads;
 }
 
 /* ------------------------------------------------------------------ one verified run */

@@ -181,14 +181,19 @@ typedef struct {
 } hx_conv_bufs;
 
 /* For a chapter's notes: times the library conv's forward (with bias) and, when the run has a
- * version with a backward scope (every version, or --version of a backward one), its data, weight and bias gradients, each alone (gpu_time:
- * warm-up, L2 flushed, median of reps), and prints them as a table beside PyTorch eager's time for the same op, shape and
- * precision: the rows `python3 data/pytorch_peer.py ops` (make peers CH=N) wrote to
- * pytorch-chNN-ops.csv in this GPU's data folder (data/<gpu>-mine/, then data/<gpu>/), "-"
- * where none matches this GPU, chapter and shape. Overwrites out, din, dw and dbias. In a build
- * without cuDNN it prints one line saying so (the direct kernels are a stand-in, too slow to
- * time at a KernelBench shape). */
-void hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps);
+ * version with a backward scope (every version, or --version of a backward one), its data,
+ * weight and bias gradients, each alone (gpu_time: warm-up, L2 flushed, median of reps), and
+ * prints them as a table beside PyTorch eager's time for the same op, shape and precision: the
+ * rows `python3 data/pytorch_peer.py ops` (make peers CH=N) wrote to pytorch-chNN-ops.csv in
+ * this GPU's data folder (data/<gpu>-mine/, then data/<gpu>/), "-" where none matches this
+ * GPU, chapter and shape. Overwrites out, din, dw and dbias. In a build without cuDNN it prints
+ * one line saying so (the direct kernels are a stand-in, too slow to time at a KernelBench
+ * shape). ms, if not NULL: the medians of forward, dx, dw, dbias in milliseconds, -1 for an op
+ * not timed, so that a chapter's own tables quote these rather than time the op again.
+ * Returns 1 when the run has a backward scope (the gradients were timed, or would have been
+ * with cuDNN), else 0. */
+int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps,
+                double ms[4]);
 
 /* The whole program: parses the command line and does what it asks. Returns the exit status. */
 int hx_main(int argc, char **argv, const hx_chapter *ch);

@@ -16,7 +16,7 @@
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
-#   ncu2       chapter 2's own convs (v6 .. v9 kernels) at 1x32x16x128x128: time, tensor and FMA
+#   ncu2       chapter 2's own convs (v6 .. v9 kernels, b3's dx and dw) at 1x32x16x128x128: time, tensor and FMA
 #              pipes, issue slots, shared-memory bank conflicts, warps active, and the stall
 #              reasons (Nsight Compute's WarpStateStats)
 #   ncu5       chapter 5's v7 at the KernelBench shape: each of its three kernels' time, DRAM
@@ -42,6 +42,9 @@
 #              change to the library conv, without a whole record
 #   sweep      the batch sweeps alone (RECORD=1 make bench) into data/<gpu>/chNN-sweep.csv: every
 #              version at each sweep shape, the KernelBench-shape CSVs untouched
+#   version    V=b3 ONLY=2: that version alone at the KernelBench shape and at each sweep shape,
+#              its rows in data/<gpu>/chNN.csv and chNN-sweep.csv replaced (a new version added
+#              without re-recording the others)
 #   kb         every version of each chapter at its KernelBench shape into data/<gpu>/chNN.csv
 #              (record without the sweep)
 #   (none given: test record check sanitize sm80)
@@ -100,10 +103,17 @@ for s in $stages; do
            for c in $CHAPTER_NUMBERS; do
                for v in $(build/ch0$c --list | awk '$1 ~ /^b[0-9]+$/ {print $1}'); do
                    step train$c-$v build/ch0$c --version $v --csv $d/ch0$c.csv; done; done ;;
+    version) d=$(RECORD=1 sh common/datadir.sh) # V=b3 ONLY=2: one version's rows, replaced
+             for c in $CHAPTER_NUMBERS; do
+                 step version$c-$V build/ch0$c --version $V --csv $d/ch0$c.csv
+                 for sh in $(make -s --no-print-directory --eval "sweep: ; @echo \$(SWEEP_0$c)" sweep | tail -1); do
+                     step version$c-$V-$sh build/ch0$c --version $V --shape $sh --csv $d/ch0$c-sweep.csv
+                 done; done ;;
     kb) d=$(RECORD=1 sh common/datadir.sh)
         for c in $CHAPTER_NUMBERS; do step kb$c build/ch0$c --csv $d/ch0$c.csv; done ;;
-    ncu2) for v in v6 v7 v8 v9; do step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
-              --kernel-name regex:'k_(conv_ffma|conv_mma|fused)' --launch-count 1 build/ch02 \
+    ncu2) for v in v6 v7 v8 v9 b3; do n=1; [ $v = b3 ] && n=2 # b3: dx, then dw
+          step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
+              --kernel-name regex:'k_(conv_ffma|conv_mma|fused|dw_3xtf32)' --launch-count $n build/ch02 \
               --version $v --shape 1x32x16x128x128 --reps 1; done ;;
     ncu5) step ncu5-v7 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
               --kernel-name regex:'k_(weights|convt|rows)' --launch-count 3 build/ch05 --version v7 \

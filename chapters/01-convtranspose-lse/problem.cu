@@ -665,7 +665,7 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
     const run_ctx *r = &pb->r;
     hx_conv_bufs b = {1, r->x, r->weight, r->conv_bias, r->dc, r->c, r->dx, r->dw, r->dbias,
                       conv_flops(&pb->sh)};
-    hx_conv_ops(&pb->lib.conv, &b, dev, reps);
+    hx_conv_ops(&pb->lib.conv, &b, dev, reps, NULL);
     if (only)
         return;
     timing oc = gpu_time(time_own_conv, r, reps), ow = gpu_time(time_own_dw, r, reps);

@@ -13,9 +13,10 @@
  * Measured: 0.828 ms for forward + backward, 1.53x the floor (PyTorch eager: 1.24 ms,
  * torch.compile 1.02).
  *
- * The training step (both b versions): cuDNN's conv, the epilogue forward and backward, then
- * the conv's gradients: cuDNN's dx (backward data) and dw (backward filter), and dbias: cuDNN's
- * backward bias in b1, a deterministic two-stage reduction of our own in b2.
+ * The training step (b1 and b2): cuDNN's conv, the epilogue forward and backward, then the
+ * conv's gradients: cuDNN's dx (backward data) and dw (backward filter), and dbias: cuDNN's
+ * backward bias in b1, a deterministic two-stage reduction of our own in b2 (and b3, which
+ * computes dx and dw itself: b3-own-gradients.cu).
  */
 #include "model.h"
 #include "reduce.cuh"

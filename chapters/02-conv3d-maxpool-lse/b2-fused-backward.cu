@@ -72,15 +72,20 @@ __global__ void __launch_bounds__(B2_BLOCK)
     }
 }
 
-void b2_launch(const run_ctx *r, int scope)
+void epilogue_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int n = (int)out_elems(s);
+    k_epilogue_backward_fused<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK>>>(r->c, r->g, r->dc, n,
+                                                                          s->d, s->h, s->w);
+}
+
+void b2_launch(const run_ctx *r, int scope)
+{
     if (scope == SCOPE_TRAIN)
         conv_forward(r);
     v5_epilogue(r);
-    k_epilogue_backward_fused<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK>>>(r->c, r->g, r->dc, n,
-                                                                          s->d, s->h, s->w);
+    epilogue_backward(r);
     if (scope == SCOPE_TRAIN)
         lib_dx(r), lib_dw(r), own_dbias(r);
 }

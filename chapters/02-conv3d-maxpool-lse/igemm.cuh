@@ -1,5 +1,6 @@
 /*
- * igemm.cuh: the conv as an implicit GEMM, the tile every own-conv version (v6 .. v9) shares.
+ * igemm.cuh: the conv as an implicit GEMM, the tile every own-conv version (v6 .. v9, and b3's
+ * gradients) shares.
  *
  * The conv is a matrix product. Number the conv's outputs of one sample by position m =
  * (d, h, w) and channel co, and its reduction by k = (ci, kd, kh, kw):
@@ -31,26 +32,37 @@
 
 #include "model.h"
 
+/* b3's dx runs this tile with the channels swapped (64 in, 32 out: b3-own-gradients.cu). So
+ * that a block is still 8 warps of 64 positions x 32 channels, its tile is 2 planes x 8 rows x
+ * 32 columns (512 positions); the sizes below that depend on it are written for `cout` output
+ * channels, and the plain names are the forward's (cout = 64). */
 #define TD 2                     /* the tile: planes, rows, columns of conv outputs */
-#define TH 4
+#define TH_OF(cout) (4 * C_OUT / (cout))
+#define TH TH_OF(C_OUT)          /* 4 */
 #define TW 32
 #define TILE_M (TD * TH * TW)    /* 256 positions */
 #define PD (TD + 2)              /* the input patch: the tile and a halo of 1 */
-#define PH (TH + 2)
+#define PH_OF(cout) (TH_OF(cout) + 2)
+#define PH PH_OF(C_OUT)
 #define PW (TW + 2)
-#define PATCH (PD * PH * PW)     /* 816 */
-/* a channel's stride in s_in: 840 = 8 (mod 32). The tensor-core versions' A fragments read 8
- * adjacent positions (banks p .. p + 7) of 4 channels t = 0 .. 3 at once: channels 8 banks
- * apart fill all 32 banks, no conflict. */
-#define CS 840
+#define PATCH_OF(cout) (PD * PH_OF(cout) * PW)
+#define PATCH PATCH_OF(C_OUT)    /* 816 */
+/* a channel's stride in s_in: 840 = 8 (mod 32) (dx: 1384). The tensor-core versions' A
+ * fragments read 8 adjacent positions (banks p .. p + 7) of 4 channels t = 0 .. 3 at once:
+ * channels 8 banks apart fill all 32 banks, no conflict. */
+#define CS_OF(cout) ((PATCH_OF(cout) + 23) / 32 * 32 + 8) /* the first >= the patch, 8 mod 32 */
+#define CS CS_OF(C_OUT)          /* 840 */
 #define CI_CHUNK 8               /* input channels in shared memory at a time */
 #define N_CHUNKS (C_IN / CI_CHUNK)
-/* a weight row (one channel ci, one tap, 64 output channels) in s_w: 72 = 8 (mod 32), for the
- * same reason on the B fragments (8 output channels of 4 input channels at once) */
-#define WS 72
-#define SMEM_FLOATS (CI_CHUNK * CS + CI_CHUNK * KVOL * WS)
-#define SMEM_BYTES (4 * SMEM_FLOATS) /* 89088 */
+/* a weight row (one input channel, one tap, 64 output channels) in s_w: 72 floats, so that the
+ * B fragments (8 output channels of 4 input channels, the channels 27 rows = 27 x 72 = 24 (mod
+ * 32) banks apart) fall in 32 different banks; dx's rows of 32 channels: 40, 27 x 40 = 24 (mod
+ * 32) too */
+#define W_STRIDE(cout) ((cout) + 8)
+#define WS W_STRIDE(C_OUT)       /* 72 */
 #define IGEMM_THREADS 256
+#define IGEMM_SMEM_BYTES(cout) (4 * (CI_CHUNK * CS_OF(cout) + CI_CHUNK * KVOL * W_STRIDE(cout)))
+#define SMEM_BYTES IGEMM_SMEM_BYTES(C_OUT) /* 89088; dx's 78848 */
 
 /* The weights in the order the tiles read them, w_k[ci][kd][kh][kw][co] (PyTorch's are
  * [co][ci][kd][kh][kw]): a chunk is then 8 x 27 rows of 64 contiguous floats. One small kernel
@@ -74,53 +86,69 @@ typedef struct {
     int n, d0, h0, w0;
 } tile_pos;
 
+template <int COUT>
 __device__ static inline tile_pos tile_of(int h, int w)
 {
     int tiles_w = (w + TW - 1) / TW;
     tile_pos t;
     t.n = blockIdx.z;
     t.d0 = blockIdx.y * TD;
-    t.h0 = (blockIdx.x / tiles_w) * TH;
+    t.h0 = (blockIdx.x / tiles_w) * TH_OF(COUT);
     t.w0 = (blockIdx.x % tiles_w) * TW;
     return t;
 }
 
+template <int COUT>
 static inline dim3 tile_grid(const shape *s)
 {
-    return dim3(((s->w + TW - 1) / TW) * ((s->h + TH - 1) / TH), (s->d + TD - 1) / TD, s->n);
+    return dim3(((s->w + TW - 1) / TW) * ((s->h + TH_OF(COUT) - 1) / TH_OF(COUT)),
+                (s->d + TD - 1) / TD, s->n);
 }
 
-/* Loads chunk `chunk` (input channels 8 chunk .. 8 chunk + 7) into shared memory: the input
- * patch with zeros outside the volume, and the chunk's weight rows. Every thread of the block
- * takes part; the caller syncs before and after. */
-__device__ static inline void load_chunk(float *s_in, float *s_w, const float *__restrict__ x,
-                                         const float *__restrict__ w_k, tile_pos t, int chunk,
-                                         int d, int h, int w)
+/* Loads the input patch of tile t (the tile for COUT output channels) for 8 channels (xc: the
+ * first of them, d h w floats apart) into s_in, a channel every `stride` floats, with zeros
+ * outside the volume. All `threads` threads of the block take part (a constant once inlined);
+ * the caller syncs before and after. */
+template <int COUT>
+__device__ static inline void load_patch(float *s_in, int stride, const float *__restrict__ xc,
+                                         tile_pos t, int d, int h, int w, int threads)
 {
-    const float *xc = x + ((size_t)t.n * C_IN + chunk * CI_CHUNK) * d * h * w;
-    for (int e = threadIdx.x; e < CI_CHUNK * PATCH; e += IGEMM_THREADS) {
-        int ci = e / PATCH, r = e - ci * PATCH;
-        int pz = r / (PH * PW), r2 = r - pz * (PH * PW), py = r2 / PW, px = r2 - py * PW;
+    const int ph = PH_OF(COUT), patch = PATCH_OF(COUT);
+    for (int e = threadIdx.x; e < CI_CHUNK * patch; e += threads) {
+        int ci = e / patch, r = e - ci * patch;
+        int pz = r / (ph * PW), r2 = r - pz * (ph * PW), py = r2 / PW, px = r2 - py * PW;
         int gd = t.d0 + pz - 1, gh = t.h0 + py - 1, gw = t.w0 + px - 1;
         float v = 0.0f;
         if (gd >= 0 && gd < d && gh >= 0 && gh < h && gw >= 0 && gw < w)
             v = __ldg(xc + (((size_t)ci * d + gd) * h + gh) * w + gw);
-        s_in[ci * CS + r] = v;
+        s_in[ci * stride + r] = v;
     }
-    const float4 *src = reinterpret_cast<const float4 *>(w_k + chunk * CI_CHUNK * KVOL * C_OUT);
-    for (int e = threadIdx.x; e < CI_CHUNK * KVOL * (C_OUT / 4); e += IGEMM_THREADS) {
-        int row = e / (C_OUT / 4), q = e - row * (C_OUT / 4);
-        reinterpret_cast<float4 *>(s_w + row * WS)[q] = __ldg(src + e);
+}
+
+/* Loads chunk `chunk` (input channels 8 chunk .. 8 chunk + 7 of CIN) into shared memory: the
+ * input patch with zeros outside the volume, and the chunk's weight rows (w_k[cin][tap][cout],
+ * COUT to a row). Every thread of the block takes part; the caller syncs before and after. */
+template <int CIN, int COUT>
+__device__ static inline void load_chunk(float *s_in, float *s_w, const float *__restrict__ x,
+                                         const float *__restrict__ w_k, tile_pos t, int chunk,
+                                         int d, int h, int w)
+{
+    load_patch<COUT>(s_in, CS_OF(COUT), x + ((size_t)t.n * CIN + chunk * CI_CHUNK) * d * h * w,
+                     t, d, h, w, IGEMM_THREADS);
+    const float4 *src = reinterpret_cast<const float4 *>(w_k + chunk * CI_CHUNK * KVOL * COUT);
+    for (int e = threadIdx.x; e < CI_CHUNK * KVOL * (COUT / 4); e += IGEMM_THREADS) {
+        int row = e / (COUT / 4), q = e - row * (COUT / 4);
+        reinterpret_cast<float4 *>(s_w + row * W_STRIDE(COUT))[q] = __ldg(src + e);
     }
 }
 
 /* cudaFuncSetAttribute for a kernel's dynamic shared memory above 48 KB, once */
-#define SMEM_OPT_IN(kernel)                                                                        \
+#define SMEM_OPT_IN(kernel, bytes)                                                                 \
     do {                                                                                           \
         static int done_ = 0;                                                                      \
         if (!done_) {                                                                              \
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,   \
-                                            SMEM_BYTES));                                          \
+                                            bytes));                                               \
             done_ = 1;                                                                             \
         }                                                                                          \
     } while (0)

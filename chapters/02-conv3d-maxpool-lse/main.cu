@@ -8,7 +8,8 @@
  * online logsumexp when the values do not fit in registers, thread coarsening with 16-byte loads,
  * and a backward that scatters through max pooling: 7 of every 8 gradients are zero. Then the
  * conv itself: an implicit GEMM, tensor cores, what TF32 costs in accuracy and how 3xTF32 buys
- * it back, and the full fusion, where the conv's 537 MB output never reaches DRAM.
+ * it back, and the full fusion, where the conv's 537 MB output never reaches DRAM; last, the
+ * conv's gradients by the same machinery, which makes the training step ours.
  *
  * Read in this order (the chapter README lists the same):
  *   model.h               the model, its shapes, its bytes and FLOPs, and the floors they imply
@@ -30,13 +31,17 @@
  *   b1-autograd.cu        b1  autograd-like backward: saved argmax, memset + scatter; the
  *                             training step's cuDNN gradients
  *   b2-fused-backward.cu  b2  fused backward: recompute argmax and logsumexp, write all of dc
+ *   b3-own-gradients.cu   b3  the training step's dx and dw on our tensor cores in 3xTF32: dx as
+ *                             v8's conv with the channels swapped, dw as a GEMM over positions
  *   problem.cu            host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1 .. v5 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
  * plus their epilogue (model_fwd); v6 .. v9, whose subject is the conv, as the whole model only;
- * each backward version as epilogue forward + backward and as a training step (conv, epilogue,
- * its backward, dx, dw, dbias). After the table, each conv alone (cuDNN's, v6's, v7's, v8's):
- * time, TFLOP/s and its error against the double reference.
+ * b1 and b2 as epilogue forward + backward and as a training step (conv, epilogue, its backward,
+ * dx, dw, dbias), b3, whose subject is dx and dw, as the training step only. After the table,
+ * the library conv's ops alone beside PyTorch's; each forward conv alone (cuDNN's, v6's, v7's,
+ * v8's) and each gradient (cuDNN's and b3's dx and dw): time, TFLOP/s and the error against
+ * the double reference.
  *
  *   make chapter-2                 verify and time every version at the KernelBench shape
  *   build/ch02 --version v4        one version
@@ -57,6 +62,7 @@ static const hx_version versions[] = {
     {"v9", SC(SCOPE_MODEL_FWD), "full fusion: 3xTF32 conv, pool + LSE in its epilogue", v9_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: saved indices, memset + scatter", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v5, then recompute + write all of dc", b2_launch, 0},
+    {"b3", SC(SCOPE_TRAIN), "b2, then our dx and dw: tensor cores, 3xTF32", b3_launch, 0},
 };
 
 int main(int argc, char **argv)

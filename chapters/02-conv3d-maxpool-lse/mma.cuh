@@ -1,5 +1,5 @@
 /*
- * mma.cuh: the implicit GEMM's tile on tensor cores (v7, v8, v9), after igemm.cuh
+ * mma.cuh: the implicit GEMM's tile on tensor cores (v7, v8, v9, b3), after igemm.cuh
  *
  * A tensor core multiplies small matrices a warp holds in registers. The instruction here is
  * PTX's mma.sync.m16n8k8 with TF32 inputs (sm_80 and up): D (16 x 8, fp32) = A (16 x 8) B (8 x 8)
@@ -16,7 +16,9 @@
  * (channel, tap) is free (a sum does not care) and makes every fragment a plain strided read:
  * a0 of lane (g, t) is the patch at position g of channel t, so a warp's 32 reads hit 8
  * adjacent positions of 4 channels, CS = 840 floats apart, = 8 banks apart: conflict free
- * (igemm.cuh). B likewise with WS = 72.
+ * (igemm.cuh). B's reads, 8 output channels g of 4 input channels t, are WS = 72 floats apart
+ * along g's row and 27 rows (27 x 72 = 24 mod 32 banks) apart across t: banks 24 t + g (mod 32),
+ * all 32 different.
  *
  * TF32: a tensor core reads a float's sign, 8 exponent bits and only the top 10 of its 23
  * mantissa bits (cvt.rna.tf32.f32 rounds to them). Each product then carries a relative error
@@ -66,21 +68,31 @@ __device__ static inline void mma_tf32(float d[4], const uint32_t a[4], const ui
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* Where lane (g, t) of warp q reads and writes: the row (plane, row) of its piece mt, and the
- * offset in s_in of A[g][t] of piece mt at tap 0 */
-__device__ static inline int warp_row(int q, int mt) { return 2 * (q & 3) + (mt >> 1); }
+/* Where warp q works: the row (plane TH + row) of its piece mt, and its first channel. With 64
+ * output channels, warps q and q + 4 share rows and take channels 0 .. 31 and 32 .. 63; with
+ * dx's 32, the 8 warps take 8 pairs of rows. */
+template <int COUT>
+__device__ static inline int warp_row(int q, int mt)
+{
+    return 2 * (q % (256 / COUT)) + (mt >> 1);
+}
+template <int COUT>
+__device__ static inline int warp_channel(int q) { return q / (256 / COUT) * 32; }
 
-/* The tile's 64 x 256 products of one block, summed over all 864 k: acc[mt][nt][0..3] holds
- * C's fragment of piece (mt, nt). PASSES = 1: TF32; 3: 3xTF32. */
-template <int PASSES>
+/* The tile's products of one block, summed over all CIN x 27 k: 256 positions x 64 channels
+ * for the forward (CIN = 32, COUT = 64), 512 x 32 for b3's dx (CIN = 64, COUT = 32); 8 warps
+ * of 64 x 32 either way. acc[mt][nt][0..3] holds C's fragment of piece (mt, nt). PASSES = 1:
+ * TF32; 3: 3xTF32. */
+template <int PASSES, int CIN, int COUT>
 __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float *s_w,
                                        const float *__restrict__ x, const float *__restrict__ w_k,
                                        tile_pos tp, int d, int h, int w)
 {
+    const int ws = W_STRIDE(COUT), th = TH_OF(COUT), ph = PH_OF(COUT), cs = CS_OF(COUT);
     int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int row0 = warp_row(q, 0);
-    int a_lane = (row0 / TH) * PH * PW + (row0 % TH) * PW + t * CS + g;
-    int b_lane = t * KVOL * WS + (q >> 2) * 32 + g;
+    int row0 = warp_row<COUT>(q, 0);
+    int a_lane = (row0 / th) * ph * PW + (row0 % th) * PW + t * cs + g;
+    int b_lane = t * KVOL * ws + warp_channel<COUT>(q) + g;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -88,9 +100,9 @@ __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float 
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[mt][nt][e] = 0.0f;
-    for (int chunk = 0; chunk < N_CHUNKS; chunk++) {
+    for (int chunk = 0; chunk < CIN / CI_CHUNK; chunk++) {
         __syncthreads();
-        load_chunk(s_in, s_w, x, w_k, tp, chunk, d, h, w);
+        load_chunk<CIN, COUT>(s_in, s_w, x, w_k, tp, chunk, d, h, w);
         __syncthreads();
         const float *sa = s_in + a_lane, *sb = s_w + b_lane;
         /* taps by (kd, kh), then kw unrolled: 27 taps fully unrolled would be ~60 KB of code,
@@ -98,13 +110,13 @@ __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float 
         for (int kdh = 0; kdh < KS * KS; kdh++)
 #pragma unroll
         for (int kw = 0; kw < KS; kw++) {
-            int tap = kdh * KS + kw, a_tap = (kdh / KS) * PH * PW + (kdh % KS) * PW + kw;
+            int tap = kdh * KS + kw, a_tap = (kdh / KS) * ph * PW + (kdh % KS) * PW + kw;
             uint32_t a_hi[MT][4], a_lo[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 /* piece mt: row mt / 2 of the warp's two, columns 16 (mt % 2) .. + 15 */
                 const float *p = sa + a_tap + (mt >> 1) * PW + (mt & 1) * 16;
-                float v[4] = {p[0], p[8], p[4 * CS], p[4 * CS + 8]};
+                float v[4] = {p[0], p[8], p[4 * cs], p[4 * cs + 8]};
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     a_hi[mt][e] = to_tf32(v[e]);
@@ -115,8 +127,8 @@ __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float 
             /* B piece by piece: A's 16 (or 32) registers stay, B's 2 (or 4) come and go */
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const float *p = sb + tap * WS + nt * 8;
-                float v[2] = {p[0], p[4 * KVOL * WS]};
+                const float *p = sb + tap * ws + nt * 8;
+                float v[2] = {p[0], p[4 * KVOL * ws]};
                 uint32_t b_hi[2], b_lo[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
@@ -149,16 +161,19 @@ __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float 
     }
 }
 
-/* c = the tile's sums + bias, for the positions inside the volume: piece (mt, nt)'s c0 .. c3
- * are positions g and g + 8 of its 16 columns, channels 2t and 2t + 1 of its 8. A store
- * instruction writes 8 adjacent floats (32 bytes, a whole sector) of each of 4 channels. */
+/* c = the tile's sums + bias (none if NULL: b3's dx), for the positions inside the volume:
+ * piece (mt, nt)'s c0 .. c3 are positions g and g + 8 of its 16 columns, channels 2t and
+ * 2t + 1 of its 8. A store instruction writes 8 adjacent floats (32 bytes, a whole sector) of
+ * each of 4 channels. */
+template <int COUT>
 __device__ static inline void store_tile(const float acc[MT][NT][4], const float *__restrict__ bias,
                                          float *__restrict__ c, tile_pos tp, int d, int h, int w)
 {
     int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-        int row = warp_row(q, mt), gd = tp.d0 + row / TH, gh = tp.h0 + row % TH;
+        int row = warp_row<COUT>(q, mt);
+        int gd = tp.d0 + row / TH_OF(COUT), gh = tp.h0 + row % TH_OF(COUT);
         if (gd >= d || gh >= h)
             continue;
 #pragma unroll
@@ -166,10 +181,10 @@ __device__ static inline void store_tile(const float acc[MT][NT][4], const float
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int gw = tp.w0 + (mt & 1) * 16 + g + (e >> 1) * 8;
-                int co = (q >> 2) * 32 + nt * 8 + 2 * t + (e & 1);
+                int co = warp_channel<COUT>(q) + nt * 8 + 2 * t + (e & 1);
                 if (gw < w)
-                    c[((((size_t)tp.n * C_OUT + co) * d + gd) * h + gh) * w + gw] =
-                        acc[mt][nt][e] + __ldg(bias + co);
+                    c[((((size_t)tp.n * COUT + co) * d + gd) * h + gh) * w + gw] =
+                        acc[mt][nt][e] + (bias ? __ldg(bias + co) : 0.0f);
             }
     }
 }

@@ -97,6 +97,8 @@ struct run_ctx {
     float *w_k;                     /* v6 .. v9: the weights in the tiles' order (igemm.cuh) */
     float *c_own;                   /* v6 .. v8's conv output (c stays cuDNN's, the epilogue
                                      * scopes' input, which the references were made from) */
+    float *dw_part;                 /* b3's partial dw, one per position share */
+    float *w_dx;                    /* b3's dx weights: flipped, in and out swapped */
     lib_ctx *lib;
 };
 
@@ -119,6 +121,11 @@ void v5_epilogue_on(const run_ctx *r, const float *c); /* v6 .. v8's epilogue, o
 void conv_ffma(const run_ctx *r, float *c);   /* our convs, c = conv(x) + bias: v6's, */
 void conv_tf32(const run_ctx *r, float *c);   /* v7's, */
 void conv_3xtf32(const run_ctx *r, float *c); /* v8's */
+/* v7-tf32.cu: the tensor-core conv, out = conv(in) (+ bias if not NULL), in N x CIN x D x H x W,
+ * w_k[cin][tap][cout]; PASSES 1 (TF32) or 3 (3xTF32). Instantiated for (1 and 3, 32, 64), the
+ * forward (v7's own callers), and explicitly for (3, 64, 32), b3's dx. */
+template <int PASSES, int CIN, int COUT>
+void conv_mma(const shape *s, const float *in, const float *w_k, const float *bias, float *out);
 void v6_launch(const run_ctx *r, int scope);
 void v7_launch(const run_ctx *r, int scope);
 void v8_launch(const run_ctx *r, int scope);
@@ -126,6 +133,11 @@ void v9_launch(const run_ctx *r, int scope);
 void v1_saving(const run_ctx *r);      /* b1's forward: v1 keeping the argmax, z and y */
 void b1_launch(const run_ctx *r, int scope);
 void b2_launch(const run_ctx *r, int scope);
+void epilogue_backward(const run_ctx *r); /* b2's backward kernel: dc from c and g */
+void b3_launch(const run_ctx *r, int scope);
+void own_dx(const run_ctx *r);            /* b3's dx and dw in 3xTF32 */
+void own_dw(const run_ctx *r);
+int dw_shares_max(int sm_count);          /* own_dw's partials: r->dw_part holds this many */
 void lib_dx(const run_ctx *r);       /* the training step's conv gradients */
 void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);

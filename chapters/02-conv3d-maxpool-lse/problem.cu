@@ -139,6 +139,9 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->partials = (float *)gpu_alloc(4 * DBIAS_BLOCKS * C_OUT, "partial sums");
     r->w_k = (float *)gpu_alloc(4 * N_WEIGHT, "weights, k-major");
     r->c_own = (float *)gpu_alloc(4 * nc, "our conv's output");
+    r->dw_part = (float *)gpu_alloc(4 * (size_t)dw_shares_max(r->sm_count) * N_WEIGHT,
+                                    "partial dw");
+    r->w_dx = (float *)gpu_alloc(4 * N_WEIGHT, "dx's weights");
     CUDA_CHECK(cudaMemcpy(x, pb->x, 4 * nx, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(w, pb->weight, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
@@ -159,7 +162,8 @@ static void problem_destroy(problem *pb)
 #endif
     lib_conv3d_destroy(&pb->lib.conv);
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->c, r->y, r->p, r->dp, r->idx, r->z,
-                         r->dz, r->dc, r->dx, r->dw, r->dbias, r->partials, r->w_k, r->c_own};
+                         r->dz, r->dc, r->dx, r->dw, r->dbias, r->partials, r->w_k, r->c_own,
+                         r->dw_part, r->w_dx};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
@@ -426,6 +430,8 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {3, 32, 3, 2, 130}, /* 65 a row, W not a multiple of 4 */
     {1, 32, 2, 2, 264}, /* 132 a row: v5's 16-byte path, a partial last group */
     {2, 32, 5, 4, 16},  /* odd depth, W a multiple of 4 */
+    {3, 32, 9, 20, 100}, /* 300 tiles, more than b3's dw has shares on an H100 (264), so its
+                          * blocks take two; dx's 8-row tile cut in H */
 };
 
 /* our convs (v6, v7, v8) alone: poison, run into c_own, compare with the double conv. host
@@ -440,6 +446,30 @@ static verify_result own_conv_error(problem *pb, conv_fn fn, float *host)
     LAUNCH_CHECK();
     CUDA_CHECK(cudaMemcpy(host, pb->r.c_own, 4 * n, cudaMemcpyDeviceToHost));
     return verify_f32(host, pb->ref_c, n, TOL_REL_L2, TOL_ABS);
+}
+
+/* The conv's gradients from the GPU's dc (b2's backward on cuDNN's c), each against the double
+ * reference: e[0], e[1] = dx by cuDNN, by b3 (verify_f32_scaled, as the table checks dx);
+ * e[2], e[3] = dw by cuDNN, by b3 (verify_sum_f32). Overwrites dc, dx and dw. */
+static void grad_errors(problem *pb, verify_result e[4])
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    void (*const fn[4])(const run_ctx *) = {lib_dx, own_dx, lib_dw, own_dw};
+    conv_forward(r);
+    epilogue_backward(r);
+    problem_bwd_refs(pb);
+    for (int i = 0; i < 4; i++) {
+        int is_dx = i < 2;
+        size_t n = is_dx ? x_elems(s) : N_WEIGHT;
+        float *dev = is_dx ? r->dx : r->dw, *host = is_dx ? pb->host_dx : pb->host_dw;
+        gpu_poison(dev, n);
+        fn[i](r);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaMemcpy(host, dev, 4 * n, cudaMemcpyDeviceToHost));
+        e[i] = is_dx ? verify_f32_scaled(host, pb->ref_dx, n, TOL_REL_L2, TOL_ABS)
+                     : verify_sum_f32(host, pb->ref_dw, pb->abs_dw, n, TOL_SUM);
+    }
 }
 
 static void shape_checks(problem *pb, int t)
@@ -464,6 +494,24 @@ static void shape_checks(problem *pb, int t)
     check(t3.pass && t3.rel_l2 <= 2.0 * vc.rel_l2 && t3.max_abs <= 2.0 * vc.max_abs,
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
+    /* b3's gradients in 3xTF32: the same rule against cuDNN's fp32 ones. Without cuDNN, the
+     * fp32 tolerances alone (which TF32's 2^-11 would fail): the direct kernels stand in for
+     * the library and split their sums more finely than any fast kernel (their dw's largest
+     * error was 0.45x b3's at 3x32x9x20x100, cuDNN's 1.2x), so they are no accuracy peer. */
+    verify_result e[4];
+    grad_errors(pb, e);
+    int peer = !strcmp(pb->lib.conv.backend, "cuDNN");
+    for (int i = 0; i < 2; i++) {
+        verify_result l = e[2 * i], o = e[2 * i + 1];
+        if (peer)
+            check(o.pass && o.rel_l2 <= 2.0 * l.rel_l2 && o.max_abs <= 2.0 * l.max_abs,
+                  "b3 3xTF32 %s within 2x cuDNN's error: rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)",
+                  i ? "dw" : "dx", o.rel_l2, l.rel_l2, o.max_abs, l.max_abs);
+        else
+            check(o.pass, "b3 3xTF32 %s within fp32's tolerance: rel_l2 %.1e max_abs %.1e (the "
+                  "direct kernels: %.1e, %.1e)", i ? "dw" : "dx", o.rel_l2, o.max_abs, l.rel_l2,
+                  l.max_abs);
+    }
 }
 
 /* extremes: the input x 1000, then planted conv outputs near +100, near -100 (relu cuts every
@@ -511,11 +559,15 @@ static void time_own_conv(const void *p)
     j->fn(j->r, j->r->c_own);
 }
 
-static void time_lib_conv(const void *r) { conv_forward((const run_ctx *)r); }
+typedef struct {
+    void (*fn)(const run_ctx *r);
+    const run_ctx *r;
+} grad_job;
 
 /* Each conv alone (cuDNN's fp32, v6's, v7's, v8's): time, TFLOP/s, and its error against the
- * double conv, the numbers behind the README's precision table. */
-static void conv_table(problem *pb, int reps)
+ * double conv, the numbers behind the README's precision table. lib_ms: cuDNN's time from the
+ * per-op table (hx_conv_ops), not measured twice; -1 if it did not run. */
+static void conv_table(problem *pb, int reps, double lib_ms)
 {
     const run_ctx *r = &pb->r;
     const shape *s = &pb->sh;
@@ -524,12 +576,11 @@ static void conv_table(problem *pb, int reps)
     printf("\nThe conv alone, %.1f GFLOP (c = conv(x) + bias), against the double reference:\n"
            "  %-34s %9s %8s %10s %10s\n", gflop, "conv", "median ms", "TFLOP/s", "rel_l2",
            "max_abs");
-    if (HAVE_CUDNN) {
-        timing t = gpu_time(time_lib_conv, r, reps);
+    if (lib_ms > 0) {
         char name[48];
         snprintf(name, sizeof name, "cuDNN fp32 (engine %d)", pb->lib.conv.fwd_algo);
-        printf("  %-34s %9.4f %8.1f %10.1e %10.1e\n", name, t.median_ms, gflop / t.median_ms,
-               lib.rel_l2, lib.max_abs);
+        printf("  %-34s %9.4f %8.1f %10.1e %10.1e\n", name, lib_ms, gflop / lib_ms, lib.rel_l2,
+               lib.max_abs);
     }
     struct {
         const char *name;
@@ -546,14 +597,50 @@ static void conv_table(problem *pb, int reps)
     }
 }
 
+static void time_own_grad(const void *p)
+{
+    const grad_job *j = (const grad_job *)p;
+    j->fn(j->r);
+}
+
+/* The conv's gradients alone, cuDNN's (times from the per-op table) and b3's: time, TFLOP/s,
+ * error against the double reference (grad_errors), the numbers behind the README's
+ * gradient table. */
+static void grad_table(problem *pb, int reps, const double lib_ms[4])
+{
+    const run_ctx *r = &pb->r;
+    double gflop = conv_flops(&pb->sh) / 1e9;
+    verify_result e[4];
+    grad_errors(pb, e);
+    printf("\nThe conv's gradients alone, %.1f GFLOP each, from the same dc, against the double "
+           "reference:\n  %-34s %9s %8s %10s %10s\n", gflop, "op", "median ms", "TFLOP/s",
+           "rel_l2", "max_abs");
+    const char *name[4] = {"dx: cuDNN", "dx: b3, 3xTF32", "dw: cuDNN", "dw: b3, 3xTF32"};
+    void (*const fn[2])(const run_ctx *) = {own_dx, own_dw};
+    for (int i = 0; i < 4; i++) {
+        double ms = lib_ms[1 + i / 2];
+        if (i & 1) {
+            grad_job j = {fn[i / 2], r};
+            ms = gpu_time(time_own_grad, &j, reps).median_ms;
+        }
+        char t[16] = "-", tf[16] = "-";
+        if (ms > 0)
+            snprintf(t, sizeof t, "%.4f", ms), snprintf(tf, sizeof tf, "%.1f", gflop / ms);
+        printf("  %-34s %9s %8s %10.1e %10.1e\n", name[i], t, tf, e[i].rel_l2, e[i].max_abs);
+    }
+}
+
 static void notes(problem *pb, const device_info *dev, int reps, const char *only)
 {
     const run_ctx *r = &pb->r;
-    if (!only || strstr("v6 v7 v8 v9", only))
-        conv_table(pb, reps);
     hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
                       conv_flops(&pb->sh)};
-    hx_conv_ops(&pb->lib.conv, &b, dev, reps);
+    double lib_ms[4];
+    int grads = hx_conv_ops(&pb->lib.conv, &b, dev, reps, lib_ms);
+    if (!only || strstr("v6 v7 v8 v9", only))
+        conv_table(pb, reps, lib_ms[0]);
+    if (grads)
+        grad_table(pb, reps, lib_ms);
     if (!only) {
         timing to = gpu_time(time_dbias_own, r, reps);
         printf("our dbias (b2's two-stage sum, common/reduce.cuh): median %.4f ms\n", to.median_ms);
@@ -593,7 +680,7 @@ const hx_chapter chapter_machinery = {
     "  N x 1 x D/2 x H/2 x W/2 (floor). Limits: batch and depth <= 65535, conv output < 2^31.\n"
     "  --dump DIR writes x.npy, conv_weight.npy (64,32,3,3,3), conv_bias.npy (64), conv_out.npy\n"
     "  (the cuDNN conv output the epilogue versions read), grad_output.npy, out_v1.npy ..\n"
-    "  out_v5.npy and, from each backward version's training step (b1, b2),\n"
+    "  out_v5.npy and, from each backward version's training step (b1 .. b3),\n"
     "  grad_conv_out_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n"
     "  Check a dump: python3 data/pytorch_peer.py check DIR --chapter 2\n",
     5,

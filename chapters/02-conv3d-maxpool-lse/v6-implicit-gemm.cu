@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 {
     extern __shared__ float4 smem4[];
     float *s_in = reinterpret_cast<float *>(smem4), *s_w = s_in + CI_CHUNK * CS;
-    tile_pos t = tile_of(h, w);
+    tile_pos t = tile_of<C_OUT>(h, w);
     int lane = threadIdx.x & 31, co0 = (threadIdx.x >> 5) * 8;
     float acc[TD * TH][8];
 #pragma unroll
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
             acc[i][j] = 0.0f;
     for (int chunk = 0; chunk < N_CHUNKS; chunk++) {
         __syncthreads(); /* the previous chunk's reads are done */
-        load_chunk(s_in, s_w, x, w_k, t, chunk, d, h, w);
+        load_chunk<C_IN, C_OUT>(s_in, s_w, x, w_k, t, chunk, d, h, w);
         __syncthreads();
         for (int ci = 0; ci < CI_CHUNK; ci++) {
             const float *a_base = s_in + ci * CS + lane;
@@ -82,10 +82,10 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 
 void conv_ffma(const run_ctx *r, float *c)
 {
-    SMEM_OPT_IN(k_conv_ffma);
+    SMEM_OPT_IN(k_conv_ffma, SMEM_BYTES);
     const shape *s = &r->sh;
     weights_kmajor(r);
-    k_conv_ffma<<<tile_grid(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, c, s->d,
+    k_conv_ffma<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, c, s->d,
                                                              s->h, s->w);
 }
 

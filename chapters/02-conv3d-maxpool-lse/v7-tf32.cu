@@ -21,33 +21,45 @@
  */
 #include "mma.cuh"
 
-template <int PASSES>
+/* CIN, COUT: 32, 64 here; b3's dx runs it as 64, 32 */
+template <int PASSES, int CIN, int COUT>
 __global__ void __launch_bounds__(IGEMM_THREADS, 2)
     k_conv_mma(const float *__restrict__ x, const float *__restrict__ w_k,
                const float *__restrict__ bias, float *__restrict__ c, int d, int h, int w)
 {
     extern __shared__ float4 smem4[];
-    float *s_in = reinterpret_cast<float *>(smem4), *s_w = s_in + CI_CHUNK * CS;
-    tile_pos tp = tile_of(h, w);
+    float *s_in = reinterpret_cast<float *>(smem4), *s_w = s_in + CI_CHUNK * CS_OF(COUT);
+    tile_pos tp = tile_of<COUT>(h, w);
     float acc[MT][NT][4];
-    mma_tile<PASSES>(acc, s_in, s_w, x, w_k, tp, d, h, w);
-    store_tile(acc, bias, c, tp, d, h, w);
+    mma_tile<PASSES, CIN, COUT>(acc, s_in, s_w, x, w_k, tp, d, h, w);
+    store_tile<COUT>(acc, bias, c, tp, d, h, w);
 }
 
-template <int PASSES>
-static void conv_mma(const run_ctx *r, float *c)
+/* out = conv(in) (+ bias): in N x CIN x D x H x W, w_k[cin][tap][cout] (igemm.cuh) */
+template <int PASSES, int CIN, int COUT>
+void conv_mma(const shape *s, const float *in, const float *w_k, const float *bias, float *out)
 {
-    SMEM_OPT_IN(k_conv_mma<PASSES>);
-    const shape *s = &r->sh;
-    weights_kmajor(r);
-    k_conv_mma<PASSES><<<tile_grid(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, c, s->d,
-                                                                    s->h, s->w);
+    SMEM_OPT_IN((k_conv_mma<PASSES, CIN, COUT>), IGEMM_SMEM_BYTES(COUT));
+    k_conv_mma<PASSES, CIN, COUT><<<tile_grid<COUT>(s), IGEMM_THREADS, IGEMM_SMEM_BYTES(COUT)>>>(
+        in, w_k, bias, out, s->d, s->h, s->w);
 }
+/* the forward's instances come with conv_tf32 and conv_3xtf32 below; b3's dx, compiled in
+ * another file, needs its own */
+template void conv_mma<3, C_OUT, C_IN>(const shape *, const float *, const float *, const float *,
+                                       float *);
 
-void conv_tf32(const run_ctx *r, float *c) { conv_mma<1>(r, c); }
+void conv_tf32(const run_ctx *r, float *c)
+{
+    weights_kmajor(r);
+    conv_mma<1, C_IN, C_OUT>(&r->sh, r->x, r->w_k, r->bias, c);
+}
 
 /* v8's conv (v8-3xtf32.cu says why): the same kernel, three products a term */
-void conv_3xtf32(const run_ctx *r, float *c) { conv_mma<3>(r, c); }
+void conv_3xtf32(const run_ctx *r, float *c)
+{
+    weights_kmajor(r);
+    conv_mma<3, C_IN, C_OUT>(&r->sh, r->x, r->w_k, r->bias, c);
+}
 
 void v7_launch(const run_ctx *r, int scope)
 {

@@ -39,9 +39,9 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 {
     extern __shared__ float4 smem4[];
     float *s_in = reinterpret_cast<float *>(smem4), *s_w = s_in + CI_CHUNK * CS;
-    tile_pos tp = tile_of(h, w);
+    tile_pos tp = tile_of<C_OUT>(h, w);
     float acc[MT][NT][4];
-    mma_tile<3>(acc, s_in, s_w, x, w_k, tp, d, h, w);
+    mma_tile<3, C_IN, C_OUT>(acc, s_in, s_w, x, w_k, tp, d, h, w);
 
     int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* s_pool[plane][window][channel], window = 16 py + px: warp q's rows 2 (q % 4) and
@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 void v9_launch(const run_ctx *r, int scope)
 {
     (void)scope;
-    SMEM_OPT_IN(k_fused);
+    SMEM_OPT_IN(k_fused, SMEM_BYTES);
     const shape *s = &r->sh;
     weights_kmajor(r);
-    k_fused<<<tile_grid(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, r->y, s->d, s->h,
+    k_fused<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, r->y, s->d, s->h,
                                                          s->w);
 }

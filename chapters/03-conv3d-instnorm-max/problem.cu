@@ -705,7 +705,7 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
     const run_ctx *r = &pb->r;
     hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
                       conv_flops(s)};
-    hx_conv_ops(&pb->lib, &b, dev, reps);
+    hx_conv_ops(&pb->lib, &b, dev, reps, NULL);
     if (!only) {
         timing to = gpu_time(time_dw_own, r, reps);
         printf("our dw (b2, b3): median %.4f ms\n", to.median_ms);

@@ -497,7 +497,7 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
     const run_ctx *r = &pb->r;
     hx_conv_bufs b = {0, r->x, r->weight, r->bias, r->dc, r->c, r->dx, r->dw, r->dbias,
                       conv_flops(s)};
-    hx_conv_ops(&pb->lib, &b, dev, reps);
+    hx_conv_ops(&pb->lib, &b, dev, reps, NULL);
     if (HAVE_CUDNN) {
         const lib_conv3d *cn = &pb->lib_nhwc;
         timing tn = gpu_time(time_conv_nhwc, r, reps), tt = gpu_time(time_x_nhwc, r, reps);

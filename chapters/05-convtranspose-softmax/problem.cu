@@ -521,7 +521,7 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
            4.0 * (x_elems(s) + pool_elems(s)) / (tp.median_ms * 1e6));
     hx_conv_bufs b = {1, r->xp, r->weight, r->bias, r->dc, r->c, r->dxp, r->dw, r->dbias,
                       conv_flops(s)};
-    hx_conv_ops(cc, &b, dev, reps);
+    hx_conv_ops(cc, &b, dev, reps, NULL);
     if (!only) {
         timing tg = gpu_time(time_grads, r, reps);
         printf("in the training step: the transposed conv's and the pool's gradients together "
