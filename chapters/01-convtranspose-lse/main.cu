@@ -34,14 +34,12 @@
  *                            writing dc; db by a deterministic two-stage reduction
  *   b3-own-conv-grads.cu b3  b2 in a training step whose conv kernels are ours: the transposed
  *                            conv by parity, deterministic dw and dbias; cuDNN's dx
- *   b4-saved-lse.cu      b4  v4 saving z, then a backward that streams c channel by channel,
- *                            as torch.compile's does: recompute against save
  *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1 to v4 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
- * plus the epilogue (model_fwd); v5 and v6 compute the conv themselves (model_fwd only); b1 to
- * b3 run as epilogue forward + backward and as a training step (conv, epilogue, its backward,
- * dx, dw, dbias), b4, whose subject is the epilogue's backward, as forward + backward only.
+ * plus the epilogue (model_fwd); v5 and v6 compute the conv themselves (model_fwd only); each
+ * backward version runs as epilogue forward + backward and as a training step (conv, epilogue,
+ * its backward, dx, dw, dbias).
  *
  *   make chapter-1                 verify and time every version at the KernelBench shape
  *   build/ch01 --version b2        one version
@@ -60,7 +58,6 @@ static const hx_version versions[] = {
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v4, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},
-    {"b4", SC(SCOPE_EPI_FWDBWD), "v4 saving z, then a streaming backward", b4_launch, 0},
 };
 
 int main(int argc, char **argv)

@@ -108,8 +108,7 @@ struct run_ctx {
     const float *x, *weight, *conv_bias, *b; /* model input and parameters */
     float *c;                                /* conv output: the epilogue's input */
     float *y;                                /* output */
-    float *tmp[N_TMP];                       /* v1's intermediates; b1 reads the saved z, t, s;
-                                              * b4 saves z in tmp[0] */
+    float *tmp[N_TMP];                       /* v1's intermediates; b1 reads the saved z, t, s */
     const float *g;                          /* dL/dy */
     float *dc, *db, *dx, *dw, *dbias;        /* the gradients */
     float *partials;  /* stage-1 partial sums: b1's and b2's db, b3's dw */
@@ -137,7 +136,6 @@ void v2_launch(const run_ctx *r, int scope);
 void v3_launch(const run_ctx *r, int scope);
 void v4_launch(const run_ctx *r, int scope);
 void v4_epilogue(const run_ctx *r);    /* b2's and b3's forward */
-void v4_epilogue_saving_z(const run_ctx *r, float *z); /* b4's: v4 that also writes z */
 void v5_launch(const run_ctx *r, int scope);
 /* v5's per-thread computation run on the host over a whole tensor (a CPU check) */
 void v5_host(const shape *s, const float *x, const float *w, const float *bias, float b,
@@ -159,8 +157,6 @@ void b3_launch(const run_ctx *r, int scope);
 void b3_conv_forward(const run_ctx *r); /* the transposed conv by parity, writing c */
 void own_dw(const run_ctx *r);
 void own_dbias(const run_ctx *r);
-void b4_launch(const run_ctx *r, int scope);
-int b4_blocks(int total); /* b4's db partials: r->partials holds at least this many */
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */

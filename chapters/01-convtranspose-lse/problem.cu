@@ -148,7 +148,6 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->n_partials = dev->sm_count * 4;
     int b2_blocks = ((s->s + 3) / 4 + 255) / 256 * s->n;
     int most = b2_blocks > r->n_partials ? b2_blocks : r->n_partials;
-    most = most > b4_blocks((int)nc) ? most : b4_blocks((int)nc);
     most = most > DW_BLOCKS * C_OUT * DW_TAPS ? most : DW_BLOCKS * C_OUT * DW_TAPS;
     r->partials = (float *)gpu_alloc(4 * (size_t)most, "partial sums");
     r->partials2 = (float *)gpu_alloc(4 * DBIAS_BLOCKS * C_OUT, "dbias partial sums");

@@ -30,11 +30,8 @@
 
 #define V4_BLOCK 256
 
-/* SAVE_Z: also write z, the logsumexp, for b4's backward (b4-saved-lse.cu); v4 itself does not */
-template <bool SAVE_Z>
 __global__ void k_epilogue_vec4_online(const float *__restrict__ c, const float *__restrict__ b,
-                                       float *__restrict__ y, float *__restrict__ z, int s,
-                                       int total)
+                                       float *__restrict__ y, int s, int total)
 {
     int n = blockIdx.y;
     int p0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
@@ -52,26 +49,16 @@ __global__ void k_epilogue_vec4_online(const float *__restrict__ c, const float 
     float bv = *b;
 #pragma unroll
     for (int k = 0; k < 4; k++)
-        if (p0 + k < s) {
-            float zk = m[k] + LOG_FAST(sum[k]);
-            y[n * s + p0 + k] = tail_fast(zk, bv);
-            if (SAVE_Z)
-                z[n * s + p0 + k] = zk;
-        }
+        if (p0 + k < s)
+            y[n * s + p0 + k] = tail_fast(m[k] + LOG_FAST(sum[k]), bv);
 }
 
-template <bool SAVE_Z>
-static void v4_run(const run_ctx *r, float *z)
+void v4_epilogue(const run_ctx *r)
 {
     int quads = (r->sh.s + 3) / 4;
     dim3 grid((quads + V4_BLOCK - 1) / V4_BLOCK, r->sh.n);
-    k_epilogue_vec4_online<SAVE_Z><<<grid, V4_BLOCK>>>(r->c, r->b, r->y, z, r->sh.s,
-                                                       (int)conv_elems(&r->sh));
+    k_epilogue_vec4_online<<<grid, V4_BLOCK>>>(r->c, r->b, r->y, r->sh.s, (int)conv_elems(&r->sh));
 }
-
-void v4_epilogue(const run_ctx *r) { v4_run<false>(r, NULL); }
-
-void v4_epilogue_saving_z(const run_ctx *r, float *z) { v4_run<true>(r, z); }
 
 void v4_launch(const run_ctx *r, int scope)
 {
