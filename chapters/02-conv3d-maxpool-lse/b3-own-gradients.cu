@@ -82,7 +82,8 @@
  * sum grows with the square root of its length; see the measured figures) */
 #define DW_WAVES 4
 
-/* tile i of the volume (row-major over sample, plane pair, row quad, column run) */
+/* tile i of the volume (row-major over sample, plane pair, row quad, column run: tile_grid's
+ * blocks in launch order, the tile tile_of gives block i) */
 __device__ static inline tile_pos tile_at(int i, int d, int h, int w)
 {
     int tw = (w + TW - 1) / TW, th = (h + TH - 1) / TH, td = (d + TD - 1) / TD;
@@ -122,13 +123,6 @@ __device__ static inline void load_dc_tile(float *s_dc, const float *__restrict_
             s_dc[co * DS + p] = v;
         }
     }
-}
-
-/* a float split for 3xTF32 (mma.cuh): hi = tf32(v), lo = the remainder as it is */
-__device__ static inline void split_tf32(float v, uint32_t *hi, uint32_t *lo)
-{
-    *hi = to_tf32(v);
-    *lo = __float_as_uint(v - __uint_as_float(*hi));
 }
 
 /* Block (chunk, share): the partial dw of input channels 8 chunk .. + 7 over tiles share,
@@ -178,16 +172,8 @@ __global__ void __launch_bounds__(DW_THREADS, DW_BLOCKS_PER_SM)
                 for (int e = 0; e < 4; e++)
                     split_tf32(v[e], &a_hi[e], &a_lo[e]);
 #pragma unroll
-                for (int kw = 0; kw < KS; kw++) {
-                    /* the step's three products from zero, then one FADD (mma.cuh says why) */
-                    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_tf32(s, a_lo, b_hi[kw]);
-                    mma_tf32(s, a_hi, b_lo[kw]);
-                    mma_tf32(s, a_hi, b_hi[kw]);
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        acc[mt][kw][e] += s[e];
-                }
+                for (int kw = 0; kw < KS; kw++) /* a step's 8 positions at a time */
+                    mma_3xtf32(acc[mt][kw], a_hi, a_lo, b_hi[kw], b_lo[kw]);
             }
         }
     }
@@ -229,7 +215,8 @@ void own_dw(const run_ctx *r)
 {
     SMEM_OPT_IN(k_dw_3xtf32, DW_SMEM_BYTES);
     const shape *s = &r->sh;
-    int n_tiles = s->n * ((s->d + TD - 1) / TD) * ((s->h + TH - 1) / TH) * ((s->w + TW - 1) / TW);
+    dim3 tiles = tile_grid<C_OUT>(s); /* the forward's tiles, numbered as tile_at reads them */
+    int n_tiles = tiles.x * tiles.y * tiles.z;
     int shares = dw_shares_max(r->sm_count);
     if (shares > n_tiles)
         shares = n_tiles;

@@ -68,6 +68,31 @@ __device__ static inline void mma_tf32(float d[4], const uint32_t a[4], const ui
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* a float split for 3xTF32: hi = tf32(v), lo = the remainder as it is (see above) */
+__device__ static inline void split_tf32(float v, uint32_t *hi, uint32_t *lo)
+{
+    *hi = to_tf32(v);
+    *lo = __float_as_uint(v - __uint_as_float(*hi));
+}
+
+/* acc += a b in 3xTF32: the three products (lo hi, hi lo, hi hi) summed from 0, then added to
+ * acc with one FADD each. A tensor core adds with truncation to about fp32's precision of the
+ * largest addend (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor
+ * cores", 2021); summing every k in the mma's accumulator would let those errors, all of one
+ * sign, grow with the running sum. */
+__device__ static inline void mma_3xtf32(float acc[4], const uint32_t a_hi[4],
+                                         const uint32_t a_lo[4], const uint32_t b_hi[2],
+                                         const uint32_t b_lo[2])
+{
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_tf32(part, a_lo, b_hi);
+    mma_tf32(part, a_hi, b_lo);
+    mma_tf32(part, a_hi, b_hi);
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        acc[e] += part[e];
+}
+
 /* Where warp q works: the row (plane TH + row) of its piece mt, and its first channel. With 64
  * output channels, warps q and q + 4 share rows and take channels 0 .. 31 and 32 .. 63; with
  * dx's 32, the 8 warps take 8 pairs of rows. */
@@ -119,9 +144,10 @@ __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float 
                 float v[4] = {p[0], p[8], p[4 * cs], p[4 * cs + 8]};
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    a_hi[mt][e] = to_tf32(v[e]);
-                    if (PASSES == 3) /* the remainder as it is (see above) */
-                        a_lo[mt][e] = __float_as_uint(v[e] - __uint_as_float(a_hi[mt][e]));
+                    if (PASSES == 3)
+                        split_tf32(v[e], &a_hi[mt][e], &a_lo[mt][e]);
+                    else
+                        a_hi[mt][e] = to_tf32(v[e]);
                 }
             }
             /* B piece by piece: A's 16 (or 32) registers stay, B's 2 (or 4) come and go */
@@ -132,29 +158,17 @@ __device__ static inline void mma_tile(float acc[MT][NT][4], float *s_in, float 
                 uint32_t b_hi[2], b_lo[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    b_hi[e] = to_tf32(v[e]);
                     if (PASSES == 3)
-                        b_lo[e] = __float_as_uint(v[e] - __uint_as_float(b_hi[e]));
+                        split_tf32(v[e], &b_hi[e], &b_lo[e]);
+                    else
+                        b_hi[e] = to_tf32(v[e]);
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    if (PASSES == 3) {
-                        /* This tap's three products summed from 0, then added to the sum with
-                         * one FADD each: a tensor core adds with truncation to about fp32's
-                         * precision of the largest addend (Fasi, Higham, Mikaitis, Pranesh,
-                         * "Numerical behavior of NVIDIA tensor cores", 2021); summing all
-                         * 108 taps in the mma would let those errors, all of one sign, grow
-                         * with the running sum. */
-                        float tap_sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_tf32(tap_sum, a_lo[mt], b_hi);
-                        mma_tf32(tap_sum, a_hi[mt], b_lo);
-                        mma_tf32(tap_sum, a_hi[mt], b_hi);
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            acc[mt][nt][e] += tap_sum[e];
-                    } else {
+                    if (PASSES == 3) /* a tap's 8 k at a time (mma_3xtf32 says why) */
+                        mma_3xtf32(acc[mt][nt], a_hi[mt], a_lo[mt], b_hi, b_lo);
+                    else
                         mma_tf32(acc[mt][nt], a_hi[mt], b_hi);
-                    }
                 }
             }
         }
