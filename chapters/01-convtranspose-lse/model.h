@@ -147,6 +147,7 @@ void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);    /* b3's epilogue backward too */
+dim3 b2_grid(const shape *sh);         /* b2 backward's blocks (problem.cu sizes its partials) */
 /* the two stages of common/reduce.cuh as one call each (b2-fused-backward.cu): sum_channels
  * adds each channel of an n x channels x s tensor into out[channel]; sum_segments adds each run
  * of count partials */
