@@ -147,7 +147,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
     r->n_partials = dev->sm_count * 4;
     dim3 b2g = b2_grid(s);
-    int b2_blocks = (int)(b2g.x * b2g.y) * 2; /* EXPERIMENT */
+    int b2_blocks = (int)(b2g.x * b2g.y);
     int most = b2_blocks > r->n_partials ? b2_blocks : r->n_partials;
     most = most > DW_BLOCKS * C_OUT * DW_TAPS ? most : DW_BLOCKS * C_OUT * DW_TAPS;
     r->partials = (float *)gpu_alloc(4 * (size_t)most, "partial sums");
