@@ -28,6 +28,9 @@
  *                            in constant memory; the 1 GB conv output is never written
  *   v6-smem-weights.cu   v6  v5 tuned by its profile: weights as shared-memory float4
  *                            broadcasts, the logsumexp in base 2, the channel loop unrolled by 2
+ *   v7-thread-per-position.cu
+ *                        v7  back to the epilogue alone: v4 without its 16-byte loads, a thread
+ *                            per position with v4's other fixes, and faster than v4
  *   b1-autograd.cu       b1  autograd-like backward: v1 saving z, t, s, a kernel per op back;
  *                            the training step's cuDNN gradients
  *   b2-fused-backward.cu b2  fused backward: v4, then one kernel recomputing z from c and
@@ -36,8 +39,8 @@
  *                            conv by parity, deterministic dw and dbias; cuDNN's dx
  *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
  *
- * Scopes: v1 to v4 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
- * plus the epilogue (model_fwd); v5 and v6 compute the conv themselves (model_fwd only); each
+ * Scopes: v1 to v4 and v7 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's
+ * conv plus the epilogue (model_fwd); v5 and v6 compute the conv themselves (model_fwd only); each
  * backward version runs as epilogue forward + backward and as a training step (conv, epilogue,
  * its backward, dx, dw, dbias).
  *
@@ -55,6 +58,7 @@ static const hx_version versions[] = {
     {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "16-byte loads, online logsumexp, intrinsics", v4_launch, 0},
     {"v5", SC(SCOPE_MODEL_FWD), "full fusion: transposed conv inside the kernel", v5_launch, 0},
     {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
+    {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes", v7_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v4, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},

@@ -141,6 +141,7 @@ void v5_launch(const run_ctx *r, int scope);
 void v5_host(const shape *s, const float *x, const float *w, const float *bias, float b,
              float *y);
 void v6_launch(const run_ctx *r, int scope);
+void v7_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void lib_dx(const run_ctx *r);       /* the training step's conv gradients through cuDNN */
 void lib_dw(const run_ctx *r);

@@ -1,0 +1,64 @@
+/*
+ * v7: v4 without its 16-byte loads: a thread per position again, and nothing else of v2's
+ *
+ * Defect of v4 (0.375 ms, 96% of the copy ceiling, 2% behind torch.compile's 0.368): its four
+ * positions a thread buy 16-byte loads, but on planes that start off a 16-byte boundary three
+ * channels in four need two float4 a thread, the second usually an L1 hit. A warp asks L1 for
+ * 1.75 float4 a thread per 16 bytes it needs, and the online logsumexp adds a compare and a
+ * branch to every value. v2, which v4 replaced, had three defects at once (an integer division
+ * per position, accurate expf/logf, a grid-stride loop over a grid sized to the SMs); v4 fixed all
+ * three along with the loads, so the loads' share of the 13% was never measured.
+ * Change: v2's layout, one position a thread, each channel one 4-byte load (a warp reads 128
+ * contiguous bytes of a plane: coalesced without any alignment), with v4's other fixes: a
+ * sample per blockIdx.y (no division), the fast intrinsics, a grid that covers the tensor once.
+ * The 16 loads are independent, so the two-pass logsumexp (max, then 16 exps) costs no wait,
+ * and blocks of 512 threads.
+ * Prediction: the bytes are v4's, 1.071 GB against the 0.359 ms floor, so only the distance to
+ * the ceiling can move. This version was found by measuring, not foreseen; the arithmetic after
+ * the fact: scalar coalesced loads ask L1 for each byte once, v4 for 1.75x, so if L1 requests
+ * are what keep v4 4% from the ceiling, v7 closes part of that.
+ * Measured: 0.3695 ms [0.3686 - 0.3704], 2898 GB/s, 96.7% of the copy ceiling, against v4's
+ * 0.3751 in the same run: 1.5% faster, the ranges apart. torch.compile's 0.3684 ms (re-timed
+ * the same day in another call) is 0.3% ahead, less than the spread between runs: a tie. Still
+ * 2.6% over the 0.36 ms issue 15 asks for; the floor is 0.359. The form was chosen from eleven
+ * measured side by side (commit be13152): with blocks of 256 threads 0.372, of 128 0.375; the
+ * online logsumexp instead of two passes 0.373; two positions a thread with 8-byte loads 0.381.
+ * So v4's 16-byte loads were not what took v2's 0.425 ms to 0.375: the division, the accurate
+ * exp and log, and the grid-stride loop were.
+ */
+#include "model.h"
+#include "tail.cuh"
+
+#define V7_BLOCK 512
+
+__global__ void __launch_bounds__(V7_BLOCK)
+    k_epilogue_per_position(const float *__restrict__ c, const float *__restrict__ b,
+                            float *__restrict__ y, int s)
+{
+    int n = blockIdx.y;
+    int p = blockIdx.x * V7_BLOCK + threadIdx.x;
+    if (p >= s)
+        return;
+    const float *src = c + n * C_OUT * s + p;
+    float v[C_OUT];
+#pragma unroll
+    for (int ch = 0; ch < C_OUT; ch++)
+        v[ch] = __ldg(src + ch * s);
+    float m = v[0];
+#pragma unroll
+    for (int ch = 1; ch < C_OUT; ch++)
+        m = fmaxf(m, v[ch]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int ch = 0; ch < C_OUT; ch++)
+        sum += EXP_FAST(v[ch] - m);
+    y[n * s + p] = tail_fast(m + LOG_FAST(sum), *b);
+}
+
+void v7_launch(const run_ctx *r, int scope)
+{
+    if (scope == SCOPE_MODEL_FWD)
+        conv_forward(r);
+    dim3 grid((r->sh.s + V7_BLOCK - 1) / V7_BLOCK, r->sh.n);
+    k_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
+}
