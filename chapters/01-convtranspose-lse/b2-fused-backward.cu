@@ -22,7 +22,7 @@
  * floor.
  * Measured (same H100, same call, commit 0c77edb): 1.210 ms against 1.311 for four positions a
  * thread, 7.7% faster but not the floor: less v4's 0.375 ms, the backward takes about 0.835 ms,
- * 84% of the copy ceiling. Recorded: 1.197 ms, 9% over the target; torch.compile's 1.183 ms is
+ * 84% of the copy ceiling. Recorded: 1.194 ms, 9% over the target; torch.compile's 1.183 ms is
  * still 1% ahead (2% in the call that timed both, where b2 took 1.209).
  * ncu on the kernel alone (commit 0c77edb): 48% of warps active, still 16 cycles of
  * long-scoreboard stall an issue, DRAM at 71% of peak. It wrote 0.99 GB to DRAM, where the
