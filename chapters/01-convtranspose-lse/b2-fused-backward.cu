@@ -3,10 +3,10 @@
  *
  * Defect of b1: a kernel per op and three saved tensors, 1.9 GB of traffic beyond the floor
  * (2.42 ms). Change: one kernel after v4's forward: each thread takes two adjacent positions
- * (8-byte loads on the misaligned planes, load2 in load4.cuh), recomputes z from the 32 values
- * it holds (a two-pass logsumexp is cheap once the values are in registers, and keeps
- * e_c = exp(v_c - m) for the softmax), applies the chain rule of reference.cu and writes dc for
- * its two positions in every channel. -ds is summed per block (common/reduce.cuh's block_sum)
+ * (8-byte loads on the misaligned planes, load_shifted<2> in shifted-load.cuh), recomputes z
+ * from the 32 values it holds (a two-pass logsumexp is cheap once the values are in registers,
+ * and keeps e_c = exp(v_c - m) for the softmax), applies the chain rule of reference.cu and
+ * writes dc for its two positions in every channel. -ds is summed per block (common/reduce.cuh's block_sum)
  * into one partial a block, and one block adds the partials in a fixed order: db is
  * deterministic, no atomics.
  * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v4's 0.375 ms,
@@ -37,7 +37,7 @@
  * This file also wraps the two stages of common/reduce.cuh as one call each for b1's db and
  * b3's dw and dbias (sum_channels, sum_segments).
  */
-#include "load4.cuh"
+#include "shifted-load.cuh"
 #include "model.h"
 #include "reduce.cuh"
 #include "tail.cuh"
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(B2_BLOCK, 4)
         float e[C_OUT][B2_POS], m[B2_POS] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int ch = 0; ch < C_OUT; ch++) {
-            load2(c, (n * C_OUT + ch) * s, p0, s, total, e[ch]);
+            load_shifted<2>(c, (n * C_OUT + ch) * s, p0, s, total, e[ch]);
 #pragma unroll
             for (int k = 0; k < B2_POS; k++)
                 m[k] = fmaxf(m[k], e[ch][k]);

@@ -19,7 +19,7 @@
  *   v3-block-per-position.cu
  *                        v3  the anti-pattern a first instinct picks: a block per position, a
  *                            thread per channel, a shared-memory tree
- *   load4.cuh                16-byte loads on misaligned planes
+ *   shifted-load.cuh         16- and 8-byte loads on misaligned planes
  *   v4-float4-online-lse.cu
  *                        v4  four positions a thread, 16-byte loads, the online logsumexp,
  *                            the fast intrinsics: the epilogue at 96% of the copy ceiling

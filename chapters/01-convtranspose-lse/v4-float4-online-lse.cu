@@ -7,9 +7,9 @@
  * threads, eight times the 16 KB that Little's law asks for (3e12 B/s x 7e-7 s of DRAM latency
  * / 132 SMs). Changes:
  *  (1) each thread takes 4 adjacent positions and reads each channel with 16-byte loads
- *      (load4.cuh). A channel's plane is S = 123039 floats, an odd number, so only one channel
- *      in four starts on a 16-byte boundary: the others take two aligned float4 and shift, the
- *      second usually the neighbour thread's first (an L1 hit, no extra DRAM bytes);
+ *      (shifted-load.cuh). A channel's plane is S = 123039 floats, an odd number, so only one
+ *      channel in four starts on a 16-byte boundary: the others take two aligned float4 and
+ *      shift, the second usually the neighbour thread's first (an L1 hit, no extra DRAM bytes);
  *  (2) the online logsumexp (Milakov & Gimelshein, "Online normalizer calculation for softmax",
  *      2018; common/lse.cuh) folds each channel in as it arrives, one exp per value:
  *          v > m:  s = s exp(m - v) + 1,  m = v        otherwise:  s = s + exp(v - m)
@@ -25,7 +25,7 @@
  * v7 comes back to this kernel: measured later, the 16-byte loads were not the gain; a thread
  * per position with plain loads and the other two changes is 1.5% faster.
  */
-#include "load4.cuh"
+#include "shifted-load.cuh"
 #include "lse.cuh"
 #include "model.h"
 #include "tail.cuh"
@@ -43,7 +43,7 @@ __global__ void k_epilogue_vec4_online(const float *__restrict__ c, const float 
 #pragma unroll
     for (int ch = 0; ch < C_OUT; ch++) {
         float v[4];
-        load4(c, (n * C_OUT + ch) * s, p0, s, total, v);
+        load_shifted<4>(c, (n * C_OUT + ch) * s, p0, s, total, v);
 #pragma unroll
         for (int k = 0; k < 4; k++)
             lse_online(v[k], &m[k], &sum[k]);
