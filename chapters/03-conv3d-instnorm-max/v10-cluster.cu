@@ -32,25 +32,9 @@
 #include "cluster.cuh"
 #include "model.h"
 
-#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
-/* thread 0: the 16 rows of the slice, row co completing on bars[co], so that warp co can start
- * on its row while later ones are still arriving. Each barrier's single arrival is this
- * arrive.expect_tx, which also sets the bytes its phase waits for. */
-__device__ static inline void bulk_rows(float *vals, int cap, const float *__restrict__ src, int len,
-                                        int S, unsigned long long *bars)
-{
-    unsigned bytes = 4u * len;
-    for (int co = 0; co < C_OUT; co++) {
-        mbar_expect_tx(&bars[co], bytes);
-        if (bytes)
-            bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
-    }
-}
-#endif
-
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-                   float *__restrict__ mean, float *__restrict__ rstd, int S)
+                   float *__restrict__ mean, float *__restrict__ rstd, int S, int x)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -64,6 +48,8 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     int bulk = (S & 3) == 0; /* bulk copies need rows of whole 16-byte units */
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+    if (threadIdx.x == 0)
+        tl_mark(0, 0);
     if (bulk) { /* step 1 */
         if (threadIdx.x == 0) {
             for (int co = 0; co < C_OUT; co++)
@@ -80,9 +66,19 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     /* step 2; with bulk copies warp w waits for row w only, and every row has landed once the
      * cluster barrier inside cluster_stats is passed (each was waited for by its warp before
      * arriving) */
-    cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
+    cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL, x);
+    if (threadIdx.x == 0)
+        tl_mark(0, 1);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank); /* step 3 */
-    cluster.sync(); /* no block may exit while another still reads its partials */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        tl_mark(0, 2);
+    if (x & 1)
+        asm volatile("barrier.cluster.wait;" ::: "memory");
+    else
+        cluster.sync(); /* no block may exit while another still reads its partials */
+    if (threadIdx.x == 0)
+        tl_mark(0, 3);
 #endif
 }
 
@@ -95,9 +91,12 @@ void v10_epilogue(const run_ctx *r)
         return;
     }
     cluster_launch L;
+    tl_setup();
     cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
+    int x = getenv("V10X") ? atoi(getenv("V10X")) : 0;
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s));
+                                  r->sh.s, x));
+    tl_dump("v10", CL * r->sh.n);
 }
 
 void v10_launch(const run_ctx *r, int scope)
