@@ -11,8 +11,6 @@
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "hopper.cuh"
 #include "model.h"
@@ -21,72 +19,16 @@
 
 namespace cg = cooperative_groups;
 
-/* experiment (temporary): per-block timelines, %globaltimer in ns, when g_tl is set */
-#define TL_K 64
-#define TL_E 8
-static __device__ unsigned long long *g_tl;
-static unsigned long long *h_tl_dev;
-__device__ static inline void tl_mark(int k, int e)
+/* block r of a cluster holds positions [slice_lo(S, r), slice_lo(S, r + 1)) of all 16 channels:
+ * cut at multiples of 4 positions so 16-byte copies stay aligned */
+__host__ __device__ static inline int slice_lo(int S, int r)
 {
-    if (g_tl && k < TL_K) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        unsigned sm;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        size_t b = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-        g_tl[(b * TL_K + k) * TL_E + e] = t;
-        g_tl[(b * TL_K + k) * TL_E + TL_E - 1] = sm;
-    }
-}
-
-/* allocates when TL is set; writes TL/<name>.csv after a sync */
-static inline void tl_setup(void)
-{
-    if (!getenv("TL") || h_tl_dev)
-        return;
-    size_t bytes = (size_t)4096 * TL_K * TL_E * 8;
-    CUDA_CHECK(cudaMalloc(&h_tl_dev, bytes));
-    CUDA_CHECK(cudaMemcpyToSymbol(g_tl, &h_tl_dev, sizeof h_tl_dev));
-}
-static inline void tl_dump(const char *name, int blocks)
-{
-    if (!h_tl_dev)
-        return;
-    size_t n = (size_t)blocks * TL_K * TL_E;
-    unsigned long long *h = (unsigned long long *)malloc(8 * n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h, h_tl_dev, 8 * n, cudaMemcpyDeviceToHost));
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.csv", getenv("TL"), name);
-    FILE *f = fopen(path, "w");
-    for (int b = 0; b < blocks; b++)
-        for (int k = 0; k < TL_K; k++) {
-            unsigned long long *e = h + ((size_t)b * TL_K + k) * TL_E;
-            if (!e[0] && !e[1] && !e[2] && !e[4])
-                continue;
-            fprintf(f, "%d,%d", b, k);
-            for (int j = 0; j < TL_E; j++)
-                fprintf(f, ",%llu", e[j]);
-            fprintf(f, "\n");
-        }
-    fclose(f);
-    free(h);
-    CUDA_CHECK(cudaMemset(h_tl_dev, 0, (size_t)4096 * TL_K * TL_E * 8));
-}
-
-
-/* part r of P holds positions [part_lo(S, r, P), part_lo(S, r + 1, P)) of all 16 channels: cut
- * at multiples of 4 positions so 16-byte copies stay aligned; part_cap floats a channel row
- * in shared memory, the longest part. The cluster versions cut a sample into CL parts, block r
- * of a cluster holding part r (slice_lo, slice_cap); v14 into as many as its buffers need. */
-__host__ __device__ static inline int part_lo(int S, int r, int P)
-{
-    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / P);
+    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / CL);
     return v < S ? v : S;
 }
-__host__ __device__ static inline int part_cap(int S, int P) { return 4 * (((S + 3) / 4 + P - 1) / P); }
-__host__ __device__ static inline int slice_lo(int S, int r) { return part_lo(S, r, CL); }
-__host__ __device__ static inline int slice_cap(int S) { return part_cap(S, CL); }
+
+/* floats per channel row in shared memory: the longest slice */
+__host__ __device__ static inline int slice_cap(int S) { return 4 * (((S + 3) / 4 + CL - 1) / CL); }
 
 /* shared memory of the cluster kernels, bytes: the 16 rows (+ g and the argmax for b3) */
 static inline size_t cluster_smem(int S, int backward)
@@ -141,42 +83,6 @@ __device__ static inline void fill_slice(float *vals, int cap, const float *__re
     __pipeline_wait_prior(0);
 }
 
-/* A warp's (count, mean, M2) of row[0, len) times mult, in every lane: the mean, then the
- * centred squares (which do not cancel), both read from shared memory, so the second pass
- * costs no DRAM */
-__device__ static inline welford row_welford(const float *row, int len, float mult)
-{
-    int lane = threadIdx.x & 31;
-    float acc = 0.0f;
-    for (int j = lane; j < len; j += 32)
-        acc += row[j] * mult;
-    acc = warp_sum(acc);
-    float lm = len > 0 ? __shfl_sync(FULL, acc, 0) / len : 0.0f, q = 0.0f;
-    for (int j = lane; j < len; j += 32) {
-        float d = row[j] * mult - lm;
-        q += d * d;
-    }
-    q = warp_sum(q);
-    welford w = {len, lm, __shfl_sync(FULL, q, 0)};
-    return w;
-}
-
-/* experiment: one pass, sums of (v - K) and (v - K)^2 with K the row's first value */
-__device__ static inline welford row_shifted(const float *row, int len, float mult)
-{
-    int lane = threadIdx.x & 31;
-    float K = len > 0 ? row[0] * mult : 0.0f, s1 = 0.0f, s2 = 0.0f;
-    for (int j = lane; j < len; j += 32) {
-        float d = row[j] * mult - K;
-        s1 += d, s2 += d * d;
-    }
-    s1 = warp_sum(s1), s2 = warp_sum(s2);
-    s1 = __shfl_sync(FULL, s1, 0), s2 = __shfl_sync(FULL, s2, 0);
-    float dm = len > 0 ? s1 / len : 0.0f;
-    welford w = {len, K + dm, fmaxf(s2 - s1 * dm, 0.0f)};
-    return w;
-}
-
 /* The statistics of the sample, into cs->mean / cs->rstd of every block. Warp w reduces
  * channel w of this block's slice exactly on its own (its mean, then its centred squares, both
  * from shared memory, so the second pass costs no DRAM) and publishes (count, mean, M2); one
@@ -186,25 +92,33 @@ __device__ static inline welford row_shifted(const float *row, int len, float mu
  * parity alternates the published triples between samples (v11), so a block may write the
  * next sample's while a slower peer still reads this one's. */
 __device__ static inline void cluster_stats(cluster_shared *cs, const float *vals, int cap, int len,
-                                            int S, int parity, unsigned long long *row_bars,
-                                            int x = 0)
+                                            int S, int parity, unsigned long long *row_bars)
 {
 #if __CUDA_ARCH__ >= 900
     cg::cluster_group cluster = cg::this_cluster();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (row_bars)
         mbar_wait(&row_bars[warp], 0);
-    welford part = (x & 2) ? row_shifted(vals + warp * cap, len, cs->m[warp])
-                           : row_welford(vals + warp * cap, len, cs->m[warp]);
-    if (lane == 0)
-        cs->wf[parity][warp] = part;
+    const float *row = vals + warp * cap;
+    float mult = cs->m[warp], acc = 0.0f;
+    for (int j = lane; j < len; j += 32)
+        acc += row[j] * mult;
+    acc = warp_sum(acc);
+    float lm = len > 0 ? __shfl_sync(FULL, acc, 0) / len : 0.0f, q = 0.0f;
+    for (int j = lane; j < len; j += 32) {
+        float d = row[j] * mult - lm;
+        q += d * d;
+    }
+    q = warp_sum(q);
+    if (lane == 0) {
+        welford w = {len, lm, q};
+        cs->wf[parity][warp] = w;
+    }
     cluster.sync();
     welford z = {0, 0.0f, 0.0f};
     welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
     for (int off = CL / 2; off > 0; off >>= 1)
         w = chan_merge(w, shfl_welford(w, off));
-    if (x & 1) /* the peers' partials are read: arrive now, wait before exiting */
-        asm volatile("barrier.cluster.arrive;" ::: "memory");
     if (lane == 0)
         cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
     __syncthreads();
@@ -230,20 +144,6 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
     if (rank == 0 && threadIdx.x < C_OUT)
         mean[n * C_OUT + threadIdx.x] = cs->mean[threadIdx.x],
         rstd[n * C_OUT + threadIdx.x] = cs->rstd[threadIdx.x];
-}
-
-/* thread 0: the 16 rows of a slice, row co completing on bars[co], so that warp co can start
- * on its row while later ones are still arriving (v10, v14). Each barrier's single arrival is
- * this arrive.expect_tx, which also sets the bytes its phase waits for. */
-__device__ static inline void bulk_rows(float *vals, int cap, const float *__restrict__ src, int len,
-                                        int S, unsigned long long *bars)
-{
-    unsigned bytes = 4u * len;
-    for (int co = 0; co < C_OUT; co++) {
-        mbar_expect_tx(&bars[co], bytes);
-        if (bytes)
-            bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
-    }
 }
 
 /* The launch of a cluster kernel (common/hopper.cuh): grid (CL, `clusters`), CL_THREADS threads

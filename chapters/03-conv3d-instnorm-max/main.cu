@@ -71,7 +71,6 @@ static const hx_version versions[] = {
     {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0},
     {"v10", FWD, "one pass: 8-block cluster, c read once", v10_launch, NEEDS_SM90},
     {"v11", FWD, "v10 persistent, TMA double buffer", v11_launch, NEEDS_SM90},
-    {"v14", FWD, "persistent teams: software pipeline", v14_launch, 0},
     {"v12", SC(SCOPE_MODEL_FWD), "model: conv in stats pass + apply pass", v12_launch, 0},
     {"v13", SC(SCOPE_MODEL_FWD), "model: cluster, conv once into smem", v13_launch, NEEDS_SM90},
     {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},

@@ -92,7 +92,6 @@ __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v 
 #define CL 8            /* v10, v11, v13, b3: blocks a cluster, one cluster a sample (the
                          * portable maximum) */
 #define CL_THREADS 512  /* their blocks: 16 warps, warp w reduces channel w */
-#define MAX_PARTS 32    /* v14: parts a sample at most, merged by one warp, a lane each */
 #define CONV_TILE 512   /* v12: positions a block computes the conv at */
 #define B2_BLOCK 256    /* b2: positions a block */
 #define DOT_BLOCKS 64   /* b1 and dbias: blocks a channel in the deterministic channel sums */
@@ -106,7 +105,6 @@ struct run_ctx {
     int sm_count;
     size_t smem_optin;                  /* the most dynamic shared memory a cluster kernel may ask for */
     int pipe_clusters;                  /* v11's resident clusters (0: v11 does not fit, runs v10) */
-    int hopper;                         /* this GPU and build run sm_90 code (bulk copies) */
     const float *x, *weight, *bias, *m; /* model input and parameters */
     float *c;                           /* conv output, the epilogue's input */
     float *y;                           /* output */
@@ -115,9 +113,6 @@ struct run_ctx {
     float *mean, *rstd;                 /* per (n, c): every forward writes them, the backward reads */
     float2 *part2, *means;              /* v2..v5 partials; the instance-norm backward's two means */
     struct welford *wpart;              /* v12's tile statistics */
-    unsigned long long *slots;          /* v14's parts' (mean, M2): N x MAX_PARTS x 16, all ones
-                                         * (empty) between launches */
-    unsigned *done;                     /* v14's readers a sample: N, zero between launches */
     float *bpart, *dm_part1, *dm_part2, *db_part, *dw_part; /* partial sums */
     const float *g;                     /* dL/dy */
     float *dc, *dx, *dw, *dbias, *dm;   /* the gradients */
@@ -169,8 +164,6 @@ void v10_launch(const run_ctx *r, int scope);
 int v10_resident_clusters(const run_ctx *r);
 int v11_resident_clusters(const run_ctx *r);
 void v11_launch(const run_ctx *r, int scope);
-void v14_epilogue(const run_ctx *r);
-void v14_launch(const run_ctx *r, int scope);
 void v12_model(const run_ctx *r);    /* v13's fallback */
 void v12_launch(const run_ctx *r, int scope);
 void v13_launch(const run_ctx *r, int scope);

@@ -26,15 +26,35 @@
  * peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on memory
  * fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at once (two
  * 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's share
- * of DRAM bandwidth goes unused. The steps that led here, each measured, are in the README's
- * "tried" list.
+ * of DRAM bandwidth goes unused. A timeline of one launch (commit 0ab0e1a, %globaltimer at
+ * each block's phase boundaries): 74.8 us end to end; per block (median) 9.9 us to load, reduce
+ * and exchange, 2.1 us to write y, 1.7 us at the closing cluster barrier; the first 240
+ * blocks, loading 24 MB at once, take 15.4 us for the first phase (1.6 TB/s), later ones 8.6.
+ * The steps that led here, each measured, and the pipelined forms that lost to it, are in the
+ * README's "tried" list.
  */
 #include "cluster.cuh"
 #include "model.h"
 
+#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
+/* thread 0: the 16 rows of the slice, row co completing on bars[co], so that warp co can start
+ * on its row while later ones are still arriving. Each barrier's single arrival is this
+ * arrive.expect_tx, which also sets the bytes its phase waits for. */
+__device__ static inline void bulk_rows(float *vals, int cap, const float *__restrict__ src, int len,
+                                        int S, unsigned long long *bars)
+{
+    unsigned bytes = 4u * len;
+    for (int co = 0; co < C_OUT; co++) {
+        mbar_expect_tx(&bars[co], bytes);
+        if (bytes)
+            bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
+    }
+}
+#endif
+
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-                   float *__restrict__ mean, float *__restrict__ rstd, int S, int x)
+                   float *__restrict__ mean, float *__restrict__ rstd, int S)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -48,8 +68,6 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     int bulk = (S & 3) == 0; /* bulk copies need rows of whole 16-byte units */
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-    if (threadIdx.x == 0)
-        tl_mark(0, 0);
     if (bulk) { /* step 1 */
         if (threadIdx.x == 0) {
             for (int co = 0; co < C_OUT; co++)
@@ -66,19 +84,9 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     /* step 2; with bulk copies warp w waits for row w only, and every row has landed once the
      * cluster barrier inside cluster_stats is passed (each was waited for by its warp before
      * arriving) */
-    cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL, x);
-    if (threadIdx.x == 0)
-        tl_mark(0, 1);
+    cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank); /* step 3 */
-    __syncthreads();
-    if (threadIdx.x == 0)
-        tl_mark(0, 2);
-    if (x & 1)
-        asm volatile("barrier.cluster.wait;" ::: "memory");
-    else
-        cluster.sync(); /* no block may exit while another still reads its partials */
-    if (threadIdx.x == 0)
-        tl_mark(0, 3);
+    cluster.sync(); /* no block may exit while another still reads its partials */
 #endif
 }
 
@@ -91,12 +99,9 @@ void v10_epilogue(const run_ctx *r)
         return;
     }
     cluster_launch L;
-    tl_setup();
     cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
-    int x = getenv("V10X") ? atoi(getenv("V10X")) : 0;
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s, x));
-    tl_dump("v10", CL * r->sh.n);
+                                  r->sh.s));
 }
 
 void v10_launch(const run_ctx *r, int scope)

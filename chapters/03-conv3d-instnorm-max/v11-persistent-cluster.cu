@@ -14,11 +14,11 @@
  * Measured: 0.0838 ms, slower than v10 (0.0744). Only 15 clusters fit (one 202 KB block an SM:
  * 120 SMs, 16 warps each); ncu (commit 508c56c, on an earlier form with two cluster barriers a
  * sample): 40% of DRAM peak, memory-fence stalls first (3.2 cycles per issued instruction). The
- * overlap the double buffer allows is spent waiting at barriers. Clusters of 16, and two
- * barriers a sample, measured slower still (the README's "tried" list).
+ * overlap the double buffer allows is spent waiting at barriers. Not on the copies in flight:
+ * issuing the next sample's copies after the cluster barrier instead of before it measured the
+ * same (0.0837 against 0.0839 ms, commit 0ab0e1a). Clusters of 16, and two barriers a sample,
+ * measured slower still (the README's "tried" list).
  */
-#include <stdlib.h>
-
 #include "cluster.cuh"
 #include "model.h"
 
@@ -38,7 +38,7 @@ __device__ static inline void bulk_slice(float *vals, int cap, const float *__re
 __global__ void __launch_bounds__(CL_THREADS, 1)
 k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
                     float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
-                    int S, int N, int late)
+                    int S, int N)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -72,14 +72,12 @@ k_cluster_pipelined(const float *__restrict__ c, const float *__restrict__ m,
                 __pipeline_commit(); /* an empty group keeps the count below right */
             __pipeline_wait_prior(1); /* this sample's copies are done (this thread's) */
         } else {
-            if (!late && n + G < N && threadIdx.x == 0)
+            if (n + G < N && threadIdx.x == 0)
                 bulk_slice(next, cap, src, len, S, &bar[(it + 1) & 1]);
             mbar_wait(&bar[it & 1], (it >> 1) & 1);
         }
         __syncthreads(); /* every thread's copies */
         cluster_stats(&cs, vals, cap, len, S, it & 1, NULL);
-        if (bulk && late && n + G < N && threadIdx.x == 0)
-            bulk_slice(next, cap, src, len, S, &bar[(it + 1) & 1]);
         cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
         __syncthreads(); /* vals is refilled next iteration */
     }
@@ -112,7 +110,6 @@ void v11_launch(const run_ctx *r, int scope)
     int g = r->pipe_clusters < r->sh.n ? r->pipe_clusters : r->sh.n;
     cluster_launch L;
     cluster_config(&L, (const void *)k_cluster_pipelined, &opted, r, g, 2 * cluster_smem(r->sh.s, 0));
-    int late = getenv("V11X") != NULL;
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_pipelined, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s, r->sh.n, late));
+                                  r->sh.s, r->sh.n));
 }
