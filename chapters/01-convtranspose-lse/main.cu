@@ -33,7 +33,7 @@
  *                            per position with v4's other fixes, and faster than v4
  *   b1-autograd.cu       b1  autograd-like backward: v1 saving z, t, s, a kernel per op back;
  *                            the training step's cuDNN gradients
- *   b2-fused-backward.cu b2  fused backward: v4, then one kernel recomputing z from c and
+ *   b2-fused-backward.cu b2  fused backward: v7, then one kernel recomputing z from c and
  *                            writing dc; db by a deterministic two-stage reduction
  *   b3-own-conv-grads.cu b3  b2 in a training step whose conv kernels are ours: the transposed
  *                            conv by parity, deterministic dw and dbias; cuDNN's dx
@@ -60,7 +60,7 @@ static const hx_version versions[] = {
     {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
     {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes", v7_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
-    {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v4, then one pass recomputing z; det. db", b2_launch, 0},
+    {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},
 };
 

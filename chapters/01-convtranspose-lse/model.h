@@ -135,12 +135,13 @@ void unstable_lse(const run_ctx *r, float *z); /* the demonstration --test runs 
 void v2_launch(const run_ctx *r, int scope);
 void v3_launch(const run_ctx *r, int scope);
 void v4_launch(const run_ctx *r, int scope);
-void v4_epilogue(const run_ctx *r);    /* b2's and b3's forward */
+void v4_epilogue(const run_ctx *r);
 void v5_launch(const run_ctx *r, int scope);
 /* v5's per-thread computation run on the host over a whole tensor (a CPU check) */
 void v5_host(const shape *s, const float *x, const float *w, const float *bias, float b,
              float *y);
 void v6_launch(const run_ctx *r, int scope);
+void v7_epilogue(const run_ctx *r);    /* b2's and b3's forward */
 void v7_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void lib_dx(const run_ctx *r);       /* the training step's conv gradients through cuDNN */

@@ -20,7 +20,10 @@
 
 __device__ static inline float4 ldg_vec(const float4 *p) { return __ldg(p); }
 __device__ static inline float2 ldg_vec(const float2 *p) { return __ldg(p); }
-__device__ static inline void unpack(float4 a, float *w) { w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w; }
+__device__ static inline void unpack(float4 a, float *w)
+{
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+}
 __device__ static inline void unpack(float2 a, float *w) { w[0] = a.x, w[1] = a.y; }
 
 /* v[k] = w[O + k]: O a compile-time offset, so w stays in registers */

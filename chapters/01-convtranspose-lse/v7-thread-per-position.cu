@@ -61,10 +61,15 @@ __global__ void __launch_bounds__(V7_BLOCK)
     y[n * s + p] = tail_fast(m + LOG_FAST(sum), *b);
 }
 
+void v7_epilogue(const run_ctx *r)
+{
+    dim3 grid((r->sh.s + V7_BLOCK - 1) / V7_BLOCK, r->sh.n);
+    k_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
+}
+
 void v7_launch(const run_ctx *r, int scope)
 {
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    dim3 grid((r->sh.s + V7_BLOCK - 1) / V7_BLOCK, r->sh.n);
-    k_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
+    v7_epilogue(r);
 }
