@@ -124,16 +124,6 @@ void gpu_poison(float *p, size_t n) { CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(
 static void *flush_buf;
 static size_t flush_bytes;
 
-/* experiment (temporary): read the flush buffer after the memset, so that L2 ends clean */
-__global__ void k_flush_read(const float4 *p, size_t n, float *sink)
-{
-    float s = 0.0f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += p[i].x;
-    if (s == 12345.678f)
-        *sink = s;
-}
-
 void gpu_flush_l2(void)
 {
     if (!flush_buf) {
@@ -144,8 +134,6 @@ void gpu_flush_l2(void)
         flush_buf = gpu_alloc(flush_bytes, "L2 flush buffer");
     }
     CUDA_CHECK(cudaMemsetAsync(flush_buf, 0, flush_bytes, 0));
-    if (getenv("FLUSH_READ"))
-        k_flush_read<<<1056, 512>>>((const float4 *)flush_buf, flush_bytes / 16, (float *)flush_buf);
 }
 
 void gpu_release(void)

@@ -33,9 +33,6 @@
  * The steps that led here, each measured, and the pipelined forms that lost to it, are in the
  * README's "tried" list.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "cluster.cuh"
 #include "model.h"
 
@@ -93,134 +90,12 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
 #endif
 }
 
-
-/* experiment (temporary): the load alone, no cluster. mode 1 bulk rows, 2 cp.async, 3 LDG float4
- * into registers then STS, 4 LDG float4 straight into a register sum (no shared memory) */
-__global__ void __launch_bounds__(CL_THREADS, 2)
-k_load_only(const float *__restrict__ c, float *__restrict__ y, int S, int mode)
-{
-#if __CUDA_ARCH__ >= 900
-    extern __shared__ float4 smem4[];
-    float *vals = (float *)smem4;
-    __shared__ unsigned long long row_bars[C_OUT];
-    int rank = blockIdx.x, n = blockIdx.y, cap = slice_cap(S);
-    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
-    const float *src = c + (size_t)n * C_OUT * S + lo;
-    float acc = 0.0f;
-    if (mode == 1) {
-        if (threadIdx.x == 0) {
-            for (int co = 0; co < C_OUT; co++)
-                mbar_init(&row_bars[co]);
-            mbar_init_fence();
-        }
-        __syncthreads();
-        if (threadIdx.x == 0)
-            bulk_rows(vals, cap, src, len, S, row_bars);
-        mbar_wait(&row_bars[threadIdx.x >> 5], 0);
-        __syncthreads();
-    } else if (mode == 2) {
-        fill_slice(vals, cap, src, len, S);
-        __syncthreads();
-    } else {
-        int len4 = len >> 2, total = C_OUT * len4;
-        const int U = 7;
-        for (int base = threadIdx.x; base < total; base += U * CL_THREADS) {
-            float4 v[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int i = base + u * CL_THREADS;
-                if (i < total) {
-                    int co = i / len4, j = i - co * len4;
-                    v[u] = __ldg((const float4 *)(src + (size_t)co * S) + j);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int i = base + u * CL_THREADS;
-                if (i < total) {
-                    int co = i / len4, j = i - co * len4;
-                    if (mode == 3)
-                        ((float4 *)(vals + co * cap))[j] = v[u];
-                    else
-                        acc += v[u].x + v[u].y + v[u].z + v[u].w;
-                }
-            }
-        }
-        __syncthreads();
-    }
-    for (int j = threadIdx.x; j < len; j += CL_THREADS)
-        y[(size_t)n * S + lo + j] = (mode == 4 ? acc : vals[j]);
-#endif
-}
-
-/* experiment (temporary): the load alone with P parts a sample, 256 threads a block */
-__host__ __device__ static inline int part_lo(int S, int r, int P)
-{
-    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / P);
-    return v < S ? v : S;
-}
-__host__ __device__ static inline int part_cap(int S, int P) { return 4 * (((S + 3) / 4 + P - 1) / P); }
-__global__ void __launch_bounds__(256, 8)
-k_load_parts(const float *__restrict__ c, float *__restrict__ y, int S, int mode, int P)
-{
-#if __CUDA_ARCH__ >= 900
-    extern __shared__ float4 smem4[];
-    float *vals = (float *)smem4;
-    __shared__ unsigned long long row_bars[C_OUT];
-    int rank = blockIdx.x, n = blockIdx.y, cap = part_cap(S, P);
-    int lo = part_lo(S, rank, P), len = part_lo(S, rank + 1, P) - lo;
-    const float *src = c + (size_t)n * C_OUT * S + lo;
-    if (mode == 1) {
-        if (threadIdx.x == 0) {
-            for (int co = 0; co < C_OUT; co++)
-                mbar_init(&row_bars[co]);
-            mbar_init_fence();
-        }
-        __syncthreads();
-        if (threadIdx.x == 0)
-            bulk_rows(vals, cap, src, len, S, row_bars);
-        for (int co = 0; co < C_OUT; co++)
-            mbar_wait(&row_bars[co], 0);
-    } else {
-        int len4 = len >> 2, total = C_OUT * len4;
-        for (int i = threadIdx.x; i < total; i += 256) {
-            int co = i / len4, j = i - co * len4;
-            __pipeline_memcpy_async(vals + co * cap + 4 * j, src + (size_t)co * S + 4 * j, 16);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(0);
-    }
-    __syncthreads();
-    for (int j = threadIdx.x; j < len; j += 256)
-        y[(size_t)n * S + lo + j] = vals[j];
-#endif
-}
-
 static int opted; /* k_cluster_epilogue's shared-memory opt-in is set (cluster_config) */
 
 void v10_epilogue(const run_ctx *r)
 {
     if (!cluster_fits(r, 0)) {
         v9_epilogue(r);
-        return;
-    }
-    const char *e = getenv("V10S");
-    if (e && strchr(e, ',') && (r->sh.s & 3) == 0) {
-        int mode = atoi(e), P = atoi(strchr(e, ',') + 1);
-        size_t smem = (size_t)4 * C_OUT * part_cap(r->sh.s, P);
-        CUDA_CHECK(cudaFuncSetAttribute((const void *)k_load_parts,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        k_load_parts<<<dim3(P, r->sh.n), 256, smem>>>(r->c, r->y, r->sh.s, mode, P);
-        return;
-    }
-    if (e && (r->sh.s & 3) == 0) {
-        static int set;
-        size_t smem = cluster_smem(r->sh.s, 0);
-        if (!set)
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)k_load_only,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)),
-                set = 1;
-        k_load_only<<<dim3(CL, r->sh.n), CL_THREADS, smem>>>(r->c, r->y, r->sh.s, atoi(e));
         return;
     }
     cluster_launch L;
