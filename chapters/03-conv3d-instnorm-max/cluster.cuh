@@ -11,8 +11,6 @@
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "hopper.cuh"
 #include "model.h"
@@ -20,61 +18,6 @@
 #include "welford.cuh"
 
 namespace cg = cooperative_groups;
-
-/* experiment (temporary): per-block timelines, %globaltimer in ns, when g_tl is set */
-#define TL_K 64
-#define TL_E 8
-static __device__ unsigned long long *g_tl;
-static unsigned long long *h_tl_dev;
-__device__ static inline void tl_mark(int k, int e)
-{
-    if (g_tl && k < TL_K) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        unsigned sm;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        size_t b = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-        g_tl[(b * TL_K + k) * TL_E + e] = t;
-        g_tl[(b * TL_K + k) * TL_E + TL_E - 1] = sm;
-    }
-}
-
-/* allocates when TL is set; writes TL/<name>.csv after a sync */
-static inline void tl_setup(void)
-{
-    if (!getenv("TL") || h_tl_dev)
-        return;
-    size_t bytes = (size_t)4096 * TL_K * TL_E * 8;
-    CUDA_CHECK(cudaMalloc(&h_tl_dev, bytes));
-    CUDA_CHECK(cudaMemcpyToSymbol(g_tl, &h_tl_dev, sizeof h_tl_dev));
-}
-static inline void tl_dump(const char *name, int blocks)
-{
-    if (!h_tl_dev)
-        return;
-    size_t n = (size_t)blocks * TL_K * TL_E;
-    unsigned long long *h = (unsigned long long *)malloc(8 * n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h, h_tl_dev, 8 * n, cudaMemcpyDeviceToHost));
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.csv", getenv("TL"), name);
-    FILE *f = fopen(path, "w");
-    for (int b = 0; b < blocks; b++)
-        for (int k = 0; k < TL_K; k++) {
-            unsigned long long *e = h + ((size_t)b * TL_K + k) * TL_E;
-            if (!e[0] && !e[1] && !e[2] && !e[4])
-                continue;
-            fprintf(f, "%d,%d", b, k);
-            for (int j = 0; j < TL_E; j++)
-                fprintf(f, ",%llu", e[j]);
-            fprintf(f, "\n");
-        }
-    fclose(f);
-    free(h);
-    CUDA_CHECK(cudaMemset(h_tl_dev, 0, (size_t)4096 * TL_K * TL_E * 8));
-}
-
-
 
 /* block r of a cluster holds positions [slice_lo(S, r), slice_lo(S, r + 1)) of all 16 channels:
  * cut at multiples of 4 positions so 16-byte copies stay aligned */

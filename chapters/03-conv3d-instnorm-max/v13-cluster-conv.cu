@@ -72,8 +72,6 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
     int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-    if (threadIdx.x == 0)
-        tl_mark(0, 0);
     load_weights(&sw, weight, bias);
     __syncthreads();
     int half = (len + 1) / 2; /* positions j and j + half */
@@ -86,18 +84,9 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
             vals[co * cap + j] = acc[co], vals[co * cap + j2] = acc2[co];
     }
     __syncthreads();
-    if (threadIdx.x == 0)
-        tl_mark(0, 1);
     cluster_stats(&cs, vals, cap, len, S, 0, NULL);
-    if (threadIdx.x == 0)
-        tl_mark(0, 2);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
-    __syncthreads();
-    if (threadIdx.x == 0)
-        tl_mark(0, 3);
     cluster.sync();
-    if (threadIdx.x == 0)
-        tl_mark(0, 4);
 #endif
 }
 
@@ -111,9 +100,7 @@ void v13_launch(const run_ctx *r, int scope)
         return;
     }
     cluster_launch L;
-    tl_setup();
     cluster_config(&L, (const void *)k_cluster_model, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_model, r->x, r->weight, r->bias, r->m, r->y,
                                   r->mean, r->rstd, r->sh));
-    tl_dump("v13", CL * r->sh.n);
 }
