@@ -19,17 +19,16 @@
 
 namespace cg = cooperative_groups;
 
-/* block r of a cluster of P holds positions [part_lo(S, r, P), part_lo(S, r + 1, P)) of all 16
- * channels: cut at multiples of 4 positions so 16-byte copies stay aligned; part_cap floats a
- * channel row, the longest part (slice_lo and slice_cap: clusters of CL) */
-__host__ __device__ static inline int part_lo(int S, int r, int P)
+/* block r of a cluster holds positions [slice_lo(S, r), slice_lo(S, r + 1)) of all 16 channels:
+ * cut at multiples of 4 positions so 16-byte copies stay aligned */
+__host__ __device__ static inline int slice_lo(int S, int r)
 {
-    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / P);
+    int q = (S + 3) / 4, v = 4 * (int)((long long)q * r / CL);
     return v < S ? v : S;
 }
-__host__ __device__ static inline int part_cap(int S, int P) { return 4 * (((S + 3) / 4 + P - 1) / P); }
-__host__ __device__ static inline int slice_lo(int S, int r) { return part_lo(S, r, CL); }
-__host__ __device__ static inline int slice_cap(int S) { return part_cap(S, CL); }
+
+/* floats per channel row in shared memory: the longest slice */
+__host__ __device__ static inline int slice_cap(int S) { return 4 * (((S + 3) / 4 + CL - 1) / CL); }
 
 /* shared memory of the cluster kernels, bytes: the 16 rows (+ g and the argmax for b3) */
 static inline size_t cluster_smem(int S, int backward)
@@ -92,7 +91,6 @@ __device__ static inline void fill_slice(float *vals, int cap, const float *__re
  * all blocks end with the same bits. row_bars (v10): warp w first waits for row w to land.
  * parity alternates the published triples between samples (v11), so a block may write the
  * next sample's while a slower peer still reads this one's. */
-template <int CLN = CL>
 __device__ static inline void cluster_stats(cluster_shared *cs, const float *vals, int cap, int len,
                                             int S, int parity, unsigned long long *row_bars)
 {
@@ -118,8 +116,8 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
     }
     cluster.sync();
     welford z = {0, 0.0f, 0.0f};
-    welford w = lane < CLN ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
-    for (int off = CLN / 2; off > 0; off >>= 1)
+    welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
+    for (int off = CL / 2; off > 0; off >>= 1)
         w = chan_merge(w, shfl_welford(w, off));
     if (lane == 0)
         cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);

@@ -25,8 +25,6 @@
  * peak, while it runs), 7.3 in the statistics and exchange, 4.0 writing y; the fifth wave is 8
  * samples and takes a whole block lifetime.
  */
-#include <stdlib.h>
-
 #include "cluster.cuh"
 #include "conv.cuh"
 #include "model.h"
@@ -61,12 +59,11 @@ __device__ static inline void conv_at_s2(const float *__restrict__ xa, const flo
 #endif
 
 /* __launch_bounds__(.., 2): two blocks an SM, which caps registers at 64 */
-template <int CLN>
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
                 const float *__restrict__ bias, const float *__restrict__ m,
                 float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
-                const shape sh, int n0)
+                const shape sh)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -74,8 +71,8 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
     __shared__ cluster_shared cs;
     __shared__ __align__(16) conv_smem_w sw;
     cg::cluster_group cluster = cg::this_cluster();
-    int S = sh.s, rank = (int)cluster.block_rank(), n = blockIdx.y + n0, cap = part_cap(S, CLN);
-    int lo = part_lo(S, rank, CLN), len = part_lo(S, rank + 1, CLN) - lo;
+    int S = sh.s, rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
+    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     load_weights(&sw, weight, bias);
@@ -90,13 +87,13 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
             vals[co * cap + j] = acc[co], vals[co * cap + j2] = acc2[co];
     }
     __syncthreads();
-    cluster_stats<CLN>(&cs, vals, cap, len, S, 0, NULL);
+    cluster_stats(&cs, vals, cap, len, S, 0, NULL);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
     cluster.sync();
 #endif
 }
 
-static int opted, opted16; /* k_cluster_model's shared-memory opt-in is set (cluster_config) */
+static int opted; /* k_cluster_model's shared-memory opt-in is set (cluster_config) */
 
 void v13_launch(const run_ctx *r, int scope)
 {
@@ -105,30 +102,8 @@ void v13_launch(const run_ctx *r, int scope)
         v12_model(r);
         return;
     }
-    int N = r->sh.n, tail = 0;
     cluster_launch L;
-    cluster_config(&L, (const void *)k_cluster_model<CL>, &opted, r, N, cluster_smem(r->sh.s, 0));
-    if (getenv("V13TAIL")) { /* experiment: the last, partial wave in clusters of 16 */
-        static int R = -1;
-        if (R < 0)
-            R = resident_clusters(&L, (const void *)k_cluster_model<CL>);
-        tail = R > 0 && N > R ? N % R : 0;
-        if (tail > R / 2)
-            tail = 0;
-    }
-    if (N - tail > 0) {
-        L.cfg.gridDim = dim3(CL, N - tail);
-        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_model<CL>, r->x, r->weight, r->bias, r->m,
-                                      r->y, r->mean, r->rstd, r->sh, 0));
-    }
-    if (tail) {
-        const void *k = (const void *)k_cluster_model<16>;
-        if (!opted16)
-            CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        cluster_launch T;
-        size_t smem = (size_t)4 * C_OUT * part_cap(r->sh.s, 16);
-        cluster_launch_make(&T, k, &opted16, r->smem_optin, 16, dim3(16, tail), CL_THREADS, smem);
-        CUDA_CHECK(cudaLaunchKernelEx(&T.cfg, k_cluster_model<16>, r->x, r->weight, r->bias, r->m,
-                                      r->y, r->mean, r->rstd, r->sh, N - tail));
-    }
+    cluster_config(&L, (const void *)k_cluster_model, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_model, r->x, r->weight, r->bias, r->m, r->y,
+                                  r->mean, r->rstd, r->sh));
 }
