@@ -11,7 +11,6 @@
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
-#include <stdlib.h>
 
 #include "hopper.cuh"
 #include "model.h"
@@ -19,17 +18,6 @@
 #include "welford.cuh"
 
 namespace cg = cooperative_groups;
-
-__constant__ int g_applyx; /* experiment */
-static inline void applyx_set(void)
-{
-    static int done;
-    if (!done) {
-        int v = getenv("APPLYX") != NULL;
-        CUDA_CHECK(cudaMemcpyToSymbol(g_applyx, &v, sizeof v));
-        done = 1;
-    }
-}
 
 /* block r of a cluster holds positions [slice_lo(S, r), slice_lo(S, r + 1)) of all 16 channels:
  * cut at multiples of 4 positions so 16-byte copies stay aligned */
@@ -60,7 +48,6 @@ static inline int cluster_fits(const run_ctx *r, int backward)
 struct cluster_shared {
     welford wf[2][C_OUT]; /* the slice's (count, mean, M2) per channel, by sample parity (v11) */
     float mean[C_OUT], rstd[C_OUT], m[C_OUT];
-    float4 aff[C_OUT];        /* experiment: (m rstd, -mean rstd, m, 0) per channel */
     float part[2][C_OUT];     /* b3: the sample's mean(dxh) and mean(dxh xh) */
     float part_bwd[3][C_OUT]; /* b3: sums of dxh, dxh xh over the slice; dm of the block */
 };
@@ -132,11 +119,8 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
     welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
     for (int off = CL / 2; off > 0; off >>= 1)
         w = chan_merge(w, shfl_welford(w, off));
-    if (lane == 0) {
-        float rs = rsqrtf(w.m2 / S + (float)IN_EPS), mc = cs->m[warp];
-        cs->mean[warp] = w.mean, cs->rstd[warp] = rs;
-        cs->aff[warp] = make_float4(mc * rs, -w.mean * rs, mc, 0.0f);
-    }
+    if (lane == 0)
+        cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
     __syncthreads();
 #endif
 }
@@ -147,19 +131,6 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
                                             int len, float *__restrict__ y, float *__restrict__ mean,
                                             float *__restrict__ rstd, int n, int rank)
 {
-    if (g_applyx) {
-        for (int j = threadIdx.x; j < len; j += CL_THREADS) {
-            float best = 0.0f;
-#pragma unroll
-            for (int co = 0; co < C_OUT; co++) {
-                float4 a = cs->aff[co];
-                float u = clampf1(fmaf(vals[co * cap + j], a.x, a.y)) * a.z;
-                if (co == 0 || u > best)
-                    best = u;
-            }
-            y[j] = best;
-        }
-    } else
     for (int j = threadIdx.x; j < len; j += CL_THREADS) {
         float best = 0.0f;
 #pragma unroll

@@ -98,7 +98,6 @@ void v10_epilogue(const run_ctx *r)
         v9_epilogue(r);
         return;
     }
-    applyx_set();
     cluster_launch L;
     cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,

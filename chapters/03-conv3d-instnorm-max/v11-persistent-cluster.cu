@@ -108,7 +108,6 @@ void v11_launch(const run_ctx *r, int scope)
         return;
     }
     int g = r->pipe_clusters < r->sh.n ? r->pipe_clusters : r->sh.n;
-    applyx_set();
     cluster_launch L;
     cluster_config(&L, (const void *)k_cluster_pipelined, &opted, r, g, 2 * cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_pipelined, r->c, r->m, r->y, r->mean, r->rstd,

@@ -102,7 +102,6 @@ void v13_launch(const run_ctx *r, int scope)
         v12_model(r);
         return;
     }
-    applyx_set();
     cluster_launch L;
     cluster_config(&L, (const void *)k_cluster_model, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_model, r->x, r->weight, r->bias, r->m, r->y,
