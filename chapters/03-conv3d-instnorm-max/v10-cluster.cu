@@ -29,7 +29,8 @@
  * of DRAM bandwidth goes unused. A timeline of one launch (commit 0ab0e1a, %globaltimer at
  * each block's phase boundaries): 74.8 us end to end; per block (median) 9.9 us to load, reduce
  * and exchange, 2.1 us to write y, 1.7 us at the closing cluster barrier; the first 240
- * blocks, loading 24 MB at once, take 15.4 us for the first phase (1.6 TB/s), later ones 8.6.
+ * blocks, loading 24 MB at once, take 15.4 us for the first phase (1.6 TB/s; the write-back
+ * of the timer's L2 flush likely falls there too: the README), later ones 8.6.
  * The steps that led here, each measured, and the pipelined forms that lost to it, are in the
  * README's "tried" list.
  */
