@@ -31,6 +31,8 @@
  *   v7-thread-per-position.cu
  *                        v7  back to the epilogue alone: v4 without its 16-byte loads, a thread
  *                            per position with v4's other fixes, and faster than v4
+ *   v8-reference-lse.cu  v8  back to the whole model: v6 with the logsumexp as a sum of ex2,
+ *                            no running max (v6's online form the fallback on overflow)
  *   b1-autograd.cu       b1  autograd-like backward: v1 saving z, t, s, a kernel per op back;
  *                            the training step's cuDNN gradients
  *   b2-fused-backward.cu b2  fused backward: v7, then one kernel recomputing z from c and
@@ -59,6 +61,7 @@ static const hx_version versions[] = {
     {"v5", SC(SCOPE_MODEL_FWD), "full fusion: transposed conv inside the kernel", v5_launch, 0},
     {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
     {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes", v7_launch, 0},
+    {"v8", SC(SCOPE_MODEL_FWD), "v6, LSE as a sum of ex2: no running max", v8_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},

@@ -141,6 +141,7 @@ void v5_launch(const run_ctx *r, int scope);
 void v5_host(const shape *s, const float *x, const float *w, const float *bias, float b,
              float *y);
 void v6_launch(const run_ctx *r, int scope);
+void v8_launch(const run_ctx *r, int scope);
 void v7_epilogue(const run_ctx *r);    /* b2's and b3's forward */
 void v7_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);

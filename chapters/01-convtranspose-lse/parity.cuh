@@ -12,6 +12,11 @@
 #ifndef CH01_PARITY_CUH
 #define CH01_PARITY_CUH
 
+#include <math.h>
+
+#include "sfu.cuh"
+#include "tail.cuh"
+
 /* tap k -> which output of the pair (0: 2j, 1: 2j+1) and which input (0: j, 1: j+1) */
 #define TAP_OUT(k) ((k) == 1 ? 0 : 1)
 #define TAP_IN(k) ((k) == 0 ? 1 : 0)
@@ -126,6 +131,73 @@ __device__ static inline void cube_channel(const float4 (*s_w4)[C_IN][TAPS_PAD /
                     acc[o] = fmaf(wk[(kd * KS + kh) * KS + kw],
                                   xin[ci][TAP_IN(kd)][TAP_IN(kh)][TAP_IN(kw)], acc[o]);
                 }
+    }
+}
+
+/* the online update of common/lse.cuh, in base 2 (v6, and v8's fallback) */
+__device__ static inline void lse2_online(float v, float *m, float *s)
+{
+    float d = v - *m;
+    float e = ex2_approx(-fabsf(d));
+    if (d > 0.0f) {
+        *s = fmaf(*s, e, 1.0f);
+        *m = v;
+    } else {
+        *s += e;
+    }
+}
+
+/* the cube's 8 logsumexps in base 2 over the 16 channels, online: (m[o], s[o]) with the output
+ * z = m + log2 s; the channel loop unrolled by 2 (v6's comment says why) */
+__device__ static inline void cube_lse2_online(const float4 (*s_w4)[C_IN][TAPS_PAD / 4],
+                                               const float *s_bias, const float xin[C_IN][2][2][2],
+                                               float m[8], float s[8])
+{
+#pragma unroll
+    for (int o = 0; o < 8; o++)
+        m[o] = -INFINITY, s[o] = 0.0f;
+#pragma unroll 2
+    for (int co = 0; co < C_OUT; co++) {
+        float acc[8];
+        cube_channel(s_w4, s_bias, xin, co, acc);
+#pragma unroll
+        for (int o = 0; o < 8; o++)
+            lse2_online(acc[o], &m[o], &s[o]);
+    }
+}
+
+/* v6 and v8's start: the weights (pre-scaled by log2 e) and the block's input tile staged in
+ * shared memory, then this thread's cube position and its 2x2x2 inputs of every input
+ * channel; 0 for a thread past the input's edge (it has no cube) */
+__device__ static inline int cube_begin_smem(const float *__restrict__ x,
+                                             const float *__restrict__ weight,
+                                             const float *__restrict__ conv_bias,
+                                             float4 (*s_w4)[C_IN][TAPS_PAD / 4], float *s_bias,
+                                             float (*tile)[2][TILE_H + 1][TILE_W + 1], int d, int h,
+                                             int w, cube_at *at, float xin[C_IN][2][2][2])
+{
+    int jh0, jw0;
+    *at = cube_position(w, &jh0, &jw0);
+    stage_weights(s_w4, s_bias, weight, conv_bias, LOG2E_F);
+    load_input_tile(x, tile, *at, jh0, jw0, d, h, w);
+    __syncthreads();
+    if (at->jw >= w || at->jh >= h)
+        return 0;
+    cube_inputs(tile, xin);
+    return 1;
+}
+
+/* y at the cube's 8 outputs from their logsumexps z[o] (natural base), those inside the output */
+__device__ static inline void cube_store(float *__restrict__ y, cube_at at, int d, int h, int w,
+                                         const float z[8], float bv)
+{
+    int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;
+    float *yn = y + at.n * od * oh * ow;
+#pragma unroll
+    for (int o = 0; o < 8; o++) {
+        int zd = 2 * at.jd + (o >> 2), zh = 2 * at.jh + ((o >> 1) & 1), zw = 2 * at.jw + (o & 1);
+        if (zd < od && zh < oh && zw < ow)
+            yn[(zd * oh + zh) * ow + zw] = tail_fast(z[o], bv);
     }
 }
 

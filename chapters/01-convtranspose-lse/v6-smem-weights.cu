@@ -39,19 +39,6 @@
 #include "sfu.cuh"
 #include "tail.cuh"
 
-/* the online update of common/lse.cuh, in base 2 */
-__device__ static inline void lse2_online(float v, float *m, float *s)
-{
-    float d = v - *m;
-    float e = ex2_approx(-fabsf(d));
-    if (d > 0.0f) {
-        *s = fmaf(*s, e, 1.0f);
-        *m = v;
-    } else {
-        *s += e;
-    }
-}
-
 __global__ void __launch_bounds__(TILE_W *TILE_H)
     k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
                      const float *__restrict__ conv_bias, const float *__restrict__ b,
@@ -60,37 +47,16 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
     __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
     __shared__ float s_bias[C_OUT];
     __shared__ float tile[C_IN][2][TILE_H + 1][TILE_W + 1];
-    int jh0, jw0;
-    cube_at at = cube_position(w, &jh0, &jw0);
-    stage_weights(s_w4, s_bias, weight, conv_bias, LOG2E_F);
-    load_input_tile(x, tile, at, jh0, jw0, d, h, w);
-    __syncthreads();
-    if (at.jw >= w || at.jh >= h)
-        return;
-    int od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1;
+    cube_at at;
     float xin[C_IN][2][2][2];
-    cube_inputs(tile, xin);
-
-    float m[8], s[8];
+    if (!cube_begin_smem(x, weight, conv_bias, s_w4, s_bias, tile, d, h, w, &at, xin))
+        return;
+    float m[8], s[8], z[8];
+    cube_lse2_online(s_w4, s_bias, xin, m, s);
 #pragma unroll
     for (int o = 0; o < 8; o++)
-        m[o] = -INFINITY, s[o] = 0.0f;
-#pragma unroll 2
-    for (int co = 0; co < C_OUT; co++) {
-        float acc[8];
-        cube_channel(s_w4, s_bias, xin, co, acc);
-#pragma unroll
-        for (int o = 0; o < 8; o++)
-            lse2_online(acc[o], &m[o], &s[o]);
-    }
-    float bv = *b;
-    float *yn = y + at.n * od * oh * ow;
-#pragma unroll
-    for (int o = 0; o < 8; o++) {
-        int zd = 2 * at.jd + (o >> 2), zh = 2 * at.jh + ((o >> 1) & 1), zw = 2 * at.jw + (o & 1);
-        if (zd < od && zh < oh && zw < ow)
-            yn[(zd * oh + zh) * ow + zw] = tail_fast(LN2_F * (m[o] + lg2_approx(s[o])), bv);
-    }
+        z[o] = LN2_F * (m[o] + lg2_approx(s[o]));
+    cube_store(y, at, d, h, w, z, *b);
 }
 
 void v6_launch(const run_ctx *r, int scope)
