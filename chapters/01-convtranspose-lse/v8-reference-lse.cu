@@ -26,14 +26,12 @@
  */
 #include <float.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include "model.h"
 #include "parity.cuh"
 #include "sfu.cuh"
 #include "tail.cuh"
 
-template <int X>
 __global__ void __launch_bounds__(TILE_W *TILE_H)
     k_model_fused_v8(const float *__restrict__ x, const float *__restrict__ weight,
                      const float *__restrict__ conv_bias, const float *__restrict__ b,
@@ -50,41 +48,13 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
 #pragma unroll
     for (int o = 0; o < 8; o++)
         r[o] = 0.0f, s[o] = 0.0f;
-    if (X == 0) {
 #pragma unroll 2
-        for (int co = 0; co < C_OUT; co++) {
-            float acc[8];
-            cube_channel(s_w4, s_bias, xin, co, acc);
-#pragma unroll
-            for (int o = 0; o < 8; o++)
-                s[o] += ex2_approx(acc[o]);
-        }
-    } else if (X == 1) { /* experiment: two sums, even and odd channels */
-        float s2[8];
+    for (int co = 0; co < C_OUT; co++) {
+        float acc[8];
+        cube_channel(s_w4, s_bias, xin, co, acc);
 #pragma unroll
         for (int o = 0; o < 8; o++)
-            s2[o] = 0.0f;
-#pragma unroll 1
-        for (int co = 0; co < C_OUT; co += 2) {
-            float a0[8], a1[8];
-            cube_channel(s_w4, s_bias, xin, co, a0);
-            cube_channel(s_w4, s_bias, xin, co + 1, a1);
-#pragma unroll
-            for (int o = 0; o < 8; o++)
-                s[o] += ex2_approx(a0[o]), s2[o] += ex2_approx(a1[o]);
-        }
-#pragma unroll
-        for (int o = 0; o < 8; o++)
-            s[o] += s2[o];
-    } else { /* experiment: unrolled by 4 */
-#pragma unroll 4
-        for (int co = 0; co < C_OUT; co++) {
-            float acc[8];
-            cube_channel(s_w4, s_bias, xin, co, acc);
-#pragma unroll
-            for (int o = 0; o < 8; o++)
-                s[o] += ex2_approx(acc[o]);
-        }
+            s[o] += ex2_approx(acc[o]);
     }
     int outside = 0;
 #pragma unroll
@@ -103,14 +73,6 @@ void v8_launch(const run_ctx *r, int scope)
 {
     const shape *s = &r->sh;
     (void)scope; /* model_fwd only */
-    int x8 = getenv("V8X") ? atoi(getenv("V8X")) : 0;
-    if (x8 == 1)
-        k_model_fused_v8<1><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
-    else if (x8 == 2)
-        k_model_fused_v8<2><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
-    else
-        k_model_fused_v8<0><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    k_model_fused_v8<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }
