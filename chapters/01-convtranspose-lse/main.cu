@@ -42,9 +42,9 @@
  *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1 to v4 and v7 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's
- * conv plus the epilogue (model_fwd); v5 and v6 compute the conv themselves (model_fwd only); each
- * backward version runs as epilogue forward + backward and as a training step (conv, epilogue,
- * its backward, dx, dw, dbias).
+ * conv plus the epilogue (model_fwd); v5, v6 and v8 compute the conv themselves (model_fwd
+ * only); each backward version runs as epilogue forward + backward and as a training step
+ * (conv, epilogue, its backward, dx, dw, dbias).
  *
  *   make chapter-1                 verify and time every version at the KernelBench shape
  *   build/ch01 --version b2        one version
