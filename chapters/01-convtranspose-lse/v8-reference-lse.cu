@@ -26,13 +26,15 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "model.h"
 #include "parity.cuh"
 #include "sfu.cuh"
 #include "tail.cuh"
 
-__global__ void __launch_bounds__(TILE_W *TILE_H)
+template <int MINB>
+__global__ void __launch_bounds__(TILE_W *TILE_H, MINB)
     k_model_fused_v8(const float *__restrict__ x, const float *__restrict__ weight,
                      const float *__restrict__ conv_bias, const float *__restrict__ b,
                      float *__restrict__ y, int d, int h, int w)
@@ -73,6 +75,14 @@ void v8_launch(const run_ctx *r, int scope)
 {
     const shape *s = &r->sh;
     (void)scope; /* model_fwd only */
-    k_model_fused_v8<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    int x8 = getenv("V8X") ? atoi(getenv("V8X")) : 0;
+    if (x8 == 7)
+        k_model_fused_v8<7><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    else if (x8 == 8)
+        k_model_fused_v8<8><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    else
+        k_model_fused_v8<0><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }
