@@ -17,24 +17,30 @@
  * output; at the KernelBench shape the conv's outputs are of order 1, far from either end.
  * Prediction: about 4 instructions fewer per (output, channel), 8 x 16 x 4 = 512 of ~2616 a
  * thread (20%); an issue-bound kernel scales with them: 0.269 x 0.80 = 0.22 ms.
- * Measured: 0.2559, 0.2560, 0.2558 ms against v6's 0.2705, 0.2698, 0.2699, three rounds
- * interleaved in one call; recorded 0.2564, 2.6% over the 0.25 ms target. 5.7% faster, not the
- * predicted 20%: ncu on both kernels alone (same call) counts 14.9% fewer instructions (189.0 M
- * against 222.1 M), but the issue slots are busy 73.5% of the time against 81.3%, because the
- * short-scoreboard stall, a warp waiting for its ex2 (the XU pipe) before the add, went from
- * 0.96 to 1.63 cycles an issue: each add now waits on an ex2, where v6's had other work between.
+ * Measured, first with v6's launch bounds (78 registers, 6 blocks of 128 an SM): 0.2559, 0.2560,
+ * 0.2558 ms against v6's 0.2705, 0.2698, 0.2699 (three rounds interleaved in one call), 5.7%
+ * faster, not 20%: ncu on both kernels alone counts 14.9% fewer instructions (189.0 M against
+ * 222.1 M), but issue slots busy 73.5% of the time against 81.3%, because the short-scoreboard
+ * stall (a warp waiting for its ex2, on the XU pipe, before the add) went from 0.96 to 1.63
+ * cycles an issue. The kernel now waits on latency, with 36% of its warps active. More warps,
+ * then: without the running max a thread holds 8 fewer values, and capped at 64 registers (8
+ * blocks an SM; ptxas spills 76 bytes) it measured 0.2485, 0.2486, 0.2484, 0.2485 against v6's
+ * 0.2698, 0.2700, 0.2696, 0.2701 (four rounds, one call). The same cap lost on v6, which spilled
+ * more (0.327 ms, the README's Tried list); 72 registers (7 blocks) gave 0.2532-0.2537. ncu: 48%
+ * of warps active (36% before), issue slots 77.5% busy, 194.3 M instructions (the spills' share
+ * included). Recorded: 0.2484 ms, under the 0.25 ms target by 0.6% (its slowest of 20 runs
+ * 0.2513), 8% faster than v6.
  */
 #include <float.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include "model.h"
 #include "parity.cuh"
 #include "sfu.cuh"
 #include "tail.cuh"
 
-template <int MINB>
-__global__ void __launch_bounds__(TILE_W *TILE_H, MINB)
+/* __launch_bounds__(.., 8): eight blocks of 128 an SM, which caps registers at 64 */
+__global__ void __launch_bounds__(TILE_W *TILE_H, 8)
     k_model_fused_v8(const float *__restrict__ x, const float *__restrict__ weight,
                      const float *__restrict__ conv_bias, const float *__restrict__ b,
                      float *__restrict__ y, int d, int h, int w)
@@ -75,14 +81,6 @@ void v8_launch(const run_ctx *r, int scope)
 {
     const shape *s = &r->sh;
     (void)scope; /* model_fwd only */
-    int x8 = getenv("V8X") ? atoi(getenv("V8X")) : 0;
-    if (x8 == 7)
-        k_model_fused_v8<7><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
-    else if (x8 == 8)
-        k_model_fused_v8<8><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
-    else
-        k_model_fused_v8<0><<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-            r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    k_model_fused_v8<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }
