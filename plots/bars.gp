@@ -30,7 +30,7 @@ do for [fmt in "png svg"] {
         plot f using 1:3:($1 - 0.38):($1 + 0.38):(lo):3:(vid(strcol(2))):xtic(2) \
                  with boxxyerror lc variable notitle, \
              f using 1:3:(sprintf("%.3g", $3)) with labels offset 0,0.8 font ",9" notitle, \
-             for [k = 1:(fl > 0)] fl with lines lt 19 title sprintf("%s = %.3g ms", floorlabel, fl)
+             for [k = 1:(fl > 0)] fl with lines lt 29 title sprintf("%s = %.3g ms", floorlabel, fl)
     }
     unset multiplot
     set output

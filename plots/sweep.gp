@@ -33,7 +33,7 @@ do for [fmt in "png svg"] {
         plot for [v in vl] sprintf("%s/%s-%s.dat", tmp, s, v) using 1:2 \
                  with linespoints lt vid(v) title value("L_" . v), \
              for [k = 1:panel("HF")] sprintf("%s/%s-floor.dat", tmp, s) using 1:2 \
-                 with lines lt 19 title floorlabel
+                 with lines lt 29 title floorlabel
     }
     unset multiplot
     set output

@@ -41,8 +41,6 @@
  */
 #include "shifted-load.cuh"
 #include "model.h"
-#include "staged-tile.cuh"
-#include <stdlib.h>
 #include "reduce.cuh"
 #include "tail.cuh"
 
@@ -97,88 +95,12 @@ __global__ void __launch_bounds__(B2_BLOCK, 4)
         partials[blockIdx.y * gridDim.x + blockIdx.x] = db_sum;
 }
 
-/* experiment (issue 15), B2X = 1..: the tile of P positions x 16 channels staged in shared
- * memory through aligned 16-byte loads and stores (staged-tile.cuh); a thread takes positions
- * q = tid, tid + THREADS, ... one at a time, 16 values in registers, and writes its dc values
- * back into the tile, which the block then stores */
-template <int THREADS, int P, bool ASYNC>
-__global__ void __launch_bounds__(THREADS)
-    k_backward_staged(const float *__restrict__ c, const float *__restrict__ g,
-                      const float *__restrict__ b, float *__restrict__ dc,
-                      float *__restrict__ partials, int s, int total)
-{
-    extern __shared__ float4 tile4[];
-    float *tile = reinterpret_cast<float *>(tile4);
-    constexpr int ROW = staged<P>::ROW;
-    int n = blockIdx.y, p0 = blockIdx.x * P, plane0 = n * C_OUT * s;
-    int cnt = min(P, s - p0);
-    tile_load<P, THREADS, ASYNC>(c, tile4, plane0, s, p0, cnt, total);
-    __syncthreads();
-    float bv = *b, db_sum = 0.0f;
-    for (int q = threadIdx.x; q < cnt; q += THREADS) {
-        float e[C_OUT], m = -INFINITY;
-#pragma unroll
-        for (int ch = 0; ch < C_OUT; ch++) {
-            e[ch] = tile[ch * ROW + tile_shift(plane0, ch, s, p0) + q];
-            m = fmaxf(m, e[ch]);
-        }
-        float sum = 0.0f;
-#pragma unroll
-        for (int ch = 0; ch < C_OUT; ch++) {
-            e[ch] = EXP_FAST(e[ch] - m);
-            sum += e[ch];
-        }
-        float z = m + LOG_FAST(sum);
-        float t = 1.0f / (1.0f + EXP_FAST(-(z + 3.0f)));
-        float sv = z * t / 6.0f - bv;
-        float gk = g[n * s + p0 + q];
-        float ds = (sv >= -1.0f && sv <= 1.0f) ? gk : 0.0f;
-        db_sum -= ds;
-        float k = ds * t * (1.0f + z * (1.0f - t)) / (6.0f * sum);
-#pragma unroll
-        for (int ch = 0; ch < C_OUT; ch++)
-            tile[ch * ROW + tile_shift(plane0, ch, s, p0) + q] = k * e[ch];
-    }
-    __syncthreads();
-    tile_store<P, THREADS>(dc, tile4, plane0, s, p0, cnt);
-    db_sum = block_sum(db_sum);
-    if (threadIdx.x == 0)
-        partials[blockIdx.y * gridDim.x + blockIdx.x] = db_sum;
-}
-
-static int b2x(void)
-{
-    const char *e = getenv("B2X");
-    return e ? atoi(e) : 0;
-}
-
-/* positions a block: B2X's tile, or b2's B2_BLOCK x B2_POS */
-static int b2_tile(void)
-{
-    static const int tiles[] = {B2_BLOCK * B2_POS, 512, 512, 1024, 1024, 512};
-    int k = b2x();
-    return tiles[k >= 0 && k < 6 ? k : 0];
-}
-
 /* b2's grid: blocks of B2_BLOCK threads, B2_POS positions a thread, x along a sample's S
  * positions, y the sample (problem.cu sizes the partials by it) */
 dim3 b2_grid(const shape *sh)
 {
-    int tile = b2_tile();
-    return dim3((sh->s + tile - 1) / tile, sh->n);
-}
-
-template <int THREADS, int P, bool ASYNC> static void launch_staged(const run_ctx *r, dim3 grid)
-{
-    static bool set = false;
-    size_t bytes = staged<P>::BYTES;
-    if (!set) {
-        cudaFuncSetAttribute(k_backward_staged<THREADS, P, ASYNC>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        set = true;
-    }
-    k_backward_staged<THREADS, P, ASYNC><<<grid, THREADS, bytes>>>(
-        r->c, r->g, r->b, r->dc, r->partials, r->sh.s, (int)conv_elems(&r->sh));
+    int pairs = (sh->s + B2_POS - 1) / B2_POS;
+    return dim3((pairs + B2_BLOCK - 1) / B2_BLOCK, sh->n);
 }
 
 void sum_channels(const float *a, int n, int channels, int s, int blocks, float *partials,
@@ -196,16 +118,8 @@ void sum_segments(const float *partials, int segments, int count, int threads, f
 void b2_backward(const run_ctx *r)
 {
     dim3 grid = b2_grid(&r->sh);
-    switch (b2x()) {
-    case 1: launch_staged<256, 512, false>(r, grid); break;
-    case 2: launch_staged<256, 512, true>(r, grid); break;
-    case 3: launch_staged<512, 1024, false>(r, grid); break;
-    case 4: launch_staged<256, 1024, true>(r, grid); break;
-    case 5: launch_staged<128, 512, true>(r, grid); break;
-    default:
-        k_epilogue_backward_fused<<<grid, B2_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials,
-                                                      r->sh.s, (int)conv_elems(&r->sh));
-    }
+    k_epilogue_backward_fused<<<grid, B2_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials, r->sh.s,
+                                                  (int)conv_elems(&r->sh));
     sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db); /* db */
 }
 

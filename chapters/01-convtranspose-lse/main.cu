@@ -39,6 +39,9 @@
  *                            writing dc; db by a deterministic two-stage reduction
  *   b3-own-conv-grads.cu b3  b2 in a training step whose conv kernels are ours: the transposed
  *                            conv by parity, deterministic dw and dbias; cuDNN's dx
+ *   b4-staged-backward.cu
+ *                        b4  b3 with b2's backward reading its tile into shared memory by
+ *                            cp.async: no registers hold the loads in flight
  *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1 to v4 and v7 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's
@@ -65,6 +68,7 @@ static const hx_version versions[] = {
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},
+    {"b4", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b3, backward tile staged by cp.async", b4_launch, 0},
 };
 
 int main(int argc, char **argv)

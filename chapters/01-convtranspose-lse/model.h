@@ -161,6 +161,8 @@ void b3_launch(const run_ctx *r, int scope);
 void b3_conv_forward(const run_ctx *r); /* the transposed conv by parity, writing c */
 void own_dw(const run_ctx *r);
 void own_dbias(const run_ctx *r);
+void b4_launch(const run_ctx *r, int scope);
+dim3 b4_grid(const shape *sh);         /* b4 backward's blocks (problem.cu sizes its partials) */
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */

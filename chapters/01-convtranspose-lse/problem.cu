@@ -146,9 +146,10 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
     r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
     r->n_partials = dev->sm_count * 4;
-    dim3 b2g = b2_grid(s);
-    int b2_blocks = (int)(b2g.x * b2g.y);
+    dim3 b2g = b2_grid(s), b4g = b4_grid(s);
+    int b2_blocks = (int)(b2g.x * b2g.y), b4_blocks = (int)(b4g.x * b4g.y);
     int most = b2_blocks > r->n_partials ? b2_blocks : r->n_partials;
+    most = most > b4_blocks ? most : b4_blocks;
     most = most > DW_BLOCKS * C_OUT * DW_TAPS ? most : DW_BLOCKS * C_OUT * DW_TAPS;
     r->partials = (float *)gpu_alloc(4 * (size_t)most, "partial sums");
     r->partials2 = (float *)gpu_alloc(4 * DBIAS_BLOCKS * C_OUT, "dbias partial sums");

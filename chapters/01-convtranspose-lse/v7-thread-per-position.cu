@@ -33,9 +33,7 @@
  * busy against 86.4%: 362 against 370 us.
  */
 #include "model.h"
-#include "staged-tile.cuh"
 #include "tail.cuh"
-#include <stdlib.h>
 
 #define V7_BLOCK 512
 
@@ -63,59 +61,8 @@ __global__ void __launch_bounds__(V7_BLOCK)
     y[n * s + p] = tail_fast(m + LOG_FAST(sum), *b);
 }
 
-/* experiment (issue 15), V7X = 1..: the tile of P positions staged in shared memory through
- * aligned 16-byte loads (staged-tile.cuh) */
-template <int THREADS, int P, bool ASYNC>
-__global__ void __launch_bounds__(THREADS)
-    k_epilogue_staged(const float *__restrict__ c, const float *__restrict__ b,
-                      float *__restrict__ y, int s, int total)
-{
-    extern __shared__ float4 tile4[];
-    const float *tile = reinterpret_cast<const float *>(tile4);
-    constexpr int ROW = staged<P>::ROW;
-    int n = blockIdx.y, p0 = blockIdx.x * P, plane0 = n * C_OUT * s;
-    int cnt = min(P, s - p0);
-    tile_load<P, THREADS, ASYNC>(c, tile4, plane0, s, p0, cnt, total);
-    __syncthreads();
-    float bv = *b;
-    for (int q = threadIdx.x; q < cnt; q += THREADS) {
-        float v[C_OUT], m = -INFINITY;
-#pragma unroll
-        for (int ch = 0; ch < C_OUT; ch++) {
-            v[ch] = tile[ch * ROW + tile_shift(plane0, ch, s, p0) + q];
-            m = fmaxf(m, v[ch]);
-        }
-        float sum = 0.0f;
-#pragma unroll
-        for (int ch = 0; ch < C_OUT; ch++)
-            sum += EXP_FAST(v[ch] - m);
-        y[n * s + p0 + q] = tail_fast(m + LOG_FAST(sum), bv);
-    }
-}
-
-template <int THREADS, int P, bool ASYNC> static void launch_staged_fwd(const run_ctx *r)
-{
-    static bool set = false;
-    size_t bytes = staged<P>::BYTES;
-    if (!set) {
-        cudaFuncSetAttribute(k_epilogue_staged<THREADS, P, ASYNC>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        set = true;
-    }
-    dim3 grid((r->sh.s + P - 1) / P, r->sh.n);
-    k_epilogue_staged<THREADS, P, ASYNC><<<grid, THREADS, bytes>>>(r->c, r->b, r->y, r->sh.s,
-                                                                   (int)conv_elems(&r->sh));
-}
-
 void v7_epilogue(const run_ctx *r)
 {
-    const char *e = getenv("V7X");
-    switch (e ? atoi(e) : 0) {
-    case 1: launch_staged_fwd<256, 512, false>(r); return;
-    case 2: launch_staged_fwd<256, 512, true>(r); return;
-    case 3: launch_staged_fwd<512, 1024, true>(r); return;
-    case 4: launch_staged_fwd<128, 256, true>(r); return;
-    }
     dim3 grid((r->sh.s + V7_BLOCK - 1) / V7_BLOCK, r->sh.n);
     k_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
 }
