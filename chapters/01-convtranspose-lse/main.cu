@@ -65,6 +65,7 @@ static const hx_version versions[] = {
     {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
     {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes", v7_launch, 0},
     {"v8", SC(SCOPE_MODEL_FWD), "v6, LSE as a sum of ex2: no running max", v8_launch, 0},
+    {"x7", SC(SCOPE_EPI_FWD), "experiment: v7 with cache hints (X7)", x7_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},

@@ -19,6 +19,7 @@
  * argmax and the sums, 2.6 at the cluster barrier, 9.7 writing dc, 1.3 at the closing barrier;
  * DRAM is in use for 17 of them.
  */
+#include <stdlib.h>
 #include "cluster.cuh"
 #include "model.h"
 
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
                    const float *__restrict__ m, const float *__restrict__ mean,
                    const float *__restrict__ rstd, float *__restrict__ dc,
-                   float *__restrict__ dm_part, int S)
+                   float *__restrict__ dm_part, int S, int g_async)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -56,9 +57,23 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
         cs.mean[threadIdx.x] = __ldg(mean + n * C_OUT + threadIdx.x);
         cs.rstd[threadIdx.x] = __ldg(rstd + n * C_OUT + threadIdx.x);
     }
-    fill_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
-    for (int j = threadIdx.x; j < len; j += CL_THREADS)
-        gs[j] = g[(size_t)n * S + lo + j];
+    if (g_async) { /* experiment (issue 15): g's slice by cp.async too, one wait for both */
+        issue_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
+        const float *gsrc = g + (size_t)n * S + lo;
+        if ((S & 3) == 0) {
+            for (int j = threadIdx.x; j < len / 4; j += CL_THREADS)
+                __pipeline_memcpy_async(gs + 4 * j, gsrc + 4 * j, 16);
+        } else {
+            for (int j = threadIdx.x; j < len; j += CL_THREADS)
+                __pipeline_memcpy_async(gs + j, gsrc + j, 4);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+    } else {
+        fill_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
+        for (int j = threadIdx.x; j < len; j += CL_THREADS)
+            gs[j] = g[(size_t)n * S + lo + j];
+    }
     __syncthreads();
     for (int j = threadIdx.x; j < len; j += CL_THREADS) { /* the argmax of each position */
         float best = 0.0f;
@@ -96,6 +111,25 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
     for (int co = 0; co < C_OUT; co++) {
         float mc = cs.m[co], mu = cs.mean[co], rs = cs.rstd[co];
         float m1 = cs.part[0][co], m2 = cs.part[1][co], acc = 0.0f;
+        if (g_async == 2 && (S & 3) == 0) { /* experiment: 4 positions a thread, float4 dc */
+            for (int j4 = threadIdx.x; j4 < len / 4; j4 += CL_THREADS) {
+                float4 c4 = *reinterpret_cast<const float4 *>(vals + co * cap + 4 * j4);
+                float4 g4 = *reinterpret_cast<const float4 *>(gs + 4 * j4);
+                uchar4 k4 = *reinterpret_cast<const uchar4 *>(ks + 4 * j4);
+                float cv[4] = {c4.x, c4.y, c4.z, c4.w}, gv[4] = {g4.x, g4.y, g4.z, g4.w}, o[4];
+                unsigned char kv[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float xh = (cv[k] * mc - mu) * rs;
+                    float d = kv[k] == co && xh >= -1.0f && xh <= 1.0f ? gv[k] * mc : 0.0f;
+                    float da = rs * (d - m1 - xh * m2);
+                    o[k] = da * mc;
+                    acc += da * cv[k];
+                }
+                *reinterpret_cast<float4 *>(dcb + (size_t)co * S + 4 * j4) =
+                    make_float4(o[0], o[1], o[2], o[3]);
+            }
+        } else
         for (int j = threadIdx.x; j < len; j += CL_THREADS) {
             float cv = vals[co * cap + j], xh = (cv * mc - mu) * rs;
             float d = ks[j] == co && xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
@@ -130,7 +164,8 @@ void b3_launch(const run_ctx *r, int scope)
         cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
                        cluster_smem(r->sh.s, 1));
         CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_backward, r->c, r->g, r->m, r->mean,
-                                      r->rstd, r->dc, r->dm_part1, r->sh.s));
+                                      r->rstd, r->dc, r->dm_part1, r->sh.s,
+                                      getenv("B3G") ? atoi(getenv("B3G")) : 0));
         channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm);
     } else {
         b2_backward(r);
