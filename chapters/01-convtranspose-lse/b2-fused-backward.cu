@@ -23,8 +23,8 @@
  * Measured (same H100, same call, commit 0c77edb): 1.210 ms against 1.311 for four positions a
  * thread, 7.7% faster but not the floor: less v4's 0.375 ms, the backward takes about 0.835 ms,
  * 84% of the copy ceiling. With v7's forward (0.370 ms) instead of v4's, 0.0063-0.0068 ms less
- * in each of three interleaved rounds of one call. Recorded: 1.203 ms, 9% over the target;
- * torch.compile's 1.183 ms, timed in the same call, is 1.7% ahead. Between calls b2 has taken
+ * in each of three interleaved rounds of one call. Recorded: 1.202 ms (the README's table), 9%
+ * over the target; torch.compile's 1.183 ms, timed the same day, is 1.7% ahead. Between calls b2 has taken
  * 1.194 to 1.215 ms with the same code (the README).
  * ncu on the kernel alone (commit 0c77edb): 48% of warps active, still 16 cycles of
  * long-scoreboard stall an issue, DRAM at 71% of peak. It wrote 0.99 GB to DRAM, where the

@@ -25,10 +25,11 @@
  * under the target. Its 44 registers (allocated as 48) allow 5 blocks of 256 an SM, 62.5% of
  * warps, and the driver sizes the SM's shared memory for those 5 tiles of 33 KB (ncu reports
  * both limits at 5).
- * Measured (H100, 2026-11-25, the README's table): 1.0818 ms [1.0789 - 1.0840] against b2's
- * 1.2029 in the same run, 10% less time; 97.6% of the 1.056 ms floor at that run's 2982 GB/s
- * ceiling, 1.7% under the target, and 8.5% under torch.compile's 1.1826 (timed the same day).
- * Less v7's 0.3694, the backward takes about 0.712 ms for its 2.079 GB: 2918 GB/s, 98% of the
+ * Measured (H100, 2026-11-25, the README's table, v7 by then in blocks of 1024): 1.0811 ms
+ * [1.0790 - 1.0844] against b2's 1.2023 in the same run, 10% less time; 97.4% of the 1.053 ms
+ * floor at that run's 2992 GB/s ceiling, 1.7% under the target, and 8.6% under torch.compile's
+ * 1.1826 (timed the same day); first recorded at 1.0818 with v7's blocks of 512 (cdcc3f1).
+ * Less v7's 0.3674, the backward takes about 0.714 ms for its 2.079 GB: 2912 GB/s, 97% of the
  * ceiling: the prediction, slightly beaten. ncu on each kernel alone (ncu's clocks, this code):
  *                      time      DRAM busy  cycles between   warps active  registers
  *                                           a warp's instr.

@@ -20,9 +20,10 @@
  *                        v3  the anti-pattern a first instinct picks: a block per position, a
  *                            thread per channel, a shared-memory tree
  *   shifted-load.cuh         16- and 8-byte loads on misaligned planes
+ *   common/lse.cuh           the online logsumexp: a running max and sum, one exp per value
  *   v4-float4-online-lse.cu
  *                        v4  four positions a thread, 16-byte loads, the online logsumexp,
- *                            the fast intrinsics: the epilogue at 96% of the copy ceiling
+ *                            the fast intrinsics: the epilogue at 95% of the copy ceiling
  *   parity.cuh               the transposed conv by output parity: a thread's 2x2x2 output cube
  *   v5-fused-conv.cu     v5  full fusion: the transposed conv computed in the kernel, weights
  *                            in constant memory; the 1 GB conv output is never written
@@ -35,6 +36,7 @@
  *                            no running max (v6's online form the fallback on overflow)
  *   b1-autograd.cu       b1  autograd-like backward: v1 saving z, t, s, a kernel per op back;
  *                            the training step's cuDNN gradients
+ *   common/reduce.cuh        warp and block sums; the deterministic two-stage reduction (db)
  *   b2-fused-backward.cu b2  fused backward: v7, then one kernel recomputing z from c and
  *                            writing dc; db by a deterministic two-stage reduction
  *   b3-own-conv-grads.cu b3  b2 in a training step whose conv kernels are ours: the transposed
@@ -65,7 +67,6 @@ static const hx_version versions[] = {
     {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
     {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes", v7_launch, 0},
     {"v8", SC(SCOPE_MODEL_FWD), "v6, LSE as a sum of ex2: no running max", v8_launch, 0},
-    {"x7", SC(SCOPE_EPI_FWD), "experiment: v7 with cache hints (X7)", x7_launch, 0},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db", b2_launch, 0},
     {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},

@@ -144,7 +144,6 @@ void v6_launch(const run_ctx *r, int scope);
 void v8_launch(const run_ctx *r, int scope);
 void v7_epilogue(const run_ctx *r);    /* b2's and b3's forward */
 void v7_launch(const run_ctx *r, int scope);
-void x7_launch(const run_ctx *r, int scope); /* experiment */
 void b1_launch(const run_ctx *r, int scope);
 void lib_dx(const run_ctx *r);       /* the training step's conv gradients through cuDNN */
 void lib_dw(const run_ctx *r);

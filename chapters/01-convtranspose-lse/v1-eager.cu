@@ -9,13 +9,13 @@
  * Bytes: the logsumexp reads 1.008 GB and writes 63 MB; the 6 elementwise kernels then read 7
  * and write 6 tensors of 63 MB: 1.008 + 0.063 + 13 * 0.063 = 1.9 GB moved for a result whose
  * floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch01.csv): 0.767 ms, 2.1x the 0.359 ms
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch01.csv): 0.767 ms, 2.1x the 0.358 ms
  * floor, 47% of the copy ceiling. PyTorch eager's epilogue takes 2.79 ms on the same GPU
  * (data/h100/pytorch-ch01.csv): its logsumexp alone is five kernels and writes 1 GB twice.
  *
  * The whole model (scope model_fwd) of v1 to v4 is cuDNN's transposed conv, then the epilogue:
- * v1's measured 13.28 ms, of which the epilogue is 0.77 and the conv the rest (its own line
- * follows the table). v5 and v6 compute the conv themselves.
+ * v1's measured 6.99 ms, of which the epilogue is 0.77 and the conv the rest (cuDNN's engine
+ * 74, 6.23 ms alone: its own line follows the table). v5 and v6 compute the conv themselves.
  */
 #include "lse.cuh"
 #include "model.h"

@@ -23,7 +23,7 @@
  * 3300 - 892 + 336 - 128 = 2616 instructions a thread. If the 3.6 cycles of constant-cache
  * stall go too (10.3 -> 6.7 cycles an instruction), v5's time scales to 0.391 x (2616 / 3300)
  * x (6.7 / 10.3) = 0.20 ms.
- * Measured: 0.269 ms, 1.45x v5 and 21x torch.compile (5.64 ms); 35% above the prediction and 8%
+ * Measured: 0.270 ms, 1.45x v5 and 21x torch.compile (5.68 ms); 35% above the prediction and 8%
  * above the 0.25 ms target. ncu on this kernel (commit 7f6adb2): 80.7% of issue slots busy and 2.25
  * cycles per instruction "not selected" (a ready warp waiting for the issue slot): the stalls went,
  * and what is left is issue. Per 8 outputs a thread issues 1296 FFMAs for the conv, about 6

@@ -1,41 +1,50 @@
 /*
  * v7: v4 without its 16-byte loads: a thread per position again, and nothing else of v2's
  *
- * Defect of v4 (0.375 ms, 96% of the copy ceiling, 2% behind torch.compile's 0.368): its four
+ * Defect of v4 (0.375 ms, 95.5% of the copy ceiling, 2% behind torch.compile's 0.367): its four
  * positions a thread buy 16-byte loads, but on planes that start off a 16-byte boundary three
  * channels in four need two float4 a thread, the second usually an L1 hit. A warp asks L1 for
- * 1.75 float4 a thread per 16 bytes it needs, and the online logsumexp adds a compare and a
- * branch to every value. v2, which v4 replaced, had three defects at once (an integer division
- * per position, accurate expf/logf, a grid-stride loop over a grid sized to the SMs); v4 fixed all
- * three along with the loads, so the loads' share of the 13% was never measured.
- * Change: v2's layout, one position a thread, each channel one 4-byte load (a warp reads 128
- * contiguous bytes of a plane: coalesced without any alignment), with v4's other fixes: a
- * sample per blockIdx.y (no division), the fast intrinsics, a grid that covers the tensor once.
- * The 16 loads are independent, so the two-pass logsumexp (max, then 16 exps) costs no wait,
- * and blocks of 512 threads.
- * Prediction: the bytes are v4's, 1.071 GB against the 0.359 ms floor, so only the distance to
+ * 1.75 float4 a thread per 16 bytes it needs, and the online logsumexp puts a compare and a
+ * select in front of every value's exp. v2, which v4 replaced, had three defects at once (an
+ * integer division per position, accurate expf/logf, a grid-stride loop over a grid sized to the
+ * SMs); v4 fixed all three along with the loads, so how much of v2 -> v4's 13% (0.425 -> 0.375
+ * ms) the loads bought was never measured.
+ * Change: v2's layout, one position a thread, each channel one 4-byte load through the read-only
+ * path (__ldg; a warp reads 128 contiguous bytes of a plane: coalesced without any alignment),
+ * with v4's other fixes: a sample per blockIdx.y (no division), the fast intrinsics, a grid that
+ * covers the tensor once. The 16 loads are independent, so the two-pass logsumexp (max, then 16
+ * exps) costs no wait. Blocks of 1024 threads (__launch_bounds__ lets the compiler plan for
+ * them: 32 registers, two blocks an SM, full occupancy).
+ * Prediction: the bytes are v4's, 1.071 GB against the 0.358 ms floor, so only the distance to
  * the ceiling can move. This version was found by measuring, not foreseen; the arithmetic after
- * the fact: scalar coalesced loads ask L1 for each byte once, v4 for 1.75x, so if L1 requests
- * are what keep v4 4% from the ceiling, v7 closes part of that.
- * Measured: 0.3695 ms [0.3686 - 0.3704], 2898 GB/s, 96.7% of the copy ceiling, against v4's
- * 0.3751 in the same run: 1.5% faster, the ranges apart. torch.compile's 0.3684 ms (re-timed
- * the same day in another call) is 0.3% ahead, less than the spread between runs: a tie. Still
- * 2.6% over the 0.36 ms issue 15 asks for; the floor is 0.359. The form was chosen from eleven
- * measured side by side (commit be13152): with blocks of 256 threads 0.372, of 128 0.375; the
- * online logsumexp instead of two passes 0.373; two positions a thread with 8-byte loads 0.381.
- * So v4's 16-byte loads were not what took v2's 0.425 ms to 0.375: the division, the accurate
- * exp and log, and the grid-stride loop were.
- * ncu, each kernel alone at the KernelBench shape (ncu's clocks; commit 955323d): v4 asks L1
- * for 57.0 M sectors of global loads, 1.81x the 31.5 M that 1.008 GB is (48% hit in L1, the
- * second float4s), v7 for 38.9 M, 1.23x (a warp's 128 bytes off a 32-byte boundary touch five
- * sectors, not four); v7 issues 99.9 M warp instructions against v4's 137.6 M (issue slots 33%
- * busy against 45%), waits 19.8 cycles an issue on loads against 28.7, and keeps DRAM 88.2%
- * busy against 86.4%: 362 against 370 us.
+ * the fact: scalar coalesced loads ask L1 for 1.23 sectors per sector of data (below), v4 for
+ * 1.81, so if L1 requests are what keep v4 4.5% from the ceiling, v7 closes part of that.
+ * Measured: 0.3674 ms [0.3665 - 0.3687], 2915 GB/s, 97.4% of the copy ceiling, against v4's
+ * 0.3751 in the same run: 2.0% faster, the ranges apart. torch.compile's 0.3671 ms (timed the
+ * same day in another call) is 0.1% ahead, far less than the spread between runs: a tie. Still
+ * 2.1% over the 0.36 ms issue 15 asks for; the floor is 0.358, 2.6% away, and ncu (below)
+ * finds DRAM 88.7% busy: what is left is the last few percent of the memory system.
+ * The form was chosen from measurements side by side. Commit be13152: blocks of 256 threads
+ * 0.372, of 128 0.375; the online logsumexp instead of two passes 0.373; two positions a thread
+ * with 8-byte loads 0.381. So v4's 16-byte loads were not what took v2's 0.425 ms to 0.375: the
+ * division, the accurate exp and log, and the grid-stride loop were. Commit cbcb2da, three
+ * interleaved rounds: blocks of 512 (v7's size until then) 0.3692-0.3695, of 1024 0.3676-0.3678,
+ * of 256 0.3715; a 0.4% step, less than one run's min-to-max spread, but the same sign in every
+ * round, so 1024 it is. Every cache hint was slower: streaming loads (__ldcs) 0.3803, an L2
+ * evict_first policy 0.3804, with L1::no_allocate 0.3842, a 256-byte L2 prefetch 0.3833;
+ * streaming stores of y 0.3697, a tie.
+ * ncu, the kernel alone at the KernelBench shape (ncu's clocks): blocks of 1024, 360.1 us, DRAM
+ * 88.7% busy, 1.01 GB read, 82% of the warp slots occupied. Blocks of 512 (commit 955323d),
+ * against v4: v4 asks L1 for 57.0 M sectors of global loads, 1.81x the 31.5 M that 1.008 GB is
+ * (48% hit in L1, the second float4s), v7 for 38.9 M, 1.23x (a warp's 128 bytes off a 32-byte
+ * boundary touch five sectors, not four); v7 issues 99.9 M warp instructions against v4's 137.6
+ * M (issue slots 33% busy against 45%), waits 19.8 cycles an issue on loads against 28.7, and
+ * keeps DRAM 88.2% busy against 86.4%: 362 against 370 us.
  */
 #include "model.h"
 #include "tail.cuh"
 
-#define V7_BLOCK 512
+#define V7_BLOCK 1024
 
 __global__ void __launch_bounds__(V7_BLOCK)
     k_epilogue_per_position(const float *__restrict__ c, const float *__restrict__ b,
