@@ -2,7 +2,7 @@
  * b2: the fused backward, two passes
  *
  * Defect of b1: every intermediate gradient (du, dt, dxh, da) is a 103 MB tensor written and
- * read back, and its forward is v1's (1.67 ms). Change: v9's forward, which saves the
+ * read back, and its forward is v1's (1.66 ms). Change: v9's forward, which saves the
  * statistics (mean, rstd) as PyTorch's instance norm does; then, since the backward needs two
  * reductions per (n, c) before any dc can be written, two kernels that recompute the forward at
  * each position from c instead of reading saved tensors:
@@ -17,8 +17,8 @@
  * Bytes of the backward: c and g read twice, dc written: 3 x 103.2 + 2 x 6.45 = 322.5 MB,
  * against its floor of c and g read once and dc written (212.9 MB).
  * Prediction: v9's forward (0.092 ms) plus 322.5 MB at the copy ceiling (0.109 ms): 0.20 ms.
- * Measured, forward + backward: 0.257 ms (v9's forward 0.092 of it), 3.4x torch.compile
- * (0.875 ms), 9.5x b1 (2.443 ms).
+ * Measured, forward + backward: 0.254 ms (v9's forward 0.094 of it), 3.4x torch.compile
+ * (0.875 ms), 9.6x b1 (2.434 ms).
  */
 #include "model.h"
 #include "sums.cuh"

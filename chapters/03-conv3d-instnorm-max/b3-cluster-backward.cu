@@ -11,15 +11,37 @@
  * backward's floor. dm: one partial per (n, block, channel), added in order (training-grads.cu).
  * Prediction: the backward at its floor, 212.9 MB: 0.072 ms; with v10's forward (0.074 ms),
  * 0.146 ms, if the cluster phases hide.
- * Measured, forward (v10) + backward: 0.226 ms, 3.9x torch.compile (0.875 ms), against a
- * 0.108 ms floor. ncu on this kernel (commit 508c56c): 146 us, 40% of DRAM peak, the same
- * pattern as v10 (3.7 cycles per issued instruction at barriers, 3.2 on loads). It copies its
- * slice whole, without v10's row streaming. Its timeline (commit 55e5e9c, %globaltimer at each
- * block's phase boundaries): a block lives a median 29.9 us, 7.5 loading c and g, 8.3 on the
- * argmax and the sums, 2.6 at the cluster barrier, 9.7 writing dc, 1.3 at the closing barrier;
- * DRAM is in use for 17 of them.
+ * Measured, first form (the table of 2026-11-23): 0.226 ms, 3.9x torch.compile (0.875 ms),
+ * against a 0.108 ms floor. ncu on this kernel (commit 508c56c): 146 us, 40% of DRAM peak, the
+ * same pattern as v10 (3.7 cycles per issued instruction at barriers, 3.2 on loads). Its
+ * timeline (commit 55e5e9c, %globaltimer at each block's phase boundaries): a block lives a
+ * median 29.9 us, 7.5 loading c and g, 8.3 on the argmax and the sums, 2.6 at the cluster
+ * barrier, 9.7 writing dc, 1.3 at the closing barrier; DRAM is in use for 17 of them.
+ *
+ * Then three defects of that form, each fixed and measured (issue 15):
+ *  (a) g's slice came by plain loads after c's copies had all landed: its latency was paid
+ *      alone. Now it is copied by cp.async too (issue_row), issued with c's, one wait for both.
+ *  (b) dc was written a float a thread. Now, when S is a multiple of 4 (then every slice is),
+ *      a thread takes four positions: 16-byte loads from shared memory, one float4 store.
+ *  (c) the first wave's clusters all loaded at once, then all reduced at once (v10's step 0):
+ *      cluster n of the first wave (b3_wave, the clusters resident at once) waits n x 9 us /
+ *      wave first; b3's forward is v10, staggered the same way.
+ * Prediction: none for (a) and (b), which were found by timing forms side by side; both move
+ * the same bytes, so they can only shorten the phases the timeline shows, the 7.5 us load and
+ * the 9.7 us write. For (c), v10's reasoning (its comment).
+ * Measured (H100, medians of 50, interleaved rounds): the first form 0.2231 - 0.2238 ms; with (a)
+ * 0.2139 - 0.2146; with (a) and (b) 0.2072 - 0.2079 (three rounds, commit cbcb2da). With (c), in
+ * three rounds of one later call (B3SPAN and V10SPAN set the spans in ns, 0 for no wait): no wait
+ * in either kernel 0.2054 - 0.2063, v10's wait alone 0.1996 - 0.2004, both 0.1929 - 0.1935; b3's
+ * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread.
+ * Recorded (the README's table): 0.1945 ms [0.1902 - 0.1984], 55.5% of the 0.108 ms floor, 4.5x
+ * torch.compile's 0.875; issue 15's 0.15 ms is missed by 30%. ncu on this kernel alone at the GPU's
+ * own clocks, before and after (a) and (b) (one call): 139.7 against 127.9 us, DRAM 41.8% against
+ * 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; before and after (c) (another
+ * call): 123.4 against 119.7 us, DRAM 46.1% against 47.6%, the load wait 1.6 against 0.9.
+ * What is left is v10's pattern: DRAM under half busy, because a block's argmax, sums and
+ * exchange (8.3 + 2.6 us of its 29.9 in the timeline above) do not overlap its own copies.
  */
-#include <stdlib.h>
 #include "cluster.cuh"
 #include "model.h"
 
@@ -40,7 +62,7 @@ __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
                    const float *__restrict__ m, const float *__restrict__ mean,
                    const float *__restrict__ rstd, float *__restrict__ dc,
-                   float *__restrict__ dm_part, int S, int g_async)
+                   float *__restrict__ dm_part, int S, int wave, int span_ns)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -57,23 +79,12 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
         cs.mean[threadIdx.x] = __ldg(mean + n * C_OUT + threadIdx.x);
         cs.rstd[threadIdx.x] = __ldg(rstd + n * C_OUT + threadIdx.x);
     }
-    if (g_async) { /* experiment (issue 15): g's slice by cp.async too, one wait for both */
-        issue_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
-        const float *gsrc = g + (size_t)n * S + lo;
-        if ((S & 3) == 0) {
-            for (int j = threadIdx.x; j < len / 4; j += CL_THREADS)
-                __pipeline_memcpy_async(gs + 4 * j, gsrc + 4 * j, 16);
-        } else {
-            for (int j = threadIdx.x; j < len; j += CL_THREADS)
-                __pipeline_memcpy_async(gs + j, gsrc + j, 4);
-        }
-        __pipeline_commit();
-        __pipeline_wait_prior(0);
-    } else {
-        fill_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
-        for (int j = threadIdx.x; j < len; j += CL_THREADS)
-            gs[j] = g[(size_t)n * S + lo + j];
-    }
+    stagger_start(n, wave, span_ns);
+    /* every copy of c's slice and of g's issued, then one wait: g's no longer start only after
+     * c's have landed */
+    issue_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
+    issue_row(gs, g + (size_t)n * S + lo, len, S);
+    __pipeline_wait_prior(0);
     __syncthreads();
     for (int j = threadIdx.x; j < len; j += CL_THREADS) { /* the argmax of each position */
         float best = 0.0f;
@@ -111,7 +122,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
     for (int co = 0; co < C_OUT; co++) {
         float mc = cs.m[co], mu = cs.mean[co], rs = cs.rstd[co];
         float m1 = cs.part[0][co], m2 = cs.part[1][co], acc = 0.0f;
-        if (g_async == 2 && (S & 3) == 0) { /* experiment: 4 positions a thread, float4 dc */
+        if ((S & 3) == 0) { /* four positions a thread: 16-byte loads from shared, float4 dc */
             for (int j4 = threadIdx.x; j4 < len / 4; j4 += CL_THREADS) {
                 float4 c4 = *reinterpret_cast<const float4 *>(vals + co * cap + 4 * j4);
                 float4 g4 = *reinterpret_cast<const float4 *>(gs + 4 * j4);
@@ -129,13 +140,14 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
                 *reinterpret_cast<float4 *>(dcb + (size_t)co * S + 4 * j4) =
                     make_float4(o[0], o[1], o[2], o[3]);
             }
-        } else
-        for (int j = threadIdx.x; j < len; j += CL_THREADS) {
-            float cv = vals[co * cap + j], xh = (cv * mc - mu) * rs;
-            float d = ks[j] == co && xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
-            float da = rs * (d - m1 - xh * m2);
-            dcb[(size_t)co * S + j] = da * mc;
-            acc += da * cv;
+        } else { /* one position a thread: S not a multiple of 4 leaves rows unaligned */
+            for (int j = threadIdx.x; j < len; j += CL_THREADS) {
+                float cv = vals[co * cap + j], xh = (cv * mc - mu) * rs;
+                float d = ks[j] == co && xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
+                float da = rs * (d - m1 - xh * m2);
+                dcb[(size_t)co * S + j] = da * mc;
+                acc += da * cv;
+            }
         }
         acc = warp_sum(acc);
         if (lane == 0)
@@ -152,6 +164,8 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
 #endif
 }
 
+#define B3_SPAN_NS 9000 /* the first wave's starts spread over 9 us (stagger_start) */
+
 static int opted; /* k_cluster_backward's shared-memory opt-in is set (cluster_config) */
 
 void b3_launch(const run_ctx *r, int scope)
@@ -164,12 +178,21 @@ void b3_launch(const run_ctx *r, int scope)
         cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
                        cluster_smem(r->sh.s, 1));
         CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_backward, r->c, r->g, r->m, r->mean,
-                                      r->rstd, r->dc, r->dm_part1, r->sh.s,
-                                      getenv("B3G") ? atoi(getenv("B3G")) : 0));
+                                      r->rstd, r->dc, r->dm_part1, r->sh.s, r->b3_wave,
+                                      span_env("B3SPAN", B3_SPAN_NS)));
         channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm);
     } else {
         b2_backward(r);
     }
     if (scope == SCOPE_TRAIN)
         lib_dx(r), own_dw(r), own_dbias(r);
+}
+
+/* how many of the backward kernel's clusters are resident at once: its first wave */
+int b3_resident_clusters(const run_ctx *r)
+{
+    cluster_launch L;
+    cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
+                   cluster_smem(r->sh.s, 1));
+    return resident_clusters(&L, (const void *)k_cluster_backward);
 }

@@ -1,7 +1,8 @@
 /*
  * cluster.cuh: what the cluster versions share (v10, v11, v13, b3): a sample's slice cut among
  * the CL blocks of its cluster, the shared memory that holds it, the copies that fill it, the
- * statistics exchanged through distributed shared memory, and the launch.
+ * statistics exchanged through distributed shared memory, the launch, and the first wave's
+ * staggered start (v10's step 0).
  *
  * Hopper only: the PTX it uses (mbarriers, bulk copies) and the launch of a cluster kernel are
  * common/hopper.cuh's, with why and how.
@@ -11,6 +12,7 @@
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
+#include <stdlib.h>
 
 #include "hopper.cuh"
 #include "model.h"
@@ -71,6 +73,48 @@ __device__ static inline void issue_slice(float *vals, int cap, const float *__r
             int co = i / len, j = i - co * len;
             __pipeline_memcpy_async(vals + co * cap + j, src + (size_t)co * S + j, 4);
         }
+    }
+    __pipeline_commit();
+}
+
+/* Where a cluster of the first wave starts (v10, b3). The `wave` clusters that fit on the GPU
+ * at once all start together, copy their slices together and then all reduce together, DRAM idle.
+ * Cluster n < wave waits n * span_ns / wave nanoseconds first, so that the first wave's starts
+ * spread evenly over span_ns; later clusters start as earlier ones finish, already spread.
+ * %globaltimer is the GPU's nanosecond clock (PTX ISA, "Special Registers: %globaltimer");
+ * __nanosleep keeps the waiting warps off the issue slots of the SM's other block. wave <= 0 or
+ * span_ns <= 0: no wait. */
+__device__ static inline void stagger_start(int n, int wave, int span_ns)
+{
+    if (wave <= 0 || span_ns <= 0 || n >= wave)
+        return;
+    unsigned long long t0, t, d = (unsigned long long)n * (unsigned)span_ns / (unsigned)wave;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(200);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < d);
+}
+
+/* stagger_start's span in ns: the environment variable `name` (V10SPAN, B3SPAN) when set, so
+ * that a reader can time the wait's effect (0: no wait) or tune it for another GPU; else dflt */
+static inline int span_env(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    return e ? atoi(e) : dflt;
+}
+
+/* one row of len floats (b3's slice of g) from src into dst by cp.async, as issue_slice copies
+ * each channel row: 16 bytes a copy when S is a multiple of 4, else 4; committed as its own
+ * group */
+__device__ static inline void issue_row(float *dst, const float *__restrict__ src, int len, int S)
+{
+    if ((S & 3) == 0) {
+        for (int j = threadIdx.x; j < len / 4; j += CL_THREADS)
+            __pipeline_memcpy_async(dst + 4 * j, src + 4 * j, 16);
+    } else {
+        for (int j = threadIdx.x; j < len; j += CL_THREADS)
+            __pipeline_memcpy_async(dst + j, src + j, 4);
     }
     __pipeline_commit();
 }

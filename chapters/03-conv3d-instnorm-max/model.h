@@ -105,6 +105,7 @@ struct run_ctx {
     int sm_count;
     size_t smem_optin;                  /* the most dynamic shared memory a cluster kernel may ask for */
     int pipe_clusters;                  /* v11's resident clusters (0: v11 does not fit, runs v10) */
+    int v10_wave, b3_wave;              /* v10's and b3's backward's: their first waves */
     const float *x, *weight, *bias, *m; /* model input and parameters */
     float *c;                           /* conv output, the epilogue's input */
     float *y;                           /* output */
@@ -163,6 +164,7 @@ void v10_epilogue(const run_ctx *r); /* b3's forward, v11's fallback */
 void v10_launch(const run_ctx *r, int scope);
 int v10_resident_clusters(const run_ctx *r);
 int v11_resident_clusters(const run_ctx *r);
+int b3_resident_clusters(const run_ctx *r);
 void v11_launch(const run_ctx *r, int scope);
 void v12_model(const run_ctx *r);    /* v13's fallback */
 void v12_launch(const run_ctx *r, int scope);

@@ -188,6 +188,8 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->lib = &pb->lib;
     /* v11's resident clusters: asked only where the cluster kernels can run */
     r->pipe_clusters = pb->clusters_run ? v11_resident_clusters(r) : 0;
+    r->v10_wave = pb->clusters_run ? v10_resident_clusters(r) : 0;
+    r->b3_wave = pb->clusters_run ? b3_resident_clusters(r) : 0;
     problem_refresh(pb);
     return pb;
 }

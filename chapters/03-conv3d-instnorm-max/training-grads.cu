@@ -10,7 +10,8 @@
  * The conv's gradients: cuDNN's dx (backward data) in every training step; for dw cuDNN's
  * backward filter (b1) or our own (b2, b3):
  * dw[co][ci][k] = sum over n and s of dc[n][co][s] x[n][ci][s shifted by tap k]: 1296 sums of
- * 1.6M terms each, 2.1 GFMA. cuDNN's legacy backward filter takes 25 ms here, so
+ * 1.6M terms each, 2.1 GFMA. cuDNN's legacy backward filter took 25 ms here (25.5 in the run of
+ * commit 0e8e96a), so
  *   k_dw_partials: a block per (n, chunk of DW_CHUNK positions) copies the chunk's dc into
  *     shared memory as [position][co] (the 16 channels of a position: four 16-byte
  *     broadcasts); thread (group g, tap) accumulates acc[co] += x(tap) dc[co] over every third
@@ -20,9 +21,10 @@
  * No atomics: the same bits every run.
  * Prediction: bounded by its 4.2 GFLOP, 0.062 ms at the FMA peak; a few times that in practice.
  * Measured (the notes after the table, in the run of data/h100/ch03.csv): 0.578 ms against
- * cuDNN's 25.5 ms (its fastest fp32 algorithm by cudnnFind); the fused versions' training step
- * went from 27.7 ms with cuDNN's dw (commit 508c56c) to 2.8 ms with it (b1's, through cuDNN,
- * 29.99 ms). ncu (commit 508c56c): 562 us, the SMs 65% busy, 7.4 TFLOP/s.
+ * cuDNN's 1.631 ms (engine 20, the fastest fp32 engine of its graph API, timed on the buffers);
+ * the fused versions' training step went from 27.7 ms with cuDNN's legacy dw (commit 508c56c)
+ * to 2.6 ms with it (b1's, through cuDNN, 5.877 ms). ncu (commit 508c56c): 562 us, the SMs 65%
+ * busy, 7.4 TFLOP/s.
  */
 #include "conv.cuh"
 #include "model.h"

@@ -12,8 +12,8 @@
  * floor. Prediction: 0.35 ms at the copy ceiling for the bytes, plus whatever the serial
  * statistics cost beyond their 0.035 ms share.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch03.csv; every number in the version
- * comments is from that file unless it says otherwise): v1 1.665 ms, of which the serial
- * statistics alone take 1.266 ms (82 GB/s); the five other kernels about 0.40 ms. PyTorch eager:
+ * comments is from that file unless it says otherwise): v1 1.659 ms, of which the serial
+ * statistics alone take 1.262 ms (82 GB/s); the five other kernels about 0.40 ms. PyTorch eager:
  * 0.474 ms.
  *
  * The statistics come first. Eager computes a, then reads it back for the statistics; v1
@@ -30,10 +30,10 @@
  * a part of its epilogue row at every batch size.
  * Prediction: unchanged at batch 128 (a, 103 MB, never stayed in L2); at batch 16 the epilogue
  * grows to about the stats row plus the other five kernels (1.02 + 0.05 ms).
- * Measured in this order (data/h100/ch03-sweep.csv): batch 16, stats 1.033 ms, epilogue 1.070
- * ms (was 1.021 and 0.842); batch 128, stats 1.266, epilogue 1.664 (was 1.274 and 1.672),
- * unchanged within 1%. The stats row is now below the epilogue row at every batch size, for
- * v1..v8 alike.
+ * Measured in this order (the batch sweep of commit 0e8e96a): batch 16, stats 1.033 ms, epilogue
+ * 1.070 ms (was 1.021 and 0.842); batch 128, stats 1.266, epilogue 1.664 (was 1.274 and
+ * 1.672), unchanged within 1%. The stats row is now below the epilogue row at every batch size,
+ * for v1..v8 alike.
  *
  * The whole model (scope model_fwd) of v1..v11 is cuDNN's conv, then the epilogue.
  */

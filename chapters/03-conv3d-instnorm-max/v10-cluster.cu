@@ -20,17 +20,37 @@
  * c is read once, y written once: the epilogue's floor in bytes.
  * Prediction: toward the one-read floor, 0.037 ms, if the reductions hide behind other blocks'
  * loads.
- * Measured: 0.0744 ms, 49% of the copy ceiling: 1.23x v9, 1.33x torch.compile, but twice the
- * 0.037 ms floor it was built to approach. ncu (commit 508c56c, on an earlier form of this
- * kernel, two cluster barriers a sample and the slice copied whole, 0.080 ms): 45% of DRAM
- * peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads, 2.7 on memory
- * fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at once (two
- * 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's share
- * of DRAM bandwidth goes unused. A timeline of one launch (commit 0ab0e1a, %globaltimer at
- * each block's phase boundaries): 74.8 us end to end; per block (median) 9.9 us to load, reduce
- * and exchange, 2.1 us to write y, 1.7 us at the closing cluster barrier; the first 240
- * blocks, loading 24 MB at once, take 15.4 us for the first phase (1.6 TB/s; the write-back
- * of the timer's L2 flush likely falls there too: the README), later ones 8.6.
+ * Measured, steps 1 to 3 (the table of 2026-11-23): 0.0744 ms, 49% of the copy ceiling: 1.23x v9,
+ * 1.33x torch.compile, but twice the 0.037 ms floor it was built to approach. ncu (commit 508c56c,
+ * on an earlier form of this kernel, two cluster barriers a sample and the slice copied whole,
+ * 0.080 ms): 45% of DRAM peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads,
+ * 2.7 on memory fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at
+ * once (two 101 KB blocks an SM), so the 128 run in 4.3 waves, and while a block reduces, its SM's
+ * share of DRAM bandwidth goes unused. A timeline of one launch (commit 0ab0e1a, %globaltimer at
+ * each block's phase boundaries): 74.8 us end to end; per block (median) 9.9 us to load, reduce and
+ * exchange, 2.1 us to write y, 1.7 us at the closing cluster barrier; the first 240 blocks, loading
+ * 24 MB at once, take 15.4 us for the first phase (1.6 TB/s; the write-back of the timer's L2 flush
+ * likely falls there too: the README), later ones 8.6.
+ *
+ * Step 0, added after (issue 15). Defect: that timeline's first wave. All 30 resident clusters
+ * start together, load together at 1.6 TB/s, then reduce together with DRAM idle; the later blocks,
+ * which start as earlier ones leave and so are already spread, load in 8.6 us.
+ * Change: cluster n of the first wave (n < r->v10_wave, the clusters resident at once, from
+ * cudaOccupancyMaxActiveClusters) waits n x 10 us / wave (30 here) before its first copy
+ * (stagger_start in cluster.cuh), so the wave's starts spread over about one block's 9.9 us of
+ * load, reduce and exchange: while the last clusters load, the first reduce.
+ * Prediction, the arithmetic made after a first measurement of the idea: if the first wave then
+ * runs at the later blocks' pace, 15.4 - 8.6 = 6.8 us of the 74.8 go: about 0.068 ms.
+ * Measured (H100, medians of 50, three interleaved rounds of one call; V10SPAN sets the span in
+ * ns): no wait 0.0738 - 0.0744 ms; spans of 7 us 0.0716 - 0.0717, 10 us 0.0677 - 0.0680, 13 us
+ * 0.0698 - 0.0701. An earlier call, waiting in 2 to 16 groups instead of a step a cluster, found
+ * the same optimum (8 groups 1.5 us apart, 0.0668).
+ * Recorded (the README's table): 0.0686 ms [0.0653 - 0.0701], 53% of the copy ceiling, 1.45x
+ * torch.compile's 0.0992; issue 15's 0.045 ms is missed by 52%. ncu, the kernel alone at the GPU's
+ * own clocks, without and with the wait: 66.5 against 63.8 us, DRAM 49.0% against 51.2% busy, per
+ * issued instruction 5.0 against 3.1 cycles waiting on loads, 3.6 against 2.8 on memory fences, 1.4
+ * asleep in the wait. The 10 us suits this GPU's bandwidth and 30 resident clusters; another GPU's
+ * best span differs (V10SPAN=0 switches it off).
  * The steps that led here, each measured, and the pipelined forms that lost to it, are in the
  * README's "tried" list.
  */
@@ -55,7 +75,7 @@ __device__ static inline void bulk_rows(float *vals, int cap, const float *__res
 
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-                   float *__restrict__ mean, float *__restrict__ rstd, int S)
+                   float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -67,6 +87,7 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
     const float *src = c + (size_t)n * C_OUT * S + lo;
     int bulk = (S & 3) == 0; /* bulk copies need rows of whole 16-byte units */
+    stagger_start(n, wave, span_ns); /* step 0 */
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     if (bulk) { /* step 1 */
@@ -91,6 +112,8 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
 #endif
 }
 
+#define V10_SPAN_NS 10000 /* the first wave's starts spread over 10 us (step 0) */
+
 static int opted; /* k_cluster_epilogue's shared-memory opt-in is set (cluster_config) */
 
 void v10_epilogue(const run_ctx *r)
@@ -102,7 +125,7 @@ void v10_epilogue(const run_ctx *r)
     cluster_launch L;
     cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s));
+                                  r->sh.s, r->v10_wave, span_env("V10SPAN", V10_SPAN_NS)));
 }
 
 void v10_launch(const run_ctx *r, int scope)

@@ -3,7 +3,7 @@
  *
  * Defect of v1..v11 as a whole model: cuDNN's conv writes c (103 MB) and the epilogue reads it
  * back; cuDNN's conv alone takes 0.49 to 0.56 ms here (the notes after the table, across runs;
- * 0.534 ms in the run of data/h100/ch03.csv), 8 to 9x the conv's 0.062 ms at the FMA peak
+ * 0.492 ms in the run of data/h100/ch03.csv), about 8x the conv's 0.062 ms at the FMA peak
  * (model.h), for 3 input channels. Change: the conv inside our own kernels (conv.cuh), c never
  * in DRAM. The statistics need every position before any output, so without clusters it takes
  * two passes:
@@ -14,7 +14,7 @@
  *   pass 2 (k_conv_apply): a thread per position recomputes the 16 conv values and writes y.
  * Bytes: x read twice (50 MB) and y written, 0.02 ms; the FLOPs bound it.
  * Prediction: at least twice the conv, 2 x 0.062 = 0.125 ms at the FMA peak.
- * Measured: 0.403 ms, 21 TFLOP/s over the two convs, 1.22x torch.compile's whole model
+ * Measured: 0.401 ms, 21 TFLOP/s over the two convs, 1.23x torch.compile's whole model
  * (0.491 ms). Half of that arithmetic is the second conv, which v13 removes.
  */
 #include "conv.cuh"

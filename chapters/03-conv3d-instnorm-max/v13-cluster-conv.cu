@@ -13,8 +13,8 @@
  * waiting on shared memory, four LDS.128 per 16 FFMA, and 2.7 at barriers).
  * Prediction: compute-bound: the conv's 0.062 ms at the FMA peak plus the on-chip epilogue,
  * against v12's 0.403.
- * Measured: 0.222 ms (19 TFLOP/s), 2.2x torch.compile's whole model (0.491 ms), and faster than
- * cuDNN's conv alone (0.49 to 0.56 ms across runs, 0.534 in this one). Two positions a thread
+ * Measured: 0.220 ms (19 TFLOP/s), 2.2x torch.compile's whole model (0.491 ms), and faster than
+ * cuDNN's conv alone (0.49 to 0.56 ms across runs, 0.492 in this one). Two positions a thread
  * measured 6% better than one in commit 08a0fbe (0.228 against 0.242 ms), less than the halved
  * shared-memory traffic promised: at 64 registers (two blocks an SM) ptxas spills (112 bytes in
  * the build 08a0fbe measured; 96 for this file with nvcc 13.0), and with 128 registers and one
