@@ -4,10 +4,10 @@
  * Defect of b2: c and g are read twice, once for each of its two passes (322.5 MB against the
  * backward's 212.9 MB floor), because the two sums per (n, c) must be complete before any dc.
  * Change: v10's layout again (cluster.cuh). Forward: v10, which saves the statistics. Backward:
- * block r of sample n's cluster loads its slice of c and of g into shared memory once (cp.async),
- * finds each position's argmax, and warp w sums channel w's dxh and dxh xh over the slice; the
- * cluster adds the 8 partials through distributed shared memory, in rank order; then every dc
- * of the slice is written from shared memory. c and g read once, dc written once: the
+ * block r of sample n's cluster loads its slice of c (cp.async) and of g (plain loads) into shared
+ * memory once, finds each position's argmax, and warp w sums channel w's dxh and dxh xh over the
+ * slice; the cluster adds the 8 partials through distributed shared memory, in rank order; then
+ * every dc of the slice is written from shared memory. c and g read once, dc written once: the
  * backward's floor. dm: one partial per (n, block, channel), added in order (training-grads.cu).
  * Prediction: the backward at its floor, 212.9 MB: 0.072 ms; with v10's forward (0.074 ms),
  * 0.146 ms, if the cluster phases hide.
@@ -18,32 +18,46 @@
  * median 29.9 us, 7.5 loading c and g, 8.3 on the argmax and the sums, 2.6 at the cluster
  * barrier, 9.7 writing dc, 1.3 at the closing barrier; DRAM is in use for 17 of them.
  *
- * Then three defects of that form, each fixed and measured (issue 15):
+ * Then four defects of that form, each fixed and measured (issue 15):
  *  (a) g's slice came by plain loads after c's copies had all landed: its latency was paid
  *      alone. Now it is copied by cp.async too (issue_row), issued with c's, one wait for both.
- *  (b) dc was written a float a thread. Now, when S is a multiple of 4 (then every slice is),
- *      a thread takes four positions: 16-byte loads from shared memory, one float4 store.
+ *  (b) dc was written a float a thread. Now, when S is a multiple of 4 (slice_lo then cuts
+ *      every slice at a multiple of 4), a thread takes four positions: 16-byte loads from
+ *      shared memory, one float4 store.
  *  (c) the first wave's clusters all loaded at once, then all reduced at once (v10's step 0):
- *      cluster n of the first wave (b3_wave, the clusters resident at once) waits n x 9 us /
- *      wave first; b3's forward is v10, staggered the same way.
- * Prediction: none for (a) and (b), which were found by timing forms side by side; both move
- * the same bytes, so they can only shorten the phases the timeline shows, the 7.5 us load and
- * the 9.7 us write. For (c), v10's reasoning (its comment).
+ *      cluster n of the first wave (b3_wave, this kernel's clusters resident at once) waits
+ *      n x 9 us / wave first (9: the best of 6, 9 and 12 us timed, 12 a tie); b3's forward is
+ *      v10, staggered the same way.
+ *  (d) the argmax waited for the whole slice. Now, when S is a multiple of 4 and a slice has
+ *      at most B3_PT x CL_THREADS (4 x 512) positions, each row of c comes by a TMA bulk copy
+ *      on its own mbarrier (bulk_rows, as v10's), g's on a 17th, and each thread folds row co
+ *      into the running argmax of its B3_PT positions (in registers) as soon as row co lands,
+ *      so the argmax runs while later rows arrive; otherwise the cp.async path of (a).
+ * Prediction: none for (a), (b) and (d), which were found by timing forms side by side; they
+ * move the same bytes, so they can only shorten the phases the timeline shows: the 7.5 us load
+ * and the 9.7 us write for (a) and (b); for (d), at most the argmax's share of the 8.3 us of
+ * argmax and sums (that share was never timed alone). For (c), v10's reasoning (its comment).
  * Measured (H100, medians of 50, interleaved rounds): the first form 0.2231 - 0.2238 ms; with (a)
  * 0.2139 - 0.2146; with (a) and (b) 0.2072 - 0.2079 (three rounds, commit cbcb2da). With (c), in
  * three rounds of one later call (B3SPAN and V10SPAN set the spans in ns, 0 for no wait): no wait
  * in either kernel 0.2054 - 0.2063, v10's wait alone 0.1996 - 0.2004, both 0.1929 - 0.1935; b3's
- * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread.
- * Recorded (the README's table): 0.1945 ms [0.1902 - 0.1984], 55.5% of the 0.108 ms floor, 4.5x
- * torch.compile's 0.875; issue 15's 0.15 ms is missed by 30%. ncu on this kernel alone at the GPU's
- * own clocks, before and after (a) and (b) (one call): 139.7 against 127.9 us, DRAM 41.8% against
- * 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; before and after (c) (another
- * call): 123.4 against 119.7 us, DRAM 46.1% against 47.6%, the load wait 1.6 against 0.9.
- * What is left is v10's pattern: DRAM under half busy, because a block's argmax, sums and
- * exchange (8.3 + 2.6 us of its 29.9 in the timeline above) do not overlap its own copies.
+ * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread
+ * (commit bb128ae). With (d), three rounds of a third call: 0.1877 - 0.1880 against 0.1912 -
+ * 0.1923 without it, 2% (64 registers, no spill, either way).
+ * Recorded (the README's table): 0.1881 ms [0.1847 - 0.1911], 57.5% of the 0.108 ms floor, 4.65x
+ * torch.compile's 0.875; issue 15's 0.15 ms is missed by 25%. ncu on this kernel alone at the
+ * GPU's own clocks, before and after each step, each pair in one call: (a) and (b) 139.7 against
+ * 127.9 us, DRAM 41.8% against 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; (c)
+ * 123.4 against 119.7 us, DRAM 46.1% against 47.6%; (d) 122.9 against 113.9 us, DRAM 46.4%
+ * against 50.0%.
+ * What is left is v10's pattern: DRAM half busy, because a block's sums and exchange (part of
+ * the 8.3 + 2.6 us of its 29.9 in the timeline above) still wait for the last row and do not
+ * overlap its own copies.
  */
 #include "cluster.cuh"
 #include "model.h"
+
+#define B3_PT 4 /* positions a thread in the streamed argmax, held in registers */
 
 #if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
 /* warp `warp` adds the CL blocks' partial for channel ch in rank order: the same bits in every
@@ -79,25 +93,69 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
         cs.mean[threadIdx.x] = __ldg(mean + n * C_OUT + threadIdx.x);
         cs.rstd[threadIdx.x] = __ldg(rstd + n * C_OUT + threadIdx.x);
     }
-    stagger_start(n, wave, span_ns);
-    /* every copy of c's slice and of g's issued, then one wait: g's no longer start only after
-     * c's have landed */
-    issue_slice(vals, cap, c + (size_t)n * C_OUT * S + lo, len, S);
-    issue_row(gs, g + (size_t)n * S + lo, len, S);
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    for (int j = threadIdx.x; j < len; j += CL_THREADS) { /* the argmax of each position */
-        float best = 0.0f;
-        int k = 0;
+    stagger_start(n, gridDim.y, wave, span_ns);
+    __shared__ unsigned long long bars[C_OUT + 1];
+    const float *csrc = c + (size_t)n * C_OUT * S + lo, *gsrc = g + (size_t)n * S + lo;
+    if ((S & 3) == 0 && len <= B3_PT * CL_THREADS) {
+        /* (d): each row by a bulk copy on its own mbarrier, g's on a 17th; every thread folds
+         * row co into its positions' running argmax as soon as the row lands */
+        if (threadIdx.x == 0) {
+            for (int i = 0; i <= C_OUT; i++)
+                mbar_init(&bars[i]);
+            mbar_init_fence();
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            bulk_rows(vals, cap, csrc, len, S, bars);
+            mbar_expect_tx(&bars[C_OUT], 4u * len);
+            if (len)
+                bulk_copy(gs, gsrc, 4u * len, &bars[C_OUT]);
+        }
+        float best[B3_PT];
+        int kk[B3_PT];
 #pragma unroll
         for (int co = 0; co < C_OUT; co++) {
-            float u = clampf1((vals[co * cap + j] * cs.m[co] - cs.mean[co]) * cs.rstd[co]) * cs.m[co];
-            if (co == 0 || u > best)
-                best = u, k = co;
+            mbar_wait(&bars[co], 0);
+            float mc = cs.m[co], mu = cs.mean[co], rs = cs.rstd[co];
+#pragma unroll
+            for (int i = 0; i < B3_PT; i++) {
+                int j = threadIdx.x + i * CL_THREADS;
+                if (j < len) {
+                    float u = clampf1((vals[co * cap + j] * mc - mu) * rs) * mc;
+                    if (co == 0 || u > best[i])
+                        best[i] = u, kk[i] = co;
+                }
+            }
         }
-        ks[j] = (unsigned char)k;
+#pragma unroll
+        for (int i = 0; i < B3_PT; i++) {
+            int j = threadIdx.x + i * CL_THREADS;
+            if (j < len)
+                ks[j] = (unsigned char)kk[i];
+        }
+        mbar_wait(&bars[C_OUT], 0);
+        __syncthreads();
+    } else { /* rows not whole 16-byte units, or more than B3_PT positions a thread */
+        /* every copy of c's slice and of g's issued, then one wait: g's no longer start only
+         * after c's have landed */
+        issue_slice(vals, cap, csrc, len, S);
+        issue_row(gs, gsrc, len, S);
+        __pipeline_wait_prior(0);
+        __syncthreads();
+        for (int j = threadIdx.x; j < len; j += CL_THREADS) { /* the argmax of each position */
+            float best = 0.0f;
+            int k = 0;
+#pragma unroll
+            for (int co = 0; co < C_OUT; co++) {
+                float u = clampf1((vals[co * cap + j] * cs.m[co] - cs.mean[co]) * cs.rstd[co]) *
+                          cs.m[co];
+                if (co == 0 || u > best)
+                    best = u, k = co;
+            }
+            ks[j] = (unsigned char)k;
+        }
+        __syncthreads();
     }
-    __syncthreads();
     { /* warp w: channel w's sums over the slice (only where w is the argmax) */
         float mc = cs.m[warp], mu = cs.mean[warp], rs = cs.rstd[warp];
         float s1 = 0.0f, s2 = 0.0f, gt = 0.0f;

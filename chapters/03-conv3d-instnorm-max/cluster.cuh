@@ -12,6 +12,7 @@
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "hopper.cuh"
@@ -77,36 +78,65 @@ __device__ static inline void issue_slice(float *vals, int cap, const float *__r
     __pipeline_commit();
 }
 
-/* Where a cluster of the first wave starts (v10, b3). The `wave` clusters that fit on the GPU
- * at once all start together, copy their slices together and then all reduce together, DRAM idle.
- * Cluster n < wave waits n * span_ns / wave nanoseconds first, so that the first wave's starts
- * spread evenly over span_ns; later clusters start as earlier ones finish, already spread.
- * %globaltimer is the GPU's nanosecond clock (PTX ISA, "Special Registers: %globaltimer");
- * __nanosleep keeps the waiting warps off the issue slots of the SM's other block. wave <= 0 or
- * span_ns <= 0: no wait. */
-__device__ static inline void stagger_start(int n, int wave, int span_ns)
+/* When a cluster of the first wave starts (v10, b3). The first wave: the `wave` clusters that
+ * fit on the GPU at once (cudaOccupancyMaxActiveClusters), clusters 0 to wave - 1 (observed on
+ * the H100: clusters are dispatched in blockIdx.y order; CUDA does not promise it). They all
+ * start together, copy their slices together and then all reduce together, DRAM idle. Cluster
+ * n < wave waits n * span_ns / wave nanoseconds first, so that the first wave's starts spread
+ * evenly over span_ns; later clusters start as earlier ones finish, already spread. No wait
+ * when the grid's `clusters` all fit at once (no later wave to make room for: at batch 8 the
+ * wait cost v10 1 us), nor when wave or span_ns is 0. %globaltimer is the GPU's nanosecond clock
+ * (PTX ISA, "Special Registers: %globaltimer"; it advances in 32 ns steps on the H100);
+ * __nanosleep keeps the waiting warps off the issue slots of the SM's other block. */
+__device__ static inline void stagger_start(int n, int clusters, int wave, int span_ns)
 {
-    if (wave <= 0 || span_ns <= 0 || n >= wave)
+    if (wave <= 0 || span_ns <= 0 || n >= wave || clusters <= wave)
         return;
     unsigned long long t0, t, d = (unsigned long long)n * (unsigned)span_ns / (unsigned)wave;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
+    for (t = t0; t - t0 < d;) {
         __nanosleep(200);
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < d);
+    }
 }
 
-/* stagger_start's span in ns: the environment variable `name` (V10SPAN, B3SPAN) when set, so
- * that a reader can time the wait's effect (0: no wait) or tune it for another GPU; else dflt */
+/* stagger_start's span: the environment variable `name` (V10SPAN, B3SPAN), an integer in ns,
+ * when set, so that a reader can time the wait's effect (0: no wait) or tune it for another
+ * GPU; else dflt. Not a number, or negative: an error, exit 2. */
 static inline int span_env(const char *name, int dflt)
 {
     const char *e = getenv(name);
-    return e ? atoi(e) : dflt;
+    if (!e)
+        return dflt;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (end == e || *end || v < 0 || v > 100000000) {
+        fprintf(stderr, "error: %s=%s: the span must be an integer number of ns, 0 to 1e8\n",
+                name, e);
+        exit(2);
+    }
+    return (int)v;
+}
+
+/* thread 0 (v10, b3; S a multiple of 4, so that each row is whole 16-byte units at 16-byte
+ * aligned addresses, as bulk copies need): the 16 rows of the slice, row co completing on
+ * bars[co], so that the work on row co (v10: warp co's sums; b3: every thread's argmax) can
+ * start while later rows are still arriving. Each barrier's single arrival is this
+ * arrive.expect_tx, which also sets the bytes its phase waits for. */
+__device__ static inline void bulk_rows(float *vals, int cap, const float *__restrict__ src,
+                                        int len, int S, unsigned long long *bars)
+{
+    unsigned bytes = 4u * len;
+    for (int co = 0; co < C_OUT; co++) {
+        mbar_expect_tx(&bars[co], bytes);
+        if (bytes)
+            bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
+    }
 }
 
 /* one row of len floats (b3's slice of g) from src into dst by cp.async, as issue_slice copies
- * each channel row: 16 bytes a copy when S is a multiple of 4, else 4; committed as its own
- * group */
+ * each channel row: 16 bytes a copy when S is a multiple of 4 (len then is too: slice_lo), else
+ * 4; committed as its own group */
 __device__ static inline void issue_row(float *dst, const float *__restrict__ src, int len, int S)
 {
     if ((S & 3) == 0) {

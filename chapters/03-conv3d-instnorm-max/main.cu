@@ -29,9 +29,11 @@
  *   v7-welford.cu               v7  v6 with Welford + Chan instead of sum and sum of squares
  *   v8-cub.cu                   v8  v7 with CUB's BlockReduce (the library baseline)
  *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)
- *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange
+ *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange, the
+ *                               first wave's staggered start
  *   v10-cluster.cu              v10 one pass: 8 blocks a sample hold its values in shared memory,
- *                                   exchange statistics once through distributed shared memory
+ *                                   exchange statistics once through distributed shared memory;
+ *                                   the first wave's starts spread over 10 us
  *   v11-persistent-cluster.cu   v11 v10 persistent and double-buffered (measured slower)
  *   conv.cuh                    the conv inside a kernel: weights broadcast from shared memory
  *   v12-conv-two-pass.cu        v12 whole model: conv + statistics, then conv again + output

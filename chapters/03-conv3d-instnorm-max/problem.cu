@@ -597,6 +597,7 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {2, 3, 3, 3, 259},  /* S = 257: a prime, one past the reduction block */
     {2, 3, 4, 35, 37},  /* S = 2310, not a multiple of 4: cp.async instead of bulk copies */
     {1, 3, 16, 32, 32}, /* S = 12600: the KernelBench sample */
+    {1, 3, 27, 27, 34}, /* S = 20000: a multiple of 4, but b3's slices over 4 x 512 positions */
     {1, 3, 33, 33, 33}, /* S = 29791: too big for a cluster, v10, v11, v13, b3 fall back */
 };
 #define EXTREME_SHAPE 5 /* the extreme values run on 2x3x4x35x37 */

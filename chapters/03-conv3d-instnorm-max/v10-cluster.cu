@@ -32,21 +32,27 @@
  * 24 MB at once, take 15.4 us for the first phase (1.6 TB/s; the write-back of the timer's L2 flush
  * likely falls there too: the README), later ones 8.6.
  *
- * Step 0, added after (issue 15). Defect: that timeline's first wave. All 30 resident clusters
- * start together, load together at 1.6 TB/s, then reduce together with DRAM idle; the later blocks,
- * which start as earlier ones leave and so are already spread, load in 8.6 us.
- * Change: cluster n of the first wave (n < r->v10_wave, the clusters resident at once, from
- * cudaOccupancyMaxActiveClusters) waits n x 10 us / wave (30 here) before its first copy
+ * Step 0 (it runs first; added after steps 1 to 3 were measured, issue 15). Defect: that
+ * timeline's first wave, the clusters that fit on the GPU at once (30 here, the first 240
+ * blocks): they start together, load together at 1.6 TB/s, then reduce together with DRAM idle;
+ * the later blocks, which start as earlier ones leave and so are already spread, load in 8.6 us.
+ * Change: cluster n of the first wave (n < wave, the clusters resident at once, from
+ * cudaOccupancyMaxActiveClusters: r->v10_wave) waits n x 10 us / wave before its first copy
  * (stagger_start in cluster.cuh), so the wave's starts spread over about one block's 9.9 us of
- * load, reduce and exchange: while the last clusters load, the first reduce.
- * Prediction, the arithmetic made after a first measurement of the idea: if the first wave then
- * runs at the later blocks' pace, 15.4 - 8.6 = 6.8 us of the 74.8 go: about 0.068 ms.
+ * load, reduce and exchange: while the last clusters load, the first reduce. No wait when the
+ * whole grid fits in one wave (batch 30 or less here): there is no later wave to make room for.
+ * Prediction (the arithmetic done after a first trial of the idea, in groups: Tried): if the
+ * first wave then loads at the later blocks' pace, 15.4 - 8.6 = 6.8 us of the 74.8 go, about
+ * 0.068 ms; this ignores the wait itself, up to 10 us for the wave's last cluster.
  * Measured (H100, medians of 50, three interleaved rounds of one call; V10SPAN sets the span in
  * ns): no wait 0.0738 - 0.0744 ms; spans of 7 us 0.0716 - 0.0717, 10 us 0.0677 - 0.0680, 13 us
- * 0.0698 - 0.0701. An earlier call, waiting in 2 to 16 groups instead of a step a cluster, found
- * the same optimum (8 groups 1.5 us apart, 0.0668).
- * Recorded (the README's table): 0.0686 ms [0.0653 - 0.0701], 53% of the copy ceiling, 1.45x
- * torch.compile's 0.0992; issue 15's 0.045 ms is missed by 52%. ncu, the kernel alone at the GPU's
+ * 0.0698 - 0.0701: the prediction, within its rounding. Two earlier calls waited in 2 to 30
+ * groups instead (Tried) and found the same optimum; in one of them 8 groups 1.5 us apart took
+ * 0.0669 - 0.0672 and a step a cluster over 10.5 us 0.0671 - 0.0672. At batch 32 (two waves, the
+ * second of 2 clusters) the wait takes v10 from 0.0314 to 0.0261 ms (one call); at batch 8,
+ * before the wait was limited to grids of more than one wave, it cost 0.0141 against 0.0133.
+ * Recorded (the README's table): 0.0680 ms [0.0661 - 0.0703], 54% of the copy ceiling, 1.46x
+ * torch.compile's 0.0992; issue 15's 0.045 ms is missed by 51%. ncu, the kernel alone at the GPU's
  * own clocks, without and with the wait: 66.5 against 63.8 us, DRAM 49.0% against 51.2% busy, per
  * issued instruction 5.0 against 3.1 cycles waiting on loads, 3.6 against 2.8 on memory fences, 1.4
  * asleep in the wait. The 10 us suits this GPU's bandwidth and 30 resident clusters; another GPU's
@@ -56,22 +62,6 @@
  */
 #include "cluster.cuh"
 #include "model.h"
-
-#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
-/* thread 0: the 16 rows of the slice, row co completing on bars[co], so that warp co can start
- * on its row while later ones are still arriving. Each barrier's single arrival is this
- * arrive.expect_tx, which also sets the bytes its phase waits for. */
-__device__ static inline void bulk_rows(float *vals, int cap, const float *__restrict__ src, int len,
-                                        int S, unsigned long long *bars)
-{
-    unsigned bytes = 4u * len;
-    for (int co = 0; co < C_OUT; co++) {
-        mbar_expect_tx(&bars[co], bytes);
-        if (bytes)
-            bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
-    }
-}
-#endif
 
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
@@ -87,7 +77,7 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
     const float *src = c + (size_t)n * C_OUT * S + lo;
     int bulk = (S & 3) == 0; /* bulk copies need rows of whole 16-byte units */
-    stagger_start(n, wave, span_ns); /* step 0 */
+    stagger_start(n, gridDim.y, wave, span_ns); /* step 0 */
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     if (bulk) { /* step 1 */
