@@ -1,11 +1,12 @@
 /*
  * b3: the training step with the conv's own kernels: forward by parity, dw and dbias reduced
  *
- * Defect of b1 and b2's training steps: 113 and 112 ms (H100, KernelBench shape), spent in
- * cuDNN's legacy API on the conv: the transposed conv 12.5 ms, dbias
- * (cudnnConvolutionBackwardBias) 63.6 ms, dw (cudnnConvolutionBackwardFilter, its fastest fp32
- * algorithm) 33.1 ms, dx (the Conv3d forward) 2.1 ms. A per-channel sum over 1 GB has a 0.34 ms
- * floor; the conv's 5 GFLOP about 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
+ * Defect of b1 and b2's training steps: 15.4 and 14.2 ms (the README's table), most of it in
+ * cuDNN's conv pieces (the per-op table after the version table): the transposed conv 6.23 ms,
+ * dw 4.38, dx (the Conv3d forward) 1.98, dbias (CUB's segmented sums) 0.39. When b3 was written,
+ * through cuDNN's legacy API, the steps took 113 and 112 ms (transposed conv 12.5, dbias 63.6,
+ * dw 33.1, dx 2.1). A per-channel sum over 1 GB has a 0.34 ms floor; the conv's 5 GFLOP about
+ * 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
  *   - the transposed conv writing c, by v6's parity scheme (parity.cuh; v6 with the logsumexp
  *     replaced by 128 stores a thread);
  *   - dbias: per channel, blocks sum slices of every sample's plane, one partial each, then a
@@ -21,9 +22,11 @@
  * 2.1 ms dx: 0.34 + 0.35 + 0.34 + 1.29 + 2.1 = 4.4 ms.
  * Measured (the README's table): the training step takes 4.88 ms, against 14.2 ms for b2 with
  * cuDNN's gradients and, on the same GPU, 18.5 ms for PyTorch eager and 13.5 ms for
- * torch.compile (cudnn.benchmark on). Of it, cuDNN's
- * dx is 2.0; fusing the conv's backward with the epilogue's (dc never written) is the next step
- * and is not done here.
+ * torch.compile (cudnn.benchmark on). Its pieces, each timed alone (the notes after the table):
+ * our transposed conv 0.48 ms, dw 0.74, dbias 0.50, cuDNN's dx 1.98, and the epilogue's forward
+ * and backward 1.20: dw and dbias are where the 0.5 ms over the prediction went (0.74 and 0.50
+ * against 0.35 and 0.34 at the ceiling). Fusing the conv's backward with the epilogue's (dc never
+ * written) is the next step and is not done here.
  */
 #include "model.h"
 #include "parity.cuh"

@@ -1,14 +1,14 @@
 /*
  * b4: b2's backward with its tile staged in shared memory by cp.async
  *
- * Defect of b2 (1.203 ms for forward + backward, 9% over issue 15's 1.10 ms target and 1.7%
- * behind torch.compile's 1.183): less v7's 0.3695 ms forward, its backward takes about 0.834 ms
- * for 2.079 GB (c and g read, dc written), 0.694 ms at the 2995 GB/s copy ceiling: 83% of it,
- * where v7's forward reaches 96.8%. ncu on b2's kernel alone (the table below): DRAM 73% busy,
- * 28 cycles between a warp's instructions, 48% of warps active, the limit its 64 registers a
- * thread (4 blocks of 256 an SM). Every value a thread waits for sits in a
- * register from the load's issue to its use, so registers cap the loads in flight, and b2
- * spent them all: fewer registers spilled, fewer positions a thread lost (b2's comment).
+ * Defect of b2 (at c8c7057, v7 then in blocks of 512: 1.203 ms for forward + backward, 9% over
+ * issue 15's 1.10 ms target and 1.7% behind torch.compile's 1.183): less v7's 0.3695 ms forward,
+ * its backward takes about 0.834 ms for 2.079 GB (c and g read, dc written), 0.694 ms at the 2995
+ * GB/s copy ceiling of that call: 83% of it, where v7's forward reaches 96.8%. ncu on b2's kernel
+ * alone (the table below): DRAM 73% busy, 28 cycles between a warp's instructions, 48% of warps
+ * active, the limit its 64 registers a thread (4 blocks of 256 an SM). Every value a thread waits
+ * for sits in a register from the load's issue to its use, so registers cap the loads in flight,
+ * and b2 spent them all: fewer registers spilled, fewer positions a thread lost (b2's comment).
  * Change: load without registers. A block takes a tile of 512 positions x 16 channels of one
  * sample. Each channel row of the tile is copied global -> shared with cp.async (sm_80 and
  * later: the copy goes to shared memory without a register, and a thread issues all of its
@@ -37,19 +37,20 @@
  *   b4's kernel      716.5 us    85.7%      20.8             60.5%         44
  * Both read 1.07 GB and write 0.99 GB of DRAM: the bytes did not change, the waiting did.
  * How it was found (commit c8c7057, one call, two interleaved rounds, medians of 30): the same
- * kernel with dynamic shared memory (48 registers) took 1.1013 and 1.1021 ms against b2's
- * 1.2030 and 1.2024; under ncu it takes the same time as b4's (715.6 us), so the 1.8% between
- * them is not in the kernel alone, and was not traced. The same tile loaded through registers
- * (ld.global, then st.shared; 256 threads, 512 positions) took 1.2102 and 1.2103: staging
+ * kernel with dynamic shared memory (48 registers) took 1.1013 and 1.1021 ms against b2's 1.2030
+ * and 1.2024; under ncu it takes the same time as b4's (715.6 us), so the 1.8% between that 1.1013
+ * and b4's 1.0812 is not in the kernel alone, and was not traced. The same tile loaded through
+ * registers (ld.global, then st.shared; 256 threads, 512 positions) took 1.2102 and 1.2103: staging
  * alone does not help, cp.async does, likely because a thread then holds only the few loads the
  * compiler batches per round and waits a full memory latency per round. Also measured there:
  * 1024-position tiles, 66 KB (1.1003 / 1.0999, inside that form's spread, and they need the
  * shared-memory opt-in); 128 threads a block (1.1096 / 1.1083); 512 threads and 1024 positions
- * without cp.async (1.3177 / 1.3180); v7's forward staged the same way (0.3797 to 0.4142 ms
- * against v7's 0.3695: the forward has no stores to align, and v7 is already at 96.8%). And in
- * b4's own recording call: 6 blocks an SM (__launch_bounds__(256, 6): 40 registers, 4 bytes
- * spilled) 1.1059 and 1.1061 against 1.0812 and 1.0812 interleaved: more warps, slower.
- * b4's training step is b3's (own conv forward, dw, dbias; cuDNN's dx) with this backward.
+ * without cp.async (1.3177 / 1.3180); v7's forward staged the same way (0.3797 to 0.4142 ms against
+ * v7's 0.3695: the forward has no stores to align, and v7 is already at 96.8%). And in b4's own
+ * recording call: 6 blocks an SM (__launch_bounds__(256, 6): 40 registers, 4 bytes spilled) 1.1059
+ * and 1.1061 against 1.0812 and 1.0812 interleaved: more warps, slower.
+ * b4's training step is b3's (own conv forward, dw, dbias; cuDNN's dx) with this backward: 4.756
+ * ms in the README's table, against b3's 4.878.
  */
 #include <cuda_pipeline.h>
 #include "model.h"

@@ -17,7 +17,8 @@
  * Bytes (float32). The epilogue must read the conv output once and write y once:
  *     epilogue  = 16 N S * 4  +  N S * 4  (+ 4 bytes of b)
  *               = 1,007,935,488 + 62,995,968 + 4 = 1.071 GB,
- *     0.359 ms at the H100's measured copy ceiling (2982 GB/s read + write): no kernel that
+ *     0.359 ms at the H100's measured copy ceiling (2982 GB/s read + write in the run these
+ *     floors were first computed from; 2992 and 0.358 ms in the table's run): no kernel that
  *     takes c as its input can beat it, because c has to come in from DRAM.
  * The whole model need only read x and the parameters and write y:
  *     model     = 3 N D H W * 4 + (1296 + 16 + 1) * 4 + N S * 4 = 25.2 MB + 63.0 MB = 88 MB,

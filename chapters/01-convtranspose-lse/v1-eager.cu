@@ -10,7 +10,7 @@
  * and write 6 tensors of 63 MB: 1.008 + 0.063 + 13 * 0.063 = 1.9 GB moved for a result whose
  * floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch01.csv): 0.767 ms, 2.1x the 0.358 ms
- * floor, 47% of the copy ceiling. PyTorch eager's epilogue takes 2.79 ms on the same GPU
+ * floor, 47% of the copy ceiling. PyTorch eager's epilogue takes 2.80 ms on the same GPU
  * (data/h100/pytorch-ch01.csv): its logsumexp alone is five kernels and writes 1 GB twice.
  *
  * The whole model (scope model_fwd) of v1 to v4 is cuDNN's transposed conv, then the epilogue:
@@ -21,7 +21,7 @@
 #include "model.h"
 #include "tail.cuh"
 
-/* cuDNN's ConvTranspose3d + bias, the strict-fp32 algorithm cudnnFind measured fastest: the
+/* cuDNN's ConvTranspose3d + bias, the strict-fp32 engine its search measured fastest: the
  * input gradient of the Conv3d it transposes (common/conv.h) */
 void conv_forward(const run_ctx *r)
 {

@@ -6,11 +6,12 @@
  * 16 threads fills half a warp, and a multiprocessor holds at most 32 blocks, so at most 512 of
  * its 2048 thread slots are used; (2) the 16 threads of a block read addresses S floats apart:
  * 16 separate 32-byte sectors for 64 useful bytes, so DRAM moves 8x the bytes it needs unless
- * L2 keeps the neighbouring positions' sectors until their blocks come by; (3) four barriers
- * and a tree per 68 bytes of work. Prediction: several times slower than v2.
+ * L2 keeps the neighbouring positions' sectors until their blocks come by; (3) eleven barriers
+ * and two trees (a max, then a sum) per 68 bytes of work. Prediction: several times slower than v2.
  * Measured: 9.47 ms, 22x slower than v2, 3.8% of the copy ceiling. At batch 1 the gap is only
- * 9x (data/h100/ch01-sweep.csv), plausibly because there the 7.9 MB conv output fits in the
- * 50 MB L2, so each 32-byte sector comes from DRAM once however scattered the reads.
+ * 9x (data/h100/ch01-sweep.csv), not because v3 gains there (3.6% of the ceiling, though the
+ * 7.9 MB conv output fits in the 50 MB L2) but because v2 falls to 33%: 8.5 us for a launch
+ * that small is mostly launch and latency.
  */
 #include "model.h"
 #include "tail.cuh"

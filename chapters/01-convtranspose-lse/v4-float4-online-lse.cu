@@ -21,7 +21,8 @@
  * Measured: 0.375 ms, 95.5% of the measured copy ceiling (2855 of 2992 GB/s), 1.13x v2 and 5%
  * above the 0.358 ms floor: better than predicted. torch.compile's generated kernel takes
  * 0.367 ms on the same kind of GPU, 2% faster (both medians repeat within 0.1% from run to run).
- * Streaming loads and other block sizes were slower (the chapter README's "tried" list).
+ * Streaming loads were slower and other block sizes no faster (the chapter README's "tried"
+ * list).
  * v7 comes back to this kernel: measured later, the 16-byte loads were not the gain; a thread
  * per position with plain loads and the other two changes is 2% faster.
  */

@@ -2,7 +2,7 @@
  * v5: full fusion, the transposed conv computed inside the kernel
  *
  * Defect of v2 and v4: at best they reach the 0.359 ms it takes to read the conv output, and
- * the conv takes longer still and writes that 1 GB first (v4's whole model: 12.88 ms). The only
+ * the conv takes longer still and writes that 1 GB first (v4's whole model: 6.60 ms). The only
  * way past both is not to write it.
  * Change: the transposed conv by parity (parity.cuh): each thread owns one input position j and
  * the 2x2x2 output cube at 2j, and computes it from the 2x2x2 inputs at j .. j+1 with each of

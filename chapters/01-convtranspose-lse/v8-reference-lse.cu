@@ -1,7 +1,7 @@
 /*
  * v8: back to the whole model: v6's logsumexp without its running max
  *
- * Defect of v6 (0.269 ms, 8% over the 0.25 ms target): it is issue-bound (ncu: 80.7% of issue
+ * Defect of v6 (0.270 ms, 8% over the 0.25 ms target): it is issue-bound (ncu: 80.7% of issue
  * slots busy), and of the ~2616 instructions a thread issues for its 8 outputs, about 6 per
  * (output, channel) are the online logsumexp's update (lse2_online in parity.cuh): the
  * difference to the running max, ex2 of minus its magnitude, a compare, then either a fused
@@ -18,7 +18,7 @@
  * Prediction: about 4 instructions fewer per (output, channel), 8 x 16 x 4 = 512 of ~2616 a
  * thread (20%); an issue-bound kernel scales with them: 0.269 x 0.80 = 0.22 ms.
  * Measured, first with v6's launch bounds (78 registers, 6 blocks of 128 an SM): 0.2559, 0.2560,
- * 0.2558 ms against v6's 0.2705, 0.2698, 0.2699 (three rounds interleaved in one call), 5.7%
+ * 0.2558 ms against v6's 0.2705, 0.2698, 0.2699 (three rounds interleaved in one call), 5.5%
  * faster, not 20%: ncu on both kernels alone counts 14.9% fewer instructions (189.0 M against
  * 222.1 M), but issue slots busy 73.5% of the time against 81.3%, because the short-scoreboard
  * stall (a warp waiting for its ex2, on the XU pipe, before the add) went from 0.96 to 1.63
