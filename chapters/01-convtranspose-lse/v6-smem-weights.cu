@@ -24,13 +24,14 @@
  * stall go too (10.3 -> 6.7 cycles an instruction), v5's time scales to 0.391 x (2616 / 3300)
  * x (6.7 / 10.3) = 0.20 ms.
  * Measured: 0.270 ms, 1.45x v5 and 21x torch.compile (5.68 ms); 35% above the prediction and 8%
- * above the 0.25 ms target. ncu on this kernel (commit 7f6adb2): 80.7% of issue slots busy and 2.25
- * cycles per instruction "not selected" (a ready warp waiting for the issue slot): the stalls went,
- * and what is left is issue. Per 8 outputs a thread issues 1296 FFMAs for the conv, about 6
- * instructions per (output, channel) for the online logsumexp (768), 360 shared-memory loads (336
- * of weights, 24 of inputs) and the tail; only fewer instructions per output make it faster, not
- * more warps (the chapter README's "tried" list: more warps, more cubes a thread, other tile
- * heights).
+ * above the 0.25 ms target. ncu counts about 3390 instructions a thread, not 2616 (222.1 M warp
+ * instructions over 65,536 warps: v8's comment), 30% more, which is most of the miss. ncu on this
+ * kernel (commit 7f6adb2): 80.7% of issue slots busy and 2.25 cycles per instruction "not selected"
+ * (a ready warp waiting for the issue slot): the stalls went, and what is left is issue. Per 8
+ * outputs a thread issues 1296 FFMAs for the conv, about 6 instructions per (output, channel) for
+ * the online logsumexp (768), 360 shared-memory loads (336 of weights, 24 of inputs) and the tail;
+ * only fewer instructions per output make it faster, not more warps (the chapter README's "tried"
+ * list: more warps, more cubes a thread, other tile heights).
  */
 #include <math.h>
 
