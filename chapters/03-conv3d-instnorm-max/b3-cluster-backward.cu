@@ -20,7 +20,7 @@
  *
  * Then four defects of that form, each fixed and measured (issue 15):
  *  (a) g's slice came by plain loads after c's copies had all landed: its latency was paid
- *      alone. Now it is copied by cp.async too (issue_row), issued with c's, one wait for both.
+ *      alone. Now it is copied by cp.async too (issue_rows), issued with c's, one wait for both.
  *  (b) dc was written a float a thread. Now, when S is a multiple of 4 (slice_lo then cuts
  *      every slice at a multiple of 4), a thread takes four positions: 16-byte loads from
  *      shared memory, one float4 store.
@@ -139,7 +139,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
         /* every copy of c's slice and of g's issued, then one wait: g's no longer start only
          * after c's have landed */
         issue_slice(vals, cap, csrc, len, S);
-        issue_row(gs, gsrc, len, S);
+        issue_rows(gs, cap, gsrc, 1, len, S);
         __pipeline_wait_prior(0);
         __syncthreads();
         for (int j = threadIdx.x; j < len; j += CL_THREADS) { /* the argmax of each position */
@@ -232,12 +232,14 @@ void b3_launch(const run_ctx *r, int scope)
         conv_forward(r);
     v10_epilogue(r);
     if (cluster_fits(r, 1)) {
+        static int span = -1; /* B3SPAN read once, at the first launch */
+        if (span < 0)
+            span = span_env("B3SPAN", B3_SPAN_NS);
         cluster_launch L;
         cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
                        cluster_smem(r->sh.s, 1));
         CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_backward, r->c, r->g, r->m, r->mean,
-                                      r->rstd, r->dc, r->dm_part1, r->sh.s, r->b3_wave,
-                                      span_env("B3SPAN", B3_SPAN_NS)));
+                                      r->rstd, r->dc, r->dm_part1, r->sh.s, r->b3_wave, span));
         channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm);
     } else {
         b2_backward(r);
@@ -249,8 +251,5 @@ void b3_launch(const run_ctx *r, int scope)
 /* how many of the backward kernel's clusters are resident at once: its first wave */
 int b3_resident_clusters(const run_ctx *r)
 {
-    cluster_launch L;
-    cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
-                   cluster_smem(r->sh.s, 1));
-    return resident_clusters(&L, (const void *)k_cluster_backward);
+    return cluster_wave((const void *)k_cluster_backward, &opted, r, cluster_smem(r->sh.s, 1));
 }

@@ -57,25 +57,33 @@ struct cluster_shared {
 
 /* Where bulk copies cannot serve (S not a multiple of 4: rows of whole 16-byte units are
  * needed), cp.async (LDGSTS: global to shared memory without passing through registers, CUDA
- * C++ Programming Guide, "Asynchronous Data Copies"): every thread issues its share of the 16
- * rows, all in flight at once. */
-__device__ static inline void issue_slice(float *vals, int cap, const float *__restrict__ src,
-                                          int len, int S)
+ * C++ Programming Guide, "Asynchronous Data Copies"): `rows` rows of len floats, S apart in
+ * src, cap apart in dst; every thread issues its share, all in flight at once, committed as one
+ * group. 16 bytes a copy when S is a multiple of 4 (len then is too: slice_lo), else 4. */
+__device__ static inline void issue_rows(float *dst, int cap, const float *__restrict__ src,
+                                         int rows, int len, int S)
 {
     if ((S & 3) == 0) {
-        int len4 = len >> 2, total = C_OUT * len4;
+        int len4 = len >> 2, total = rows * len4;
         for (int i = threadIdx.x; i < total; i += CL_THREADS) {
             int co = i / len4, j = i - co * len4;
-            __pipeline_memcpy_async(vals + co * cap + 4 * j, src + (size_t)co * S + 4 * j, 16);
+            __pipeline_memcpy_async(dst + co * cap + 4 * j, src + (size_t)co * S + 4 * j, 16);
         }
     } else {
-        int total = C_OUT * len;
+        int total = rows * len;
         for (int i = threadIdx.x; i < total; i += CL_THREADS) {
             int co = i / len, j = i - co * len;
-            __pipeline_memcpy_async(vals + co * cap + j, src + (size_t)co * S + j, 4);
+            __pipeline_memcpy_async(dst + co * cap + j, src + (size_t)co * S + j, 4);
         }
     }
     __pipeline_commit();
+}
+
+/* a block's slice: the 16 channel rows of its positions */
+__device__ static inline void issue_slice(float *vals, int cap, const float *__restrict__ src,
+                                          int len, int S)
+{
+    issue_rows(vals, cap, src, C_OUT, len, S);
 }
 
 /* When a cluster of the first wave starts (v10, b3). The first wave: the `wave` clusters that
@@ -132,21 +140,6 @@ __device__ static inline void bulk_rows(float *vals, int cap, const float *__res
         if (bytes)
             bulk_copy(vals + co * cap, src + (size_t)co * S, bytes, &bars[co]);
     }
-}
-
-/* one row of len floats (b3's slice of g) from src into dst by cp.async, as issue_slice copies
- * each channel row: 16 bytes a copy when S is a multiple of 4 (len then is too: slice_lo), else
- * 4; committed as its own group */
-__device__ static inline void issue_row(float *dst, const float *__restrict__ src, int len, int S)
-{
-    if ((S & 3) == 0) {
-        for (int j = threadIdx.x; j < len / 4; j += CL_THREADS)
-            __pipeline_memcpy_async(dst + 4 * j, src + 4 * j, 16);
-    } else {
-        for (int j = threadIdx.x; j < len; j += CL_THREADS)
-            __pipeline_memcpy_async(dst + j, src + j, 4);
-    }
-    __pipeline_commit();
 }
 
 /* issue_slice, then wait for this thread's copies (the caller's __syncthreads waits for all) */
@@ -227,6 +220,15 @@ static inline void cluster_config(cluster_launch *L, const void *kernel, int *op
                                   const run_ctx *r, int clusters, size_t smem)
 {
     cluster_launch_make(L, kernel, opted, r->smem_optin, CL, dim3(CL, clusters), CL_THREADS, smem);
+}
+
+/* how many clusters of `kernel` (one a sample, `smem` bytes a block) fit on the GPU at once:
+ * its first wave (v10, v11, b3); 0 when none fits */
+static inline int cluster_wave(const void *kernel, int *opted, const run_ctx *r, size_t smem)
+{
+    cluster_launch L;
+    cluster_config(&L, kernel, opted, r, r->sh.n, smem);
+    return resident_clusters(&L, kernel);
 }
 
 #endif

@@ -729,7 +729,7 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
         if (fits)
             printf("; %d clusters of %d blocks resident at once, %d clusters in the grid; v11: %d "
                    "resident clusters (%zu bytes a block), each walking about %d samples",
-                   v10_resident_clusters(r), CL, s->n, r->pipe_clusters,
+                   r->v10_wave, CL, s->n, r->pipe_clusters,
                    2 * cluster_smem(s->s, 0),
                    r->pipe_clusters > 0 ? ceil_div(s->n, r->pipe_clusters) : 0);
         printf("\n");

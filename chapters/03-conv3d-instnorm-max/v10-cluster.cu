@@ -112,10 +112,13 @@ void v10_epilogue(const run_ctx *r)
         v9_epilogue(r);
         return;
     }
+    static int span = -1; /* V10SPAN read once, at the first launch */
+    if (span < 0)
+        span = span_env("V10SPAN", V10_SPAN_NS);
     cluster_launch L;
     cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s, r->v10_wave, span_env("V10SPAN", V10_SPAN_NS)));
+                                  r->sh.s, r->v10_wave, span));
 }
 
 void v10_launch(const run_ctx *r, int scope)
@@ -128,7 +131,5 @@ void v10_launch(const run_ctx *r, int scope)
 /* for the notes after the table: how many of v10's clusters are resident at once */
 int v10_resident_clusters(const run_ctx *r)
 {
-    cluster_launch L;
-    cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
-    return resident_clusters(&L, (const void *)k_cluster_epilogue);
+    return cluster_wave((const void *)k_cluster_epilogue, &opted, r, cluster_smem(r->sh.s, 0));
 }

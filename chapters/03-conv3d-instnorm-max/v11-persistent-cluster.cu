@@ -94,9 +94,7 @@ int v11_resident_clusters(const run_ctx *r)
     size_t bytes = 2 * cluster_smem(r->sh.s, 0);
     if (bytes > r->smem_optin)
         return 0;
-    cluster_launch L;
-    cluster_config(&L, (const void *)k_cluster_pipelined, &opted, r, r->sh.n, bytes);
-    return resident_clusters(&L, (const void *)k_cluster_pipelined);
+    return cluster_wave((const void *)k_cluster_pipelined, &opted, r, bytes);
 }
 
 void v11_launch(const run_ctx *r, int scope)
