@@ -13,7 +13,7 @@
  *   y      max over the 16 channels, no keepdim -> N x (D-2) x (H-2) x (W-2)
  *
  * Bytes (float32), KernelBench shape, S = 12600 positions per (n, c); the copy ceiling is the
- * ~2982 GB/s this H100 measured (data/h100/ch03.csv, ceiling_gbps):
+ * ~2984 GB/s this H100 measured (data/h100/ch03.csv, ceiling_gbps):
  *   epilogue  read c once (N 16 S * 4 = 103.2 MB), write y (N S * 4 = 6.45 MB): 109.7 MB,
  *             0.037 ms. The statistics need all of an (n, c) slice before its first output, so
  *             a kernel that reads c for the statistics and again for the output moves 212.9 MB:

@@ -13,46 +13,114 @@
  * waiting on shared memory, four LDS.128 per 16 FFMA, and 2.7 at barriers).
  * Prediction: compute-bound: the conv's 0.062 ms at the FMA peak plus the on-chip epilogue,
  * against v12's 0.403.
- * Measured: 0.220 ms (19 TFLOP/s), 2.2x torch.compile's whole model (0.491 ms), and faster than
- * cuDNN's conv alone (0.49 to 0.56 ms across runs, 0.492 in this one). Two positions a thread
- * measured 6% better than one in commit 08a0fbe (0.228 against 0.242 ms), less than the halved
- * shared-memory traffic promised: at 64 registers (two blocks an SM) ptxas spills (112 bytes in
- * the build 08a0fbe measured; 96 for this file with nvcc 13.0), and with 128 registers and one
- * block an SM it measured slower (the README's "tried" list). The 0.10 ms target needs about 45
- * TFLOP/s from the conv phase and its waves (30 clusters at once, 128 samples) overlapped with
- * the reductions. Its timeline (commit 2d4018b, %globaltimer at each block's phase
- * boundaries): a block lives a median 48.1 us, 35.4 of them in the conv (30.5 TFLOP/s, 46% of
- * peak, while it runs), 7.3 in the statistics and exchange, 4.0 writing y; the fifth wave is 8
- * samples and takes a whole block lifetime.
+ * Measured: 0.220 ms (19 TFLOP/s; the table of 2026-11-25 before the second step), 2.2x
+ * torch.compile's whole model (0.491 ms), and faster than cuDNN's conv alone (0.49 to 0.56 ms
+ * across runs). Two positions a thread measured 6% better than one in commit 08a0fbe (0.228 against
+ * 0.242 ms), less than the halved shared-memory traffic promised: at 64 registers (two blocks an
+ * SM) ptxas spills, and with 128 registers and one block an SM it measured slower (the README's
+ * "tried" list). Its timeline (commit 2d4018b, %globaltimer at each block's phase boundaries): a
+ * block lives a median 48.1 us, 35.4 of them in the conv (30.5 TFLOP/s, 46% of peak, while it
+ * runs), 7.3 in the statistics and exchange, 4.0 writing y; the fifth wave is 8 samples and takes a
+ * whole block lifetime.
+ *
+ * Second step (issue 15, the code below). Defect: the conv's loop loads more than it computes with.
+ * A thread's two positions, j and j + half, are far apart, so every tap of each needs its own load
+ * of x: per (ci, kd), 18 loads of x and 36 LDS.128 of weights for 288 FFMA. ncu (commit cdcbcdb,
+ * the kernel alone): the FMA pipe 40% busy, L1 hit rate 60.5%, per issued instruction 1.4 cycles
+ * waiting on shared memory and 1.7 on x. Change: conv_slice_quads below. A thread computes four
+ * neighbouring positions of one output row for eight channels; a kernel row (ci, kd, kh) meets them
+ * in six neighbouring x values, loaded once for its three taps (when W is a multiple of 4, as one
+ * LDG.128 and one LDG.64), and each weight load feeds four positions. Per (ci, kd): 6 loads of x
+ * and 18 LDS.128 for 288 FFMA, 24 memory instructions against 54. The price: a row of 30 positions
+ * is computed as 32 (6.7% more FFMA), and rows that a slice boundary cuts are computed whole (about
+ * 3% at S = 12600).
+ * Prediction: if the conv phase was bound by its loads, 2.25x fewer of them take its 35.4 us toward
+ * 16 (plus the 10% extra FFMA), a block's life from 48.1 to about 30 us, and the model toward 0.13
+ * ms.
+ * Measured (H100, medians of 50, three interleaved rounds of one call): 0.2205, 0.2209, 0.2205 ms
+ * before, 0.2049, 0.2049, 0.2049 after: 7%, far short of the prediction. ncu, the kernel alone at
+ * its locked clocks, before and after: 274.5 against 245.8 us; FMA pipe 40.3% against 46.1% busy;
+ * L1 hit rate 60.5% against 82.5%; per issued instruction 1.41 against 0.98 cycles on shared
+ * memory, 1.73 against 1.67 on x, 2.56 against 2.10 at barriers, and 2.21 against 2.94 "not
+ * selected", a ready warp waiting while another issues. That last, now the largest, says the warps
+ * wait less for their loads and more for issue slots: the loop issues 348 instructions per 288
+ * FFMA, and the kernel 119.8 million warp instructions (129.6 before), 74.0 million of them FFMA:
+ * 2.37 billion thread FFMA against the conv's 2.09 (13% more: the 6.7% and 3% above, the rest not
+ * attributed).
+ * Also seen: the block's 432 (row, quad) units make 13.5 rounds of 32 for its 8 warp pairs, so 2
+ * pairs sit at the barrier for the conv's second half.
+ * Recorded (the README's table): 0.2056 ms [0.2045 - 0.2103], 20.3 TFLOP/s, 2.39x torch.compile.
+ * Issue 15's 0.10 ms is missed by 2.06x: the 2.37 billion FFMA alone take 0.071 ms at the FMA peak.
  */
 #include "cluster.cuh"
 #include "conv.cuh"
 #include "model.h"
 
 #if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
-/* conv_at_s for two positions (input corners xa and xb) at once */
-__device__ static inline void conv_at_s2(const float *__restrict__ xa, const float *__restrict__ xb,
-                                         const shape sh, const conv_smem_w *sw, float acc[C_OUT],
-                                         float acc2[C_OUT])
+/* The conv of the block's slice into vals, in row quads: a thread computes four neighbouring
+ * positions of one output row (ow0 .. ow0 + 3, ow0 a multiple of 4) for eight channels (half
+ * h, warp-uniform, so each weight load stays a broadcast). A kernel row (ci, kd, kh) meets
+ * the four positions in six x values, the sliding window ow0 .. ow0 + 5, loaded once for its
+ * three taps: per kernel row 6 loads of x (or one LDG.128 and one LDG.64 when VEC: W a
+ * multiple of 4, so the window's start is 16-byte aligned), 6 LDS.128 and 96 FFMA. Positions
+ * past the row's end (ow0 + p >= OW) or outside the slice are computed and not stored; x
+ * values past the input row's end are not loaded (zero). */
+template <bool VEC>
+__device__ static inline void conv_slice_quads(const float *__restrict__ x, const shape sh,
+                                               int n, int lo, int len, const conv_smem_w *sw,
+                                               float *vals, int cap)
 {
-    int hw = sh.h * sh.w, dhw = sh.d * hw;
+    int hw = sh.h * sh.w, dhw = sh.d * hw, nq = (sh.ow + 3) / 4;
+    int r0 = lo / sh.ow, units = len > 0 ? ((lo + len - 1) / sh.ow - r0 + 1) * nq : 0;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = warp & 1;
+    const float *xn = x + (size_t)n * C_IN * dhw;
+    /* units: (row, quad) pairs; warps 2k and 2k + 1 take the same 32, channels 0-7 and 8-15 */
+    for (int u = (warp >> 1) * 32 + lane; u < units; u += CL_THREADS / 2) {
+        int row = r0 + u / nq, ow0 = 4 * (u % nq), od = row / sh.oh, oh = row - od * sh.oh;
+        const float *xq = xn + od * hw + oh * sh.w + ow0;
+        bool in3 = ow0 + 3 < sh.w, in4 = ow0 + 4 < sh.w, in5 = ow0 + 5 < sh.w;
+        float acc[4][8];
 #pragma unroll
-    for (int co = 0; co < C_OUT; co++)
-        acc[co] = acc2[co] = sw->b[co];
+        for (int c = 0; c < 8; c++)
+            acc[0][c] = acc[1][c] = acc[2][c] = acc[3][c] = sw->b[8 * h + c];
 #pragma unroll 1
-    for (int ck = 0; ck < C_IN * KS; ck++) {
-        int ci = ck / KS, kd = ck - KS * ci, off = ci * dhw + kd * hw;
-        const float4 *wp = (const float4 *)(sw->w + ck * 9 * C_OUT);
+        for (int ck = 0; ck < C_IN * KS; ck++) {
+            int ci = ck / KS, kd = ck - KS * ci;
+            const float *xp = xq + ci * dhw + kd * hw;
+            const float4 *wp = (const float4 *)(sw->w + ck * 9 * C_OUT) + 2 * h;
 #pragma unroll
-        for (int q = 0; q < 9; q++) {
-            int o = off + (q / 3) * sh.w + q % 3;
-            float va = __ldg(xa + o), vb = __ldg(xb + o);
+            for (int kh = 0; kh < KS; kh++) {
+                float v[6];
+                const float *xr = xp + kh * sh.w;
+                if (VEC) {
+                    float4 a = __ldg((const float4 *)xr);
+                    float2 b = in4 ? __ldg((const float2 *)(xr + 4)) : make_float2(0.f, 0.f);
+                    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y;
+                } else {
+                    v[0] = __ldg(xr), v[1] = __ldg(xr + 1), v[2] = __ldg(xr + 2);
+                    v[3] = in3 ? __ldg(xr + 3) : 0.f;
+                    v[4] = in4 ? __ldg(xr + 4) : 0.f;
+                    v[5] = in5 ? __ldg(xr + 5) : 0.f;
+                }
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float4 wv = wp[4 * q + i];
-                FMA4(acc, 4 * i, va, wv);
-                FMA4(acc2, 4 * i, vb, wv);
+                for (int kw = 0; kw < KS; kw++) {
+                    float4 w0 = wp[4 * (KS * kh + kw)], w1 = wp[4 * (KS * kh + kw) + 1];
+#pragma unroll
+                    for (int p = 0; p < 4; p++) {
+                        FMA4(acc[p], 0, v[p + kw], w0);
+                        FMA4(acc[p], 4, v[p + kw], w1);
+                    }
+                }
             }
+        }
+        int s0 = row * sh.ow + ow0 - lo;
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            int j = s0 + p;
+            if (ow0 + p < sh.ow && j >= 0 && j < len)
+#pragma unroll
+                for (int c = 0; c < 8; c++)
+                    vals[(8 * h + c) * cap + j] = acc[p][c];
         }
     }
 }
@@ -77,15 +145,10 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
     load_weights(&sw, weight, bias);
     __syncthreads();
-    int half = (len + 1) / 2; /* positions j and j + half */
-    for (int j = threadIdx.x; j < half; j += CL_THREADS) {
-        float acc[C_OUT], acc2[C_OUT];
-        int j2 = j + half < len ? j + half : j;
-        conv_at_s2(conv_corner(x, sh, n, lo + j), conv_corner(x, sh, n, lo + j2), sh, &sw, acc, acc2);
-#pragma unroll
-        for (int co = 0; co < C_OUT; co++)
-            vals[co * cap + j] = acc[co], vals[co * cap + j2] = acc2[co];
-    }
+    if ((sh.w & 3) == 0)
+        conv_slice_quads<true>(x, sh, n, lo, len, &sw, vals, cap);
+    else
+        conv_slice_quads<false>(x, sh, n, lo, len, &sw, vals, cap);
     __syncthreads();
     cluster_stats(&cs, vals, cap, len, S, 0, NULL);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
