@@ -4,7 +4,8 @@
  * backward, W = 2: 8-byte loads, since it holds fewer values a thread).
  *
  * A plane is S floats (123039 at the KernelBench shape, an odd number), so plane (n, ch) starts
- * at r = (row mod W) floats past an aligned boundary, r the same for every thread that reads it.
+ * at float row = (n x 16 + ch) x S of the tensor, r = (row mod W) floats past an aligned
+ * boundary, r the same for every thread that reads it.
  * The thread reads the aligned vector that holds its first value and, unless r = 0, the next
  * one (usually its neighbour's first: an L1 hit), and shifts by r. A group that runs past the
  * plane, or whose second vector would run past the tensor, takes a scalar path: the aligned
