@@ -13,14 +13,14 @@
  *   y      max over the 16 channels, no keepdim -> N x (D-2) x (H-2) x (W-2)
  *
  * Bytes (float32), KernelBench shape, S = 12600 positions per (n, c); the copy ceiling is the
- * ~2984 GB/s this H100 measured (data/h100/ch03.csv, ceiling_gbps):
+ * ~3000 GB/s this H100 measured (data/h100/ch03.csv, ceiling_gbps):
  *   epilogue  read c once (N 16 S * 4 = 103.2 MB), write y (N S * 4 = 6.45 MB): 109.7 MB,
  *             0.037 ms. The statistics need all of an (n, c) slice before its first output, so
  *             a kernel that reads c for the statistics and again for the output moves 212.9 MB:
  *             0.071 ms. Meeting the floor means holding the values on chip between the two
  *             uses: 16 x 12600 floats = 806 KB a sample, more than one SM's 228 KB of shared
  *             memory, less than eight SMs'.
- *   stats     the statistics alone: c in, a mean and an rstd per (n, c) out: 103.2 MB, 0.035 ms.
+ *   stats     the statistics alone: c in, a mean and an rstd per (n, c) out: 103.2 MB, 0.034 ms.
  *   fwd + bwd read c in the forward and again in the backward, write y and dc, read g:
  *             3 * 103.2 + 2 * 6.45 = 322.6 MB, 0.108 ms.
  *   model     read x (25.2 MB) and the parameters, write y (6.45 MB): 0.011 ms of bytes, and

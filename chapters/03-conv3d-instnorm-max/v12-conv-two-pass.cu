@@ -3,7 +3,7 @@
  *
  * Defect of v1..v11 as a whole model: cuDNN's conv writes c (103 MB) and the epilogue reads it
  * back; cuDNN's conv alone takes 0.49 to 0.56 ms here (the notes after the table, across runs;
- * 0.493 ms in the run of data/h100/ch03.csv), about 8x the conv's 0.062 ms at the FMA peak
+ * 0.492 ms in the run of data/h100/ch03.csv), about 8x the conv's 0.062 ms at the FMA peak
  * (model.h), for 3 input channels. Change: the conv inside our own kernels (conv.cuh), c never
  * in DRAM. The statistics need every position before any output, so without clusters it takes
  * two passes:

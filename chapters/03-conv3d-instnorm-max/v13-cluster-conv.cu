@@ -49,8 +49,22 @@
  * attributed).
  * Also seen: the block's 432 (row, quad) units make 13.5 rounds of 32 for its 8 warp pairs, so 2
  * pairs sit at the barrier for the conv's second half.
- * Recorded (the README's table): 0.2056 ms [0.2045 - 0.2103], 20.3 TFLOP/s, 2.39x torch.compile.
- * Issue 15's 0.10 ms is missed by 2.06x: the 2.37 billion FFMA alone take 0.071 ms at the FMA peak.
+ *
+ * Third step (issue 15, the `#pragma unroll 3` below). Defect: with issue slots now the limit,
+ * the loop's own instructions count. It ran one (ci, kd) an iteration (`#pragma unroll 1`, to
+ * stay within 64 registers): each iteration recomputed its addresses of x and the weights, and
+ * its FFMA waited for its own loads. Change: three iterations (one ci) unrolled into one.
+ * Prediction, from the SASS (cuobjdump, nvcc 13.0): 979 instructions per 864 FFMA in the loop
+ * against 3 x 348 = 1044, 6% fewer; if the conv phase is issue-bound, the model gains at most that.
+ * Measured (medians of 50, three interleaved rounds of one call): 0.2054, 0.2053, 0.2055 ms before,
+ * 0.1943, 0.1941, 0.1940 after: 5.5%. ncu, the kernel alone, before and after: 244.5 against 234.2
+ * us; 119.8 against 114.7 million warp instructions (4.3% fewer); FMA pipe 46.0% against 48.2%
+ * busy; per issued instruction 1.68 against 1.17 cycles waiting on x (the next kd's loads now
+ * issue before this one's FFMA) and 2.96 against 3.24 "not selected". Unrolling all nine measured
+ * 0.2013, 0.2009, 0.2012 ms in the same rounds: 125.6 million instructions, and 0.35 cycles an
+ * instruction waiting for the instruction cache (0.05 at three).
+ * Recorded (the README's table): 0.1935 ms [0.1926 - 0.1996], 21.6 TFLOP/s, 2.54x torch.compile.
+ * Issue 15's 0.10 ms is missed by 1.94x: the 2.37 billion FFMA alone take 0.071 ms at the FMA peak.
  */
 #include "cluster.cuh"
 #include "conv.cuh"
@@ -83,7 +97,7 @@ __device__ static inline void conv_slice_quads(const float *__restrict__ x, cons
 #pragma unroll
         for (int c = 0; c < 8; c++)
             acc[0][c] = acc[1][c] = acc[2][c] = acc[3][c] = sw->b[8 * h + c];
-#pragma unroll 1
+#pragma unroll 3 /* the third step: one ci (three kd) an iteration */
         for (int ck = 0; ck < C_IN * KS; ck++) {
             int ci = ck / KS, kd = ck - KS * ci;
             const float *xp = xq + ci * dhw + kd * hw;
