@@ -69,7 +69,6 @@
 #include "cluster.cuh"
 #include "conv.cuh"
 #include "model.h"
-#include "tf32.cuh"
 
 #if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
 /* The conv of the block's slice into vals, in row quads: a thread computes four neighbouring
@@ -139,216 +138,6 @@ __device__ static inline void conv_slice_quads(const float *__restrict__ x, cons
         }
     }
 }
-
-#ifndef V13_MMA
-#define V13_MMA 0
-#endif
-#define KSTEPS ((C_IN * KVOL + 7) / 8) /* the GEMM's k (81 taps) in steps of 8, padded to 88 */
-
-/* the conv as an implicit GEMM on tensor cores: B's fragments (fp32, split as they are used) and
- * the x offset of each GEMM column */
-struct mma_smem {
-    uint4 b_hi[KSTEPS][32]; /* lane (g, t): b0, b1 of channel g (.x, .y) and of 8 + g (.z, .w) */
-    uint4 b_lo[KSTEPS][32]; /* their 3xTF32 remainders */
-    uint2 off[KSTEPS][4];   /* step s, t: the x offsets of columns 8 s + t and 8 s + t + 4 */
-    float b[C_OUT];
-};
-
-__device__ static inline void load_mma_smem(mma_smem *ms, const float *__restrict__ weight,
-                                            const float *__restrict__ bias, const shape sh)
-{
-    const int K = C_IN * KVOL;
-    int hw = sh.h * sh.w, dhw = sh.d * hw;
-    for (int i = threadIdx.x; i < KSTEPS * 32 * 4; i += blockDim.x) {
-        int e = i & 3, lane = (i >> 2) & 31, st = i >> 7, g = lane >> 2, t = lane & 3;
-        int k = 8 * st + t + 4 * (e & 1), co = g + 8 * (e >> 1);
-        float v = k < K ? __ldg(weight + co * K + k) : 0.0f;
-        split_tf32(v, (uint32_t *)&ms->b_hi[st][lane] + e, (uint32_t *)&ms->b_lo[st][lane] + e);
-    }
-    for (int k = threadIdx.x; k < KSTEPS * 8; k += blockDim.x) {
-        unsigned o = 0;
-        if (k < K) {
-            int ci = k / KVOL, r = k - ci * KVOL;
-            o = ci * dhw + (r / 9) * hw + (r / 3 % 3) * sh.w + r % 3;
-        }
-        unsigned *row = (unsigned *)&ms->off[k / 8][k % 4];
-        row[(k % 8) / 4] = o;
-    }
-    if (threadIdx.x < C_OUT)
-        ms->b[threadIdx.x] = __ldg(bias + threadIdx.x);
-}
-
-/* an output position's (ow, oh) and its input corner c = (od H + oh) W + ow, stepped forward
- * without division */
-struct corner {
-    int ow, oh, c;
-};
-
-__device__ static inline corner corner_at(const shape sh, int s)
-{
-    corner p;
-    int t = s / sh.ow, od = t / sh.oh;
-    p.ow = s - t * sh.ow, p.oh = t - od * sh.oh;
-    p.c = (od * sh.h + p.oh) * sh.w + p.ow;
-    return p;
-}
-
-__device__ static inline void corner_step(corner *p, const shape sh, int by)
-{
-    p->ow += by, p->c += by;
-    while (p->ow >= sh.ow) {
-        p->ow -= sh.ow, p->c += sh.w - sh.ow;
-        if (++p->oh == sh.oh)
-            p->oh = 0, p->c += (sh.h - sh.oh) * sh.w;
-    }
-}
-
-/* split_tf32 with the rounding done by hand: hi = the float rounded to its top 11 significant
- * bits (add half of the 13 dropped bits' weight, then clear them), lo = v - hi; 3 instructions
- * where cvt.rna.tf32.f32 compiles to 5 on sm_90. Finite inputs below 2^128 (1 - 2^-12) only. */
-__device__ static inline void split_fast(float v, uint32_t *hi, uint32_t *lo)
-{
-    *hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
-    *lo = __float_as_uint(v - __uint_as_float(*hi));
-}
-
-/* p, hidden from the optimiser, so that p + offset stays one IMAD.WIDE.U32 instead of the
- * offset being folded into a 64-bit index (four instructions a load) */
-__device__ static inline const float *opaque(const float *p)
-{
-    asm("mov.b64 %0, %0;" : "+l"(p));
-    return p;
-}
-
-/* q = s / d for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once: the estimate
- * s m / 2^32 is q or q - 1, and one comparison corrects it */
-__device__ static inline unsigned fast_div(unsigned s, unsigned d, unsigned m)
-{
-    unsigned q = __umulhi(s, m);
-    return q + (s - q * d >= d);
-}
-
-/* strided tiles (warp w: tiles w, w + 16, ...: the block's warps on neighbouring positions at
- * once, sharing x in L1), each tile's corners by fast_div */
-__device__ static inline void conv_slice_mma_strided(const float *__restrict__ x, const shape sh,
-                                                     int n, int lo, int len,
-                                                     const mma_smem *ms, float *vals, int cap)
-{
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const float *xn = x + (size_t)n * C_IN * sh.d * sh.h * sh.w;
-    float b0 = ms->b[2 * t], b1 = ms->b[2 * t + 1], b8 = ms->b[8 + 2 * t], b9 = ms->b[9 + 2 * t];
-    unsigned mw = 0xffffffffu / (unsigned)sh.ow, mh = 0xffffffffu / (unsigned)sh.oh;
-    for (int tile = warp; tile < (len + 15) / 16; tile += CL_THREADS / 32) {
-        int j0 = 16 * tile + g, j1 = j0 + 8;
-        int c[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            unsigned s = lo + min(j0 + 8 * r, len - 1);
-            unsigned q = fast_div(s, sh.ow, mw), od = fast_div(q, sh.oh, mh);
-            c[r] = (od * sh.h + (q - od * sh.oh)) * sh.w + (s - q * sh.ow);
-        }
-        const float *p0 = opaque(xn + c[0]), *p1 = opaque(xn + c[1]);
-        float acc[2][4] = {{b0, b1, b0, b1}, {b8, b9, b8, b9}};
-#pragma unroll
-        for (int st = 0; st < KSTEPS; st++) {
-            uint2 o = ms->off[st][t];
-            float a[4] = {__ldg(p0 + o.x), __ldg(p1 + o.x), __ldg(p0 + o.y), __ldg(p1 + o.y)};
-            uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                split_fast(a[e], &a_hi[e], &a_lo[e]);
-            uint4 bh = ms->b_hi[st][lane], bl = ms->b_lo[st][lane];
-            uint32_t b_hi[2][2] = {{bh.x, bh.y}, {bh.z, bh.w}}, b_lo[2][2] = {{bl.x, bl.y}, {bl.z, bl.w}};
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mma_tf32(acc[h], a_lo, b_hi[h]);
-                mma_tf32(acc[h], a_hi, b_lo[h]);
-                mma_tf32(acc[h], a_hi, b_hi[h]);
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float *v = vals + (8 * h + 2 * t) * cap;
-            if (j0 < len)
-                v[j0] = acc[h][0], v[cap + j0] = acc[h][1];
-            if (j1 < len)
-                v[j1] = acc[h][2], v[cap + j1] = acc[h][3];
-        }
-    }
-}
-
-template <int TT>
-__device__ static inline void conv_slice_mma(const float *__restrict__ x, const shape sh, int n,
-                                             int lo, int len, const mma_smem *ms, float *vals,
-                                             int cap)
-{
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const float *xn = x + (size_t)n * C_IN * sh.d * sh.h * sh.w;
-    float b0 = ms->b[2 * t], b1 = ms->b[2 * t + 1], b8 = ms->b[8 + 2 * t], b9 = ms->b[9 + 2 * t];
-    /* warp w: groups of TT tiles [w G, (w + 1) G), contiguous, so its rows step forward */
-    int groups = ((len + 15) / 16 + TT - 1) / TT, per = (groups + CL_THREADS / 32 - 1) / (CL_THREADS / 32);
-    int g0 = warp * per, g1 = min(g0 + per, groups);
-    if (g0 >= g1)
-        return;
-    int clast = corner_at(sh, lo + len - 1).c;
-    corner cr[TT][2];
-#pragma unroll
-    for (int m = 0; m < TT; m++)
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            cr[m][r] = corner_at(sh, lo + min(16 * (g0 * TT + m) + g + 8 * r, len - 1));
-    for (int gr = g0; gr < g1; gr++) {
-        const float *p[TT][2];
-        float acc[TT][2][4];
-#pragma unroll
-        for (int m = 0; m < TT; m++) {
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                p[m][r] = opaque(xn + (16 * (gr * TT + m) + g + 8 * r < len ? cr[m][r].c : clast));
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float lo_b = h ? b8 : b0, hi_b = h ? b9 : b1;
-                acc[m][h][0] = acc[m][h][2] = lo_b, acc[m][h][1] = acc[m][h][3] = hi_b;
-            }
-        }
-#pragma unroll
-        for (int st = 0; st < KSTEPS; st++) {
-            uint2 o = ms->off[st][t];
-            uint4 bh = ms->b_hi[st][lane], bl = ms->b_lo[st][lane];
-            uint32_t b_hi[2][2] = {{bh.x, bh.y}, {bh.z, bh.w}}, b_lo[2][2] = {{bl.x, bl.y}, {bl.z, bl.w}};
-#pragma unroll
-            for (int m = 0; m < TT; m++) {
-                float a[4] = {__ldg(p[m][0] + o.x), __ldg(p[m][1] + o.x), __ldg(p[m][0] + o.y),
-                              __ldg(p[m][1] + o.y)};
-                uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    split_fast(a[e], &a_hi[e], &a_lo[e]);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    mma_tf32(acc[m][h], a_lo, b_hi[h]);
-                    mma_tf32(acc[m][h], a_hi, b_lo[h]);
-                    mma_tf32(acc[m][h], a_hi, b_hi[h]);
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < TT; m++) {
-            int j0 = 16 * (gr * TT + m) + g, j1 = j0 + 8;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float *v = vals + (8 * h + 2 * t) * cap;
-                if (j0 < len)
-                    v[j0] = acc[m][h][0], v[cap + j0] = acc[m][h][1];
-                if (j1 < len)
-                    v[j1] = acc[m][h][2], v[cap + j1] = acc[m][h][3];
-            }
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                corner_step(&cr[m][r], sh, 16 * TT);
-        }
-    }
-}
 #endif
 
 /* __launch_bounds__(.., 2): two blocks an SM, which caps registers at 64 */
@@ -362,31 +151,18 @@ k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
     extern __shared__ float4 smem4[];
     float *vals = (float *)smem4;
     __shared__ cluster_shared cs;
-#if V13_MMA
-    __shared__ __align__(16) mma_smem sw;
-#else
     __shared__ __align__(16) conv_smem_w sw;
-#endif
     cg::cluster_group cluster = cg::this_cluster();
     int S = sh.s, rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
     int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-#if V13_MMA
-    load_mma_smem(&sw, weight, bias, sh);
-    __syncthreads();
-    if (V13_MMA == 4)
-        conv_slice_mma_strided(x, sh, n, lo, len, &sw, vals, cap);
-    else
-        conv_slice_mma<V13_MMA == 3 ? 2 : 1>(x, sh, n, lo, len, &sw, vals, cap);
-#else
     load_weights(&sw, weight, bias);
     __syncthreads();
     if ((sh.w & 3) == 0)
         conv_slice_quads<true>(x, sh, n, lo, len, &sw, vals, cap);
     else
         conv_slice_quads<false>(x, sh, n, lo, len, &sw, vals, cap);
-#endif
     __syncthreads();
     cluster_stats(&cs, vals, cap, len, S, 0, NULL);
     cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
