@@ -63,6 +63,9 @@
  * issue before this one's FFMA) and 2.96 against 3.24 "not selected". Unrolling all nine measured
  * 0.2013, 0.2009, 0.2012 ms in the same rounds: 125.6 million instructions, and 0.35 cycles an
  * instruction waiting for the instruction cache (0.05 at three).
+ * Tried after it: the conv on tensor cores in 3xTF32 (commit 1ba491f, the README's "tried" list):
+ * 42% fewer instructions, 4% faster (0.184 against 0.192 ms), not kept: it waits on its
+ * gathers of x instead.
  * Recorded (the README's table): 0.1935 ms [0.1926 - 0.1996], 21.6 TFLOP/s, 2.54x torch.compile.
  * Issue 15's 0.10 ms is missed by 1.94x: the 2.37 billion FFMA alone take 0.071 ms at the FMA peak.
  */
