@@ -17,8 +17,8 @@
  * Bytes of the backward: c and g read twice, dc written: 3 x 103.2 + 2 x 6.45 = 322.5 MB,
  * against its floor of c and g read once and dc written (212.9 MB).
  * Prediction: v9's forward (0.092 ms) plus 322.5 MB at the copy ceiling (0.109 ms): 0.20 ms.
- * Measured, forward + backward: 0.255 ms (v9's forward 0.091 of it), 3.4x torch.compile
- * (0.875 ms), 9.6x b1 (2.439 ms).
+ * Measured, forward + backward: 0.254 ms (v9's forward 0.091 of it), 3.4x torch.compile
+ * (0.875 ms), 9.6x b1 (2.432 ms).
  */
 #include "model.h"
 #include "sums.cuh"

@@ -44,8 +44,8 @@
  * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread
  * (commit bb128ae). With (d), three rounds of a third call: 0.1877 - 0.1880 against 0.1912 -
  * 0.1923 without it, 2% (64 registers, no spill, either way).
- * Recorded (the README's table): 0.1877 ms [0.1859 - 0.1902], 57.3% of the 0.108 ms floor, 4.66x
- * torch.compile's 0.875; issue 15's 0.15 ms is missed by 25%. ncu on this kernel alone at the
+ * Recorded (the README's table): 0.1860 ms [0.1833 - 0.1893], 57.8% of the 0.108 ms floor, 4.70x
+ * torch.compile's 0.875; issue 15's 0.15 ms is missed by 24%. ncu on this kernel alone at the
  * GPU's own clocks, before and after each step, each pair in one call: (a) and (b) 139.7 against
  * 127.9 us, DRAM 41.8% against 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; (c)
  * 123.4 against 119.7 us, DRAM 46.1% against 47.6%; (d) 122.9 against 113.9 us, DRAM 46.4%

@@ -1,5 +1,5 @@
 /*
- * cluster.cuh: what the cluster versions share (v10, v11, v13, b3): a sample's slice cut among
+ * cluster.cuh: what the cluster versions share (v10, v11, v13, v14, b3): a sample's slice cut among
  * the CL blocks of its cluster, the shared memory that holds it, the copies that fill it, the
  * statistics exchanged through distributed shared memory, the launch, and the first wave's
  * staggered start (v10's step 0).
@@ -41,7 +41,7 @@ static inline size_t cluster_smem(int S, int backward)
 }
 
 /* whether a sample's slices fit the blocks of a cluster; if not, the version runs its fallback
- * (v10 -> v9, v11 -> v10, v13 -> v12, b3 -> b2) */
+ * (v10 -> v9, v11 -> v10, v13 and v14 -> v12, b3 -> b2) */
 static inline int cluster_fits(const run_ctx *r, int backward)
 {
     return cluster_smem(r->sh.s, backward) <= r->smem_optin;
@@ -213,6 +213,38 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
         rstd[n * C_OUT + threadIdx.x] = cs->rstd[threadIdx.x];
 }
 
+/* The whole model in one pass (v13, v14): v10's cluster, each block computing its slice's conv
+ * into shared memory instead of loading c. CONV says how: CONV::smem, the weights as its loop
+ * reads them; CONV::load (every thread, before a barrier) stages them; CONV::run computes
+ * vals. Then v10's statistics, exchange and y. __launch_bounds__(.., 2): two blocks an SM,
+ * which caps registers at 64. */
+template <class CONV>
+__global__ void __launch_bounds__(CL_THREADS, 2)
+k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
+                const float *__restrict__ bias, const float *__restrict__ m,
+                float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
+                const shape sh)
+{
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ float4 smem4[];
+    float *vals = (float *)smem4;
+    __shared__ cluster_shared cs;
+    __shared__ __align__(16) typename CONV::smem sw;
+    cg::cluster_group cluster = cg::this_cluster();
+    int S = sh.s, rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
+    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
+    if (threadIdx.x < C_OUT)
+        cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+    CONV::load(&sw, weight, bias, sh);
+    __syncthreads();
+    CONV::run(x, sh, n, lo, len, &sw, vals, cap);
+    __syncthreads();
+    cluster_stats(&cs, vals, cap, len, S, 0, NULL);
+    cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
+    cluster.sync(); /* no block may exit while another still reads its partials */
+#endif
+}
+
 /* The launch of a cluster kernel (common/hopper.cuh): grid (CL, `clusters`), CL_THREADS threads
  * a block, `smem` bytes of dynamic shared memory, clusters of CL blocks along x; the opt-in is
  * r->smem_optin. Only the cluster versions' launchers call this. */
@@ -220,6 +252,23 @@ static inline void cluster_config(cluster_launch *L, const void *kernel, int *op
                                   const run_ctx *r, int clusters, size_t smem)
 {
     cluster_launch_make(L, kernel, opted, r->smem_optin, CL, dim3(CL, clusters), CL_THREADS, smem);
+}
+
+/* k_cluster_model<CONV>'s launch (v13, v14): one cluster a sample; CONV's fallback, v12, where
+ * a sample does not fit a cluster */
+template <class CONV>
+static inline void cluster_model_launch(const run_ctx *r, int *opted)
+{
+    if (!cluster_fits(r, 0)) {
+        v12_model(r);
+        return;
+    }
+    void (*kernel)(const float *, const float *, const float *, const float *, float *, float *,
+                   float *, const shape) = k_cluster_model<CONV>;
+    cluster_launch L;
+    cluster_config(&L, (const void *)kernel, opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->x, r->weight, r->bias, r->m, r->y, r->mean,
+                                  r->rstd, r->sh));
 }
 
 /* how many clusters of `kernel` (one a sample, `smem` bytes a block) fit on the GPU at once:

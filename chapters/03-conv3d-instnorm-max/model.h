@@ -89,7 +89,7 @@ __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v 
 /* Block sizes and partial-sum counts that the device buffers are sized by (problem.cu) */
 #define RED_BLOCK 256   /* v2..v5: a block reduces RED_BLOCK (v4, v5: 2 RED_BLOCK) elements */
 #define MANY_BLOCK 256  /* v6..v8 and b1: one block a slice */
-#define CL 8            /* v10, v11, v13, b3: blocks a cluster, one cluster a sample (the
+#define CL 8            /* v10, v11, v13, v14, b3: blocks a cluster, one cluster a sample (the
                          * portable maximum) */
 #define CL_THREADS 512  /* their blocks: 16 warps, warp w reduces channel w */
 #define CONV_TILE 512   /* v12: positions a block computes the conv at */
@@ -166,9 +166,10 @@ int v10_resident_clusters(const run_ctx *r);
 int v11_resident_clusters(const run_ctx *r);
 int b3_resident_clusters(const run_ctx *r);
 void v11_launch(const run_ctx *r, int scope);
-void v12_model(const run_ctx *r);    /* v13's fallback */
+void v12_model(const run_ctx *r);    /* v13's and v14's fallback */
 void v12_launch(const run_ctx *r, int scope);
 void v13_launch(const run_ctx *r, int scope);
+void v14_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);  /* b3's fallback */
 void b2_launch(const run_ctx *r, int scope);

@@ -12,8 +12,8 @@
  * floor. Prediction: 0.35 ms at the copy ceiling for the bytes, plus whatever the serial
  * statistics cost beyond their 0.035 ms share.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch03.csv; every number in the version
- * comments is from that file unless it says otherwise): v1 1.663 ms, of which the serial
- * statistics alone take 1.267 ms (82 GB/s); the five other kernels about 0.40 ms. PyTorch eager:
+ * comments is from that file unless it says otherwise): v1 1.660 ms, of which the serial
+ * statistics alone take 1.262 ms (82 GB/s); the five other kernels about 0.40 ms. PyTorch eager:
  * 0.474 ms.
  *
  * The statistics come first. Eager computes a, then reads it back for the statistics; v1

@@ -51,7 +51,7 @@
  * 0.0669 - 0.0672 and a step a cluster over 10.5 us 0.0671 - 0.0672. At batch 32 (two waves, the
  * second of 2 clusters) the wait takes v10 from 0.0314 to 0.0261 ms (one call); at batch 8,
  * before the wait was limited to grids of more than one wave, it cost 0.0141 against 0.0133.
- * Recorded (the README's table): 0.0679 ms [0.0648 - 0.0704], 54% of the copy ceiling, 1.46x
+ * Recorded (the README's table): 0.0679 ms [0.0656 - 0.0698], 54% of the copy ceiling, 1.46x
  * torch.compile's 0.0992; issue 15's 0.045 ms is missed by 51%. ncu, the kernel alone at the GPU's
  * own clocks, without and with the wait: 66.5 against 63.8 us, DRAM 49.0% against 51.2% busy, per
  * issued instruction 5.0 against 3.1 cycles waiting on loads, 3.6 against 2.8 on memory fences, 1.4

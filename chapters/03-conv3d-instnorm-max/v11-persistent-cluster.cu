@@ -11,7 +11,7 @@
  * each reuse). When S is not a multiple of 4 the rows are copied by cp.async instead, one
  * commit group a sample. DRAM stays busy; the reductions hide under it.
  * Prediction: near the one-read floor, 0.037 ms.
- * Measured: 0.0841 ms, slower than v10 (0.0679). Only 15 clusters fit (one 202 KB block an SM:
+ * Measured: 0.0836 ms, slower than v10 (0.0679). Only 15 clusters fit (one 202 KB block an SM:
  * 120 SMs, 16 warps each); ncu (commit 508c56c, on an earlier form with two cluster barriers a
  * sample): 40% of DRAM peak, memory-fence stalls first (3.2 cycles per issued instruction). The
  * overlap the double buffer allows is spent waiting at barriers. Not on the copies in flight:

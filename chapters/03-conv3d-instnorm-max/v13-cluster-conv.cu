@@ -63,10 +63,8 @@
  * issue before this one's FFMA) and 2.96 against 3.24 "not selected". Unrolling all nine measured
  * 0.2013, 0.2009, 0.2012 ms in the same rounds: 125.6 million instructions, and 0.35 cycles an
  * instruction waiting for the instruction cache (0.05 at three).
- * Tried after it: the conv on tensor cores in 3xTF32 (commit 1ba491f, the README's "tried" list):
- * 42% fewer instructions, 4% faster (0.184 against 0.192 ms), not kept: it waits on its
- * gathers of x instead.
- * Recorded (the README's table): 0.1935 ms [0.1926 - 0.1996], 21.6 TFLOP/s, 2.54x torch.compile.
+ * Next, v14 puts the conv on tensor cores: 42% fewer instructions, and then the loads of x bind.
+ * Recorded (the README's table): 0.1940 ms [0.1926 - 0.1992], 21.6 TFLOP/s, 2.53x torch.compile.
  * Issue 15's 0.10 ms is missed by 1.94x: the 2.37 billion FFMA alone take 0.071 ms at the FMA peak.
  */
 #include "cluster.cuh"
@@ -143,47 +141,31 @@ __device__ static inline void conv_slice_quads(const float *__restrict__ x, cons
 }
 #endif
 
-/* __launch_bounds__(.., 2): two blocks an SM, which caps registers at 64 */
-__global__ void __launch_bounds__(CL_THREADS, 2)
-k_cluster_model(const float *__restrict__ x, const float *__restrict__ weight,
-                const float *__restrict__ bias, const float *__restrict__ m,
-                float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
-                const shape sh)
-{
+/* v13's conv for k_cluster_model (cluster.cuh) */
+struct conv_ffma {
+    typedef conv_smem_w smem;
+    __device__ static void load(smem *sw, const float *__restrict__ weight,
+                                const float *__restrict__ bias, const shape sh)
+    {
+        (void)sh;
+        load_weights(sw, weight, bias);
+    }
+    __device__ static void run(const float *__restrict__ x, const shape sh, int n, int lo,
+                               int len, const smem *sw, float *vals, int cap)
+    {
 #if __CUDA_ARCH__ >= 900
-    extern __shared__ float4 smem4[];
-    float *vals = (float *)smem4;
-    __shared__ cluster_shared cs;
-    __shared__ __align__(16) conv_smem_w sw;
-    cg::cluster_group cluster = cg::this_cluster();
-    int S = sh.s, rank = (int)cluster.block_rank(), n = blockIdx.y, cap = slice_cap(S);
-    int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
-    if (threadIdx.x < C_OUT)
-        cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-    load_weights(&sw, weight, bias);
-    __syncthreads();
-    if ((sh.w & 3) == 0)
-        conv_slice_quads<true>(x, sh, n, lo, len, &sw, vals, cap);
-    else
-        conv_slice_quads<false>(x, sh, n, lo, len, &sw, vals, cap);
-    __syncthreads();
-    cluster_stats(&cs, vals, cap, len, S, 0, NULL);
-    cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank);
-    cluster.sync();
+        if ((sh.w & 3) == 0)
+            conv_slice_quads<true>(x, sh, n, lo, len, sw, vals, cap);
+        else
+            conv_slice_quads<false>(x, sh, n, lo, len, sw, vals, cap);
 #endif
-}
+    }
+};
 
-static int opted; /* k_cluster_model's shared-memory opt-in is set (cluster_config) */
+static int opted; /* k_cluster_model<conv_ffma>'s shared-memory opt-in is set (cluster_config) */
 
 void v13_launch(const run_ctx *r, int scope)
 {
     (void)scope; /* model_fwd only */
-    if (!cluster_fits(r, 0)) {
-        v12_model(r);
-        return;
-    }
-    cluster_launch L;
-    cluster_config(&L, (const void *)k_cluster_model, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_model, r->x, r->weight, r->bias, r->m, r->y,
-                                  r->mean, r->rstd, r->sh));
+    cluster_model_launch<conv_ffma>(r, &opted);
 }

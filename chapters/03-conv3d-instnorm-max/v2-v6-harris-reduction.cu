@@ -26,7 +26,7 @@
  * it, each step closer, v4 about halving v3 (half the blocks do the same bytes).
  * Measured, the statistics alone (the stats rows, 103 MB in): v2 0.206 ms, v3 0.197 (5% faster:
  * on the H100 the divergent modulo costs little next to 50 blocks a slice and their partials),
- * v4 0.106 (1.86x: half the blocks, half the partials), v5 0.0691 (1.53x: five fewer barriers a
+ * v4 0.106 (1.86x: half the blocks, half the partials), v5 0.0687 (1.54x: five fewer barriers a
  * block). Each epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms of them.
  *
  * v6 (Harris's kernel 7): v5 still runs the shared-memory tree once per 512 values and writes
@@ -34,7 +34,7 @@
  * (here S / 256, about 12 float4 loads at S = 12600), so the tree runs once per 12600 values
  * and one block per (n, c) needs no partials and no second kernel.
  * Prediction: near the read's 0.035 ms: nothing left but the load and one tree per slice.
- * Measured: 0.0475 ms, 2173 GB/s, 72% of the copy ceiling: 27x v1's statistics. ncu (commit
+ * Measured: 0.0477 ms, 2165 GB/s, 72% of the copy ceiling: 26x v1's statistics. ncu (commit
  * 508c56c): 79.6% of DRAM peak, the warps waiting on their loads (91 cycles of long-scoreboard
  * stall per issued instruction): one 16-byte load in flight per thread, 12 a thread in all.
  *

@@ -8,7 +8,7 @@
  * writes y. c is read twice in all (statistics, apply).
  * Prediction: the two-pass floor, 2 x 103.2 + 6.45 = 212.9 MB: 0.072 ms at the copy ceiling,
  * about 6x below v7's 0.452 ms epilogue.
- * Measured: 0.0915 ms (40% of the copy ceiling), 18x v1, 1.08x torch.compile (0.0992 ms).
+ * Measured: 0.0911 ms (40% of the copy ceiling), 18x v1, 1.09x torch.compile (0.0992 ms).
  */
 #include "model.h"
 

@@ -1,0 +1,183 @@
+/*
+ * v14: v13 with its conv on tensor cores, in 3xTF32 (Hopper)
+ *
+ * Defect of v13: its conv is bound by issue slots, and 88% of the loop's instructions are
+ * FFMA: a warp's FFMA does 32 multiply-adds, so fewer instructions need a bigger instruction.
+ * Change: the conv as an implicit GEMM on the tensor cores (common/tf32.cuh: mma.sync m16n8k8,
+ * 1024 multiply-adds an instruction, and the 3xTF32 split that keeps fp32's accuracy). C
+ * (positions x 16 channels) = A (positions x k) B (k x 16 channels), k the 81 taps of
+ * (ci, kd, kh, kw) padded to 88: 11 steps of 8. A warp takes 16 positions and all 16 channels,
+ * two m16n8 pieces; each step it gathers its 4 A values from x (through L1, as v13's loads),
+ * splits them (3 instructions each, split_fast below), reads B's fragments, split once by the
+ * block into shared memory (two LDS.128), and issues 6 mma: the products a_lo b_hi, a_hi b_lo,
+ * a_hi b_hi of both pieces, added in the accumulator. v13's cluster, statistics and y as they
+ * were.
+ * Prediction: the SASS (cuobjdump, nvcc 13.0) has 420 instructions for a 16 x 16 tile's 11
+ * steps, against 734 in v13's loop for the same products (20736 multiply-adds: 648 FFMA x 979
+ * / 864), and v13 computes 13% more products than the conv needs (its comment): the conv's
+ * instructions about halve. If the conv stays bound by issue, its phase halves too, and the
+ * model, the conv about three quarters of a block's life (v13's timeline, of an earlier form),
+ * goes from 0.194 toward 0.12 ms.
+ * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1850, 0.1829,
+ * 0.1832 ms against v13's 0.1937, 0.1920, 0.1919: 4.5%, far short. ncu, the kernel alone, v13
+ * against v14: 229.9 against 223.4 us; 114.7 against 66.2 million instructions, as predicted;
+ * but the issue slots 66.7% against 44.7% busy, and per issued instruction 1.19 against 3.78
+ * cycles waiting on x (long scoreboard). The tensor pipe is 27% busy. Now the gathers bind: L1
+ * hits 77% of them (82% for v13's row windows; the SM's 256 KB of L1 and shared memory leave
+ * about 28 KB of L1 beside two 113 KB blocks), so most steps wait on at least one L2 access (1 -
+ * 0.77^4 = 65% of 4 loads), and at 64 registers the compiler keeps only the next step's loads in
+ * flight. Tried around it (the README's "tried" list, commit 1ba491f): two tiles a warp for
+ * more loads in flight (spills: 0.1965 ms), contiguous runs of tiles a warp (L1 hits 54%:
+ * 0.1891), each step's three products summed apart first, as chapter 2 does (0.2096 - 0.2109).
+ * The worst error in make test, y's rel_l2 5.4e-7, is v13's.
+ * Recorded (the README's table): 0.1855 ms [0.1846 - 0.1934], 22.5 TFLOP/s, 2.65x torch.compile's
+ * 0.491 ms; issue 15's 0.10 ms is missed by 1.85x.
+ */
+#include "cluster.cuh"
+#include "model.h"
+#include "tf32.cuh"
+
+#define KSTEPS ((C_IN * KVOL + 7) / 8) /* the GEMM's k, 81 taps, in steps of 8: 88 */
+
+/* B's fragments, split once by each block, and the offset of each GEMM column in x */
+struct tc_smem {
+    uint4 b_hi[KSTEPS][32]; /* lane (g, t): b0, b1 of channel g (.x, .y) and of 8 + g (.z, .w) */
+    uint4 b_lo[KSTEPS][32]; /* their 3xTF32 remainders */
+    uint2 off[KSTEPS][4];   /* step s, t: the x offsets of columns 8 s + t and 8 s + t + 4 */
+    float b[C_OUT];
+};
+
+#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
+/* every thread of the block takes part; the caller synchronises before the first use. Column
+ * k < 81 is PyTorch's (ci, kd, kh, kw); columns 81 .. 87 have zero weights and offset 0 (a
+ * finite x value times 0) */
+__device__ static inline void load_tc_weights(tc_smem *ms, const float *__restrict__ weight,
+                                            const float *__restrict__ bias, const shape sh)
+{
+    const int K = C_IN * KVOL;
+    int hw = sh.h * sh.w, dhw = sh.d * hw;
+    for (int i = threadIdx.x; i < KSTEPS * 32 * 4; i += blockDim.x) {
+        int e = i & 3, lane = (i >> 2) & 31, st = i >> 7, g = lane >> 2, t = lane & 3;
+        int k = 8 * st + t + 4 * (e & 1), co = g + 8 * (e >> 1);
+        float v = k < K ? __ldg(weight + co * K + k) : 0.0f;
+        split_tf32(v, (uint32_t *)&ms->b_hi[st][lane] + e, (uint32_t *)&ms->b_lo[st][lane] + e);
+    }
+    for (int k = threadIdx.x; k < KSTEPS * 8; k += blockDim.x) {
+        unsigned o = 0;
+        if (k < K) {
+            int ci = k / KVOL, r = k - ci * KVOL;
+            o = ci * dhw + (r / 9) * hw + (r / 3 % 3) * sh.w + r % 3;
+        }
+        unsigned *row = (unsigned *)&ms->off[k / 8][k % 4];
+        row[(k % 8) / 4] = o;
+    }
+    if (threadIdx.x < C_OUT)
+        ms->b[threadIdx.x] = __ldg(bias + threadIdx.x);
+}
+
+/* split_tf32 with the rounding done by hand: hi = the float rounded to its top 11 significant
+ * bits (add half of the 13 dropped bits' weight, then clear them), lo = v - hi; 3 instructions
+ * where cvt.rna.tf32.f32 compiles to 5 on sm_90. Finite inputs below 2^128 (1 - 2^-12) only. */
+__device__ static inline void split_fast(float v, uint32_t *hi, uint32_t *lo)
+{
+    *hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+    *lo = __float_as_uint(v - __uint_as_float(*hi));
+}
+
+/* p, hidden from the optimiser, so that p + offset stays one IMAD.WIDE.U32 instead of the
+ * offset being folded into a 64-bit index (four instructions a load) */
+__device__ static inline const float *opaque(const float *p)
+{
+    asm("mov.b64 %0, %0;" : "+l"(p));
+    return p;
+}
+
+/* q = s / d for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once: the estimate
+ * s m / 2^32 is q or q - 1, and one comparison corrects it */
+__device__ static inline unsigned fast_div(unsigned s, unsigned d, unsigned m)
+{
+    unsigned q = __umulhi(s, m);
+    return q + (s - q * d >= d);
+}
+
+/* The conv of the block's slice into vals, as an implicit GEMM: C (positions x 16 channels) = A
+ * (positions x 88: the im2col patches, gathered from x) B (88 x 16: the weights). Warp w takes
+ * the 16-position tiles w, w + 16, ...: the block's warps work on neighbouring positions at
+ * once and share x in L1. A lane's rows are positions g and g + 8 of the tile (their input
+ * corners by fast_div), its columns t and t + 4 of each step (their offsets from the corner in
+ * ms->off); positions past the slice are computed at its last position and not stored. */
+__device__ static inline void conv_slice_tc(const float *__restrict__ x, const shape sh,
+                                                     int n, int lo, int len,
+                                                     const tc_smem *ms, float *vals, int cap)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const float *xn = x + (size_t)n * C_IN * sh.d * sh.h * sh.w;
+    float b0 = ms->b[2 * t], b1 = ms->b[2 * t + 1], b8 = ms->b[8 + 2 * t], b9 = ms->b[9 + 2 * t];
+    unsigned mw = 0xffffffffu / (unsigned)sh.ow, mh = 0xffffffffu / (unsigned)sh.oh;
+    for (int tile = warp; tile < (len + 15) / 16; tile += CL_THREADS / 32) {
+        int j0 = 16 * tile + g, j1 = j0 + 8;
+        int c[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            unsigned s = lo + min(j0 + 8 * r, len - 1);
+            unsigned q = fast_div(s, sh.ow, mw), od = fast_div(q, sh.oh, mh);
+            c[r] = (od * sh.h + (q - od * sh.oh)) * sh.w + (s - q * sh.ow);
+        }
+        const float *p0 = opaque(xn + c[0]), *p1 = opaque(xn + c[1]);
+        float acc[2][4] = {{b0, b1, b0, b1}, {b8, b9, b8, b9}};
+#pragma unroll
+        for (int st = 0; st < KSTEPS; st++) {
+            uint2 o = ms->off[st][t];
+            float a[4] = {__ldg(p0 + o.x), __ldg(p1 + o.x), __ldg(p0 + o.y), __ldg(p1 + o.y)};
+            uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                split_fast(a[e], &a_hi[e], &a_lo[e]);
+            uint4 bh = ms->b_hi[st][lane], bl = ms->b_lo[st][lane];
+            uint32_t b_hi[2][2] = {{bh.x, bh.y}, {bh.z, bh.w}}, b_lo[2][2] = {{bl.x, bl.y}, {bl.z, bl.w}};
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mma_tf32(acc[h], a_lo, b_hi[h]);
+                mma_tf32(acc[h], a_hi, b_lo[h]);
+                mma_tf32(acc[h], a_hi, b_hi[h]);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float *v = vals + (8 * h + 2 * t) * cap;
+            if (j0 < len)
+                v[j0] = acc[h][0], v[cap + j0] = acc[h][1];
+            if (j1 < len)
+                v[j1] = acc[h][2], v[cap + j1] = acc[h][3];
+        }
+    }
+}
+
+#endif
+
+/* v14's conv for k_cluster_model (cluster.cuh) */
+struct conv_tc {
+    typedef tc_smem smem;
+    __device__ static void load(smem *sw, const float *__restrict__ weight,
+                                const float *__restrict__ bias, const shape sh)
+    {
+#if __CUDA_ARCH__ >= 900
+        load_tc_weights(sw, weight, bias, sh);
+#endif
+    }
+    __device__ static void run(const float *__restrict__ x, const shape sh, int n, int lo,
+                               int len, const smem *sw, float *vals, int cap)
+    {
+#if __CUDA_ARCH__ >= 900
+        conv_slice_tc(x, sh, n, lo, len, sw, vals, cap);
+#endif
+    }
+};
+
+static int opted; /* k_cluster_model<conv_tc>'s shared-memory opt-in is set (cluster_config) */
+
+void v14_launch(const run_ctx *r, int scope)
+{
+    (void)scope; /* model_fwd only */
+    cluster_model_launch<conv_tc>(r, &opted);
+}
