@@ -24,7 +24,8 @@
  *   v5-coarsened.cu       v5  four outputs a thread along W, 16-byte loads
  *   igemm.cuh             the conv as an implicit GEMM: the tile, its shared memory, its loads
  *   v6-implicit-gemm.cu   v6  our conv on the FMA units, 8 x 8 outputs a thread; v5's epilogue
- *   mma.cuh               tensor cores: mma.sync's fragments, TF32, the 3xTF32 split, the tile
+ *   mma.cuh               tensor cores: the tile (mma.sync's fragments, TF32, the 3xTF32 split:
+ *                         common/tf32.cuh)
  *   v7-tf32.cu            v7  the conv on tensor cores in TF32: fast, 2^-11 a product
  *   v8-3xtf32.cu          v8  3xTF32: three TF32 products a term, fp32's accuracy back
  *   v9-full-fusion.cu     v9  pooling and logsumexp in v8's conv epilogue: c never leaves the SM

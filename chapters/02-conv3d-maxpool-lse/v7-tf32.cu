@@ -1,5 +1,5 @@
 /*
- * v7: the conv on tensor cores in TF32 (read mma.cuh first)
+ * v7: the conv on tensor cores in TF32 (read common/tf32.cuh and mma.cuh first)
  *
  * Defect of v6: FMA units. An H100 SM does 128 fp32 FMAs a cycle (67 TFLOP/s), its tensor
  * cores many times that on TF32 inputs; v6 leaves them idle.
