@@ -15,7 +15,7 @@
 #define TOL_REL_L2 1e-5
 #define TOL_ABS 1e-4
 #define TOL_STATS 1e-4 /* mean against |mean| + std (its scale), rstd against itself */
-#define SMEM_STATIC_MAX 14336 /* static shared memory of the cluster kernels, at most (v14: 12.3 KB) */
+#define SMEM_STATIC_MAX 14336 /* the cluster kernels' static shared memory, at most (v14: 12.3 KB) */
 
 struct problem {
     shape sh;

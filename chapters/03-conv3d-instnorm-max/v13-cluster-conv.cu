@@ -2,19 +2,19 @@
  * v13: the whole model in one pass: v10's cluster with the conv computed into shared memory
  * (Hopper)
  *
- * Defect of v12: the conv runs twice, because no block holds a whole sample between the
- * statistics and the output. Change: v10's cluster of 8 blocks a sample (cluster.cuh), its step
- * 1 computing the conv into shared memory instead of loading c: each block copies the weights
- * (conv.cuh), computes its slice's 16 channels, then reduces, exchanges and writes y as v10
- * does. The conv runs once; c never exists in DRAM. Register blocking (the first form; the
- * second step below replaced it): each thread computes two positions, j and j + half, so each weight broadcast feeds both: a tap is 2 loads of x, 4
- * LDS.128 and 32 FFMA instead of 1, 4 and 16. One position a thread was measured first (0.242
- * ms in the run of commit 508c56c; ncu: the SMs 49% busy, per issued instruction 3.3 cycles
- * waiting on shared memory, four LDS.128 per 16 FFMA, and 2.7 at barriers).
+ * Defect of v12: the conv runs twice, because no block holds a whole sample between the statistics
+ * and the output. Change: v10's cluster of 8 blocks a sample (cluster.cuh), its step 1 computing
+ * the conv into shared memory instead of loading c: each block copies the weights (conv.cuh),
+ * computes its slice's 16 channels, then reduces, exchanges and writes y as v10 does. The conv runs
+ * once; c never exists in DRAM. Register blocking (the first form; the second step below replaced
+ * it): each thread computes two positions, j and j + half, so each weight broadcast feeds both: a
+ * tap is 2 loads of x, 4 LDS.128 and 32 FFMA instead of 1, 4 and 16. One position a thread was
+ * measured first (0.242 ms in the run of commit 508c56c; ncu: the SMs 49% busy, per issued
+ * instruction 3.3 cycles waiting on shared memory, four LDS.128 per 16 FFMA, and 2.7 at barriers).
  * Prediction: compute-bound: the conv's 0.062 ms at the FMA peak plus the on-chip epilogue,
  * against v12's 0.403.
- * Measured: 0.220 ms (19 TFLOP/s; the table recorded at commit cdcbcdb, before the second step), 2.2x
- * torch.compile's whole model (0.491 ms), and faster than cuDNN's conv alone (0.49 to 0.56 ms
+ * Measured: 0.220 ms (19 TFLOP/s; the table recorded at commit cdcbcdb, before the second step),
+ * 2.2x torch.compile's whole model (0.491 ms), and faster than cuDNN's conv alone (0.49 to 0.56 ms
  * across runs). Two positions a thread measured 6% better than one in commit 08a0fbe (0.228 against
  * 0.242 ms), less than the halved shared-memory traffic promised: at 64 registers (two blocks an
  * SM) ptxas spills, and with 128 registers and one block an SM it measured slower (the README's

@@ -134,7 +134,8 @@ __device__ static inline void conv_slice_tc(const float *__restrict__ x, const s
             for (int e = 0; e < 4; e++)
                 split_fast(a[e], &a_hi[e], &a_lo[e]);
             uint4 bh = ms->b_hi[st][lane], bl = ms->b_lo[st][lane];
-            uint32_t b_hi[2][2] = {{bh.x, bh.y}, {bh.z, bh.w}}, b_lo[2][2] = {{bl.x, bl.y}, {bl.z, bl.w}};
+            uint32_t b_hi[2][2] = {{bh.x, bh.y}, {bh.z, bh.w}};
+            uint32_t b_lo[2][2] = {{bl.x, bl.y}, {bl.z, bl.w}};
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 mma_tf32(acc[h], a_lo, b_hi[h]);
