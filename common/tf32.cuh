@@ -22,10 +22,11 @@
  * made chapter 2's v8 conv 7% faster with the same measured error, rel_l2 2.1e-7, at
  * 2x32x32x128x128 on the H100.) Then
  *     a b = a_hi b_hi + a_hi b_lo + a_lo b_hi + a_lo b_lo
- * and the last product, about 2^-22 of a b, is below fp32's own rounding of the sum: three
- * tensor-core products give an fp32-accurate one. (NVIDIA's CUTLASS calls this "3xTF32"; the split is the
- * classic one of Dekker, "A floating-point technique for extending the available precision",
- * 1971.) The small products go first, so they are added while the accumulator is still small.
+ * and the last product, about 2^-22 of a b, is left out: each product is then within about
+ * 2^-21 of the exact one, a few times fp32's own rounding (2^-24), and a sum of many lands near
+ * fp32's accuracy (chapter 2's v8: rel_l2 2.1e-7). (NVIDIA's CUTLASS calls this "3xTF32"; the
+ * split is the classic one of Dekker, "A floating-point technique for extending the available
+ * precision", 1971.) The small products go first, so they are added while the accumulator is still small.
  */
 #ifndef COMMON_TF32_CUH
 #define COMMON_TF32_CUH

@@ -1,35 +1,42 @@
 /*
  * v14: v13 with its conv on tensor cores, in 3xTF32 (Hopper)
  *
- * Defect of v13: its conv is bound by issue slots, and 88% of the loop's instructions are
- * FFMA: a warp's FFMA does 32 multiply-adds, so fewer instructions need a bigger instruction.
- * Change: the conv as an implicit GEMM on the tensor cores (common/tf32.cuh: mma.sync m16n8k8,
- * 1024 multiply-adds an instruction, and the 3xTF32 split that keeps fp32's accuracy). C
- * (positions x 16 channels) = A (positions x k) B (k x 16 channels), k the 81 taps of
- * (ci, kd, kh, kw) padded to 88: 11 steps of 8. A warp takes 16 positions and all 16 channels,
- * two m16n8 pieces; each step it gathers its 4 A values from x (through L1, as v13's loads),
- * splits them (3 instructions each, split_fast below), reads B's fragments, split once by the
- * block into shared memory (two LDS.128), and issues 6 mma: the products a_lo b_hi, a_hi b_lo,
- * a_hi b_hi of both pieces, added in the accumulator. v13's cluster, statistics and y as they
- * were.
- * Prediction: the SASS (cuobjdump, nvcc 13.0) has 420 instructions for a 16 x 16 tile's 11
- * steps, against 734 in v13's loop for the same products (20736 multiply-adds: 648 FFMA x 979
- * / 864), and v13 computes 13% more products than the conv needs (its comment): the conv's
- * instructions about halve. If the conv stays bound by issue, its phase halves too, and the
- * model, the conv about three quarters of a block's life (v13's timeline, of an earlier form),
- * goes from 0.194 toward 0.12 ms.
+ * Defect of v13: its conv is bound by issue slots, and 88% of the loop's instructions are FFMA: a
+ * warp's FFMA does 32 multiply-adds, so fewer instructions need a bigger instruction.
+ * Change: the conv as an implicit GEMM on the tensor cores (common/tf32.cuh: mma.sync m16n8k8, 1024
+ * multiply-adds an instruction, and the 3xTF32 split that brings back most of fp32's accuracy). C
+ * (positions x 16 channels) = A (positions x k) B (k x 16 channels), k the 81 taps of (ci, kd, kh,
+ * kw) padded to 88: 11 steps of 8. A's row for a position is its im2col patch, the 81 x values its
+ * taps read, starting at its input corner (tap (0, 0, 0) of channel 0). A warp takes 16 positions
+ * and all 16 channels, two m16n8 pieces; each step it gathers its 4 A values from x (through L1, as
+ * v13's loads), splits them (3 instructions each, split_fast below), reads B's fragments, split
+ * once by the block into shared memory (two LDS.128), and issues 6 mma: the products a_lo b_hi,
+ * a_hi b_lo, a_hi b_hi of both pieces, added straight into the accumulator (not summed apart first
+ * as common/tf32.cuh's mma_3xtf32 does: 8 FADD a step fewer; the price is in the error, below).
+ * v13's cluster, statistics and y as they were.
+ * Prediction: the SASS (cuobjdump, nvcc 13.0) has 420 instructions for a 16 x 16 tile's 11 steps,
+ * against 734 in v13's loop for the same products (20736 multiply-adds: 648 FFMA x 979 / 864), and
+ * v13 computes 13% more products than the conv needs (its comment): the conv's instructions about
+ * halve. If the conv stays bound by issue, its phase halves too, and the model, the conv about
+ * three quarters of a block's life (v13's timeline, of an earlier form), goes from 0.194 toward
+ * 0.12 ms.
  * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1850, 0.1829,
- * 0.1832 ms against v13's 0.1937, 0.1920, 0.1919: 4.5%, far short. ncu, the kernel alone, v13
- * against v14: 229.9 against 223.4 us; 114.7 against 66.2 million instructions, as predicted;
- * but the issue slots 66.7% against 44.7% busy, and per issued instruction 1.19 against 3.78
- * cycles waiting on x (long scoreboard). The tensor pipe is 27% busy. Now the gathers bind: L1
- * hits 77% of them (82% for v13's row windows; the SM's 256 KB of L1 and shared memory leave
- * about 28 KB of L1 beside two 113 KB blocks), so most steps wait on at least one L2 access (1 -
- * 0.77^4 = 65% of 4 loads), and at 64 registers the compiler keeps only the next step's loads in
- * flight. Tried around it (the README's "tried" list, commit 1ba491f): two tiles a warp for
- * more loads in flight (spills: 0.1965 ms), contiguous runs of tiles a warp (L1 hits 54%:
- * 0.1891), each step's three products summed apart first, as chapter 2 does (0.2096 - 0.2109).
- * The worst error in make test, y's rel_l2 5.4e-7, is v13's.
+ * 0.1832 ms against v13's 0.1937, 0.1920, 0.1919: 4.5%, far short. ncu, the kernel alone at its
+ * locked clocks, v13 against v14: 229.9 against 223.4 us; 114.7 against 66.2 million instructions,
+ * as predicted; but the issue slots 66.7% against 44.7% busy, and per issued instruction 1.19
+ * against 3.78 cycles waiting on x (long scoreboard). The tensor pipe is 27% busy. Now the gathers
+ * bind: L1 serves 77% of them (82% for v13's row quads; the SM's 256 KB of L1 and shared memory
+ * leave about 28 KB of L1 beside two 113 KB blocks). A lane's 4 loads of a step all hit L1 only
+ * 0.77^4 = 35% of the time, were the hits independent, and a warp waits for its slowest lane; at 64
+ * registers the compiler keeps only the next step's loads in flight. The block's 99 tiles also make
+ * 7 rounds for its 16 warps where 6.2 would do. Tried around it (the README's "tried" list): two
+ * tiles a warp for more loads in flight (spills: 0.1965 ms) and contiguous runs of tiles a warp (L1
+ * hits 54%: 0.1891), both in commit 1ba491f; each step's three products summed apart first, as
+ * mma_3xtf32 does (0.2096 - 0.2109 against 0.1839 - 0.1856, not committed).
+ * The price of adding in the accumulator, whose additions truncate (common/tf32.cuh): make test on
+ * the H100 gives y's rel_l2 2.7e-7 to 2.9e-7 where v13's is 1.6e-7 to 1.8e-7 (1x3x16x32x32 and
+ * 2x3x4x35x37) and the statistics' 1.7e-7 to 5.0e-7 against 3e-8 to 6e-8, inside the chapter's fp32
+ * tolerances; summed apart, the worst y rel_l2 was 3.0e-7 against 5.4e-7.
  * Recorded (the README's table): 0.1855 ms [0.1846 - 0.1934], 22.5 TFLOP/s, 2.65x torch.compile's
  * 0.491 ms; issue 15's 0.10 ms is missed by 1.85x.
  */
@@ -92,8 +99,10 @@ __device__ static inline const float *opaque(const float *p)
     return p;
 }
 
-/* q = s / d for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once: the estimate
- * s m / 2^32 is q or q - 1, and one comparison corrects it */
+/* q = s / d for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once (a division
+ * replaced by a multiply-high, as compilers do for constant divisors): e = floor(s m / 2^32) is
+ * q or q - 1, since m d > 2^32 - 1 - d gives s m / 2^32 > s / d - 1, and m <= 2^32 / d gives
+ * e <= s / d; one comparison corrects it */
 __device__ static inline unsigned fast_div(unsigned s, unsigned d, unsigned m)
 {
     unsigned q = __umulhi(s, m);
@@ -101,14 +110,15 @@ __device__ static inline unsigned fast_div(unsigned s, unsigned d, unsigned m)
 }
 
 /* The conv of the block's slice into vals, as an implicit GEMM: C (positions x 16 channels) = A
- * (positions x 88: the im2col patches, gathered from x) B (88 x 16: the weights). Warp w takes
+ * (positions x 88: the im2col patches, gathered from x) B (88 x 16: the weights), as the comment
+ * at the top says. Warp w takes
  * the 16-position tiles w, w + 16, ...: the block's warps work on neighbouring positions at
  * once and share x in L1. A lane's rows are positions g and g + 8 of the tile (their input
  * corners by fast_div), its columns t and t + 4 of each step (their offsets from the corner in
  * ms->off); positions past the slice are computed at its last position and not stored. */
-__device__ static inline void conv_slice_tc(const float *__restrict__ x, const shape sh,
-                                                     int n, int lo, int len,
-                                                     const tc_smem *ms, float *vals, int cap)
+__device__ static inline void conv_slice_tc(const float *__restrict__ x, const shape sh, int n,
+                                            int lo, int len, const tc_smem *ms, float *vals,
+                                            int cap)
 {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const float *xn = x + (size_t)n * C_IN * sh.d * sh.h * sh.w;
