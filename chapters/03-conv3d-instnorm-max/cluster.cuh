@@ -263,8 +263,7 @@ static inline void cluster_model_launch(const run_ctx *r, int *opted)
         v12_model(r);
         return;
     }
-    void (*kernel)(const float *, const float *, const float *, const float *, float *, float *,
-                   float *, const shape) = k_cluster_model<CONV>;
+    auto kernel = k_cluster_model<CONV>;
     cluster_launch L;
     cluster_config(&L, (const void *)kernel, opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->x, r->weight, r->bias, r->m, r->y, r->mean,

@@ -75,7 +75,6 @@
 #include "conv.cuh"
 #include "model.h"
 
-#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
 /* The conv of the block's slice into vals, in row quads: a thread computes four neighbouring
  * positions of one output row (ow0 .. ow0 + 3, ow0 a multiple of 4) for eight channels (half
  * h, warp-uniform, so each weight load stays a broadcast). A kernel row (ci, kd, kh) meets
@@ -143,7 +142,6 @@ __device__ static inline void conv_slice_quads(const float *__restrict__ x, cons
         }
     }
 }
-#endif
 
 /* v13's conv for k_cluster_model (cluster.cuh) */
 struct conv_ffma {
@@ -157,12 +155,10 @@ struct conv_ffma {
     __device__ static void run(const float *__restrict__ x, const shape sh, int n, int lo,
                                int len, const smem *sw, float *vals, int cap)
     {
-#if __CUDA_ARCH__ >= 900
         if ((sh.w & 3) == 0)
             conv_slice_quads<true>(x, sh, n, lo, len, sw, vals, cap);
         else
             conv_slice_quads<false>(x, sh, n, lo, len, sw, vals, cap);
-#endif
     }
 };
 

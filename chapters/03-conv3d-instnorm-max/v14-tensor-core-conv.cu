@@ -9,11 +9,11 @@
  * kw) padded to 88: 11 steps of 8. A's row for a position is its im2col patch, the 81 x values its
  * taps read, starting at its input corner (tap (0, 0, 0) of channel 0). A warp takes 16 positions
  * and all 16 channels, two m16n8 pieces; each step it gathers its 4 A values from x (through L1, as
- * v13's loads), splits them (3 instructions each, split_fast below), reads B's fragments, split
- * once by the block into shared memory (two LDS.128), and issues 6 mma: the products a_lo b_hi,
- * a_hi b_lo, a_hi b_hi of both pieces, added straight into the accumulator (not summed apart first
- * as common/tf32.cuh's mma_3xtf32 does: 8 FADD a step fewer; the price is in the error, below).
- * v13's cluster, statistics and y as they were.
+ * v13's loads), splits them (3 instructions each, common/tf32.cuh's split_fast), reads B's
+ * fragments, split once by the block into shared memory (two LDS.128), and issues 6 mma: the
+ * products a_lo b_hi, a_hi b_lo, a_hi b_hi of both pieces, added straight into the accumulator (not
+ * summed apart first as common/tf32.cuh's mma_3xtf32 does: 8 FADD a step fewer; the price is in the
+ * error, below). v13's cluster, statistics and y as they were.
  * Prediction: the SASS (cuobjdump, nvcc 13.0) has 420 instructions for a 16 x 16 tile's 11 steps,
  * against 734 in v13's loop for the same products (20736 multiply-adds: 648 FFMA x 979 / 864), and
  * v13 computes 13% more products than the conv needs (its comment): the conv's instructions about
@@ -54,7 +54,6 @@ struct tc_smem {
     float b[C_OUT];
 };
 
-#if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
 /* every thread of the block takes part; the caller synchronises before the first use. Column
  * k < 81 is PyTorch's (ci, kd, kh, kw); columns 81 .. 87 have zero weights and offset 0 (a
  * finite x value times 0) */
@@ -80,15 +79,6 @@ __device__ static inline void load_tc_weights(tc_smem *ms, const float *__restri
     }
     if (threadIdx.x < C_OUT)
         ms->b[threadIdx.x] = __ldg(bias + threadIdx.x);
-}
-
-/* split_tf32 with the rounding done by hand: hi = the float rounded to its top 11 significant
- * bits (add half of the 13 dropped bits' weight, then clear them), lo = v - hi; 3 instructions
- * where cvt.rna.tf32.f32 compiles to 5 on sm_90. Finite inputs below 2^128 (1 - 2^-12) only. */
-__device__ static inline void split_fast(float v, uint32_t *hi, uint32_t *lo)
-{
-    *hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
-    *lo = __float_as_uint(v - __uint_as_float(*hi));
 }
 
 /* p, hidden from the optimiser, so that p + offset stays one IMAD.WIDE.U32 instead of the
@@ -164,24 +154,18 @@ __device__ static inline void conv_slice_tc(const float *__restrict__ x, const s
     }
 }
 
-#endif
-
 /* v14's conv for k_cluster_model (cluster.cuh) */
 struct conv_tc {
     typedef tc_smem smem;
     __device__ static void load(smem *sw, const float *__restrict__ weight,
                                 const float *__restrict__ bias, const shape sh)
     {
-#if __CUDA_ARCH__ >= 900
         load_tc_weights(sw, weight, bias, sh);
-#endif
     }
     __device__ static void run(const float *__restrict__ x, const shape sh, int n, int lo,
                                int len, const smem *sw, float *vals, int cap)
     {
-#if __CUDA_ARCH__ >= 900
         conv_slice_tc(x, sh, n, lo, len, sw, vals, cap);
-#endif
     }
 };
 
