@@ -150,6 +150,27 @@ __device__ static inline void fill_slice(float *vals, int cap, const float *__re
     __pipeline_wait_prior(0);
 }
 
+/* The exchange: each block has published its slice's (count, mean, M2) of channel w in
+ * cs->wf[parity][w]; one cluster barrier, then warp w reads the ncl blocks' triples of channel w
+ * through distributed shared memory and merges them with Chan's formula (common/welford.cuh) in
+ * rank order, so every block ends with the same bits in cs->mean and cs->rstd. 16 warps (one a
+ * channel), ncl <= CL blocks a cluster. */
+__device__ static inline void cluster_merge(cluster_shared *cs, int S, int parity, int ncl)
+{
+#if __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    cluster.sync();
+    welford z = {0, 0.0f, 0.0f};
+    welford w = lane < ncl ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
+    for (int off = CL / 2; off > 0; off >>= 1)
+        w = chan_merge(w, shfl_welford(w, off));
+    if (lane == 0)
+        cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
+    __syncthreads();
+#endif
+}
+
 /* The statistics of the sample, into cs->mean / cs->rstd of every block. Warp w reduces
  * channel w of this block's slice exactly on its own (its mean, then its centred squares, both
  * from shared memory, so the second pass costs no DRAM) and publishes (count, mean, M2); one
@@ -181,14 +202,7 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
         welford w = {len, lm, q};
         cs->wf[parity][warp] = w;
     }
-    cluster.sync();
-    welford z = {0, 0.0f, 0.0f};
-    welford w = lane < CL ? cluster.map_shared_rank(cs->wf[parity], lane)[warp] : z;
-    for (int off = CL / 2; off > 0; off >>= 1)
-        w = chan_merge(w, shfl_welford(w, off));
-    if (lane == 0)
-        cs->mean[warp] = w.mean, cs->rstd[warp] = rsqrtf(w.m2 / S + (float)IN_EPS);
-    __syncthreads();
+    cluster_merge(cs, S, parity, CL);
 #endif
 }
 

@@ -41,6 +41,7 @@
  * 0.491 ms; issue 15's 0.10 ms is missed by 1.85x.
  */
 #include "cluster.cuh"
+#include "conv.cuh"
 #include "model.h"
 #include "tf32.cuh"
 
@@ -87,16 +88,6 @@ __device__ static inline const float *opaque(const float *p)
 {
     asm("mov.b64 %0, %0;" : "+l"(p));
     return p;
-}
-
-/* q = s / d for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once (a division
- * replaced by a multiply-high, as compilers do for constant divisors): e = floor(s m / 2^32) is
- * q or q - 1, since m d > 2^32 - 1 - d gives s m / 2^32 > s / d - 1, and m <= 2^32 / d gives
- * e <= s / d; one comparison corrects it */
-__device__ static inline unsigned fast_div(unsigned s, unsigned d, unsigned m)
-{
-    unsigned q = __umulhi(s, m);
-    return q + (s - q * d >= d);
 }
 
 /* The conv of the block's slice into vals, as an implicit GEMM: C (positions x 16 channels) = A
