@@ -169,7 +169,8 @@ void v11_launch(const run_ctx *r, int scope);
 void v12_model(const run_ctx *r);    /* v13's and v14's fallback */
 void v12_launch(const run_ctx *r, int scope);
 void v13_launch(const run_ctx *r, int scope);
-void v14_launch(const run_ctx *r, int scope);
+void v14_launch(const run_ctx *r, int scope);               /* v15's fallback */
+void v15_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);  /* b3's fallback */
 void b2_launch(const run_ctx *r, int scope);
