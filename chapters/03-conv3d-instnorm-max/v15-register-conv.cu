@@ -4,49 +4,53 @@
  * Defect of v14: its gathers of x wait on L1 misses (ncu: 3.78 cycles an instruction of long
  * scoreboard, 77% L1 hits): its two 113 KB slices of conv output fill shared memory and leave
  * about 28 KB of L1 for x.
- * Change, in three steps:
+ * Change, in three steps, each measured (not predicted) until the third:
  * 1. The conv's output stays where the mma leaves it, in the accumulators: a warp keeps 7 tiles of
- *    16 corners x 16 channels, 56 registers a lane (127 a thread: one block an SM). A corner is a
- *    position of the input's index space, od (H W) + oh W + ow: corner c's taps are x[c + tap
- *    offset], and a tile's rows stand 4 corners apart, so tile r of a lane is its first corner +
- *    256 r (immediate offsets, no division in the loop). 14 x 32 x 32 = 14336 corners, 8 blocks of
- *    16 warps x 7 tiles x 16 = 1792 each; the 12% that are not positions (oh or ow past the output)
- *    are computed and dropped. Shared memory now holds the block's window of x (the span's corners
- *    and their taps: 3 x 3906 floats, 47 KB), so a gather is an LDS. Each LDS of A reads 4 columns
- *    at 8 rows 4 corners apart: the 32 words fall in 32 banks when the 4 columns' offsets differ
- *    mod 4, so v15_columns deals the taps, sorted by offset mod 4, over the column groups (here 27
- *    taps share one class, so 5 of the 22 groups still conflict). The statistics: two passes over
- *    the registers (mean, then centred squares), then v13's exchange. Measured (H100, medians of
- *    50, three interleaved rounds): 0.1847, 0.1834, 0.1833 ms against v14's 0.1846, 0.1830, 0.1830:
- *    a tie. The conv's loop is 24 instructions a tile and step against v14's 38 (26 in the final
- *    form), and the gathers no longer wait (SASS; ncu: 16% of the shared-memory wavefronts are bank
- *    conflicts, the 5 groups), but the code around the loop grew: 67.5 million instructions in
- *    all against v14's 66.2 (ncu).
+ *    16 corners x 16 channels, 56 of each thread's 127 registers (512 threads x 127 fill the SM's
+ *    64K registers: one block an SM). A corner is a position of the input's index space, od (H W) +
+ *    oh W + ow; corner c's taps are x[c + tap offset]. 14 x 32 x 32 = 14336 corners a sample, 8
+ *    blocks of 16 warps x 7 tiles x 16 = 1792 corners each (the block's span); the 12% that are not
+ *    positions (oh or ow past the output) are computed and dropped, and in exchange a tile's rows
+ *    stand a fixed 4 corners apart and its tiles 256 (the layout is at the loop), so the loop
+ *    addresses x with immediate offsets, no division. Shared memory now holds the block's window of
+ *    x (the span's corners and their taps: 1792 + 2 x 1024 + 2 x 32 + 2 = 3906 floats a channel, 47
+ *    KB), so a gather is an LDS. Each LDS of A reads 4 columns at 8 rows 4 corners apart, lane g's
+ *    word in bank 4 g plus its column's offset mod 4: the 32 words fall in 32 banks when the 4
+ *    columns' offsets differ mod 4, so v15_columns deals the taps, sorted by offset mod 4, over the
+ *    column groups (here 27 taps share one class, so 5 of the 22 groups still conflict). The
+ *    statistics: two passes over the registers (mean, then centred squares), then v10's exchange
+ *    (cluster_merge). Measured (H100, medians of 50, three interleaved rounds): 0.1847, 0.1834,
+ *    0.1833 ms against v14's 0.1846, 0.1830, 0.1830: a tie. The conv's loop is 24 instructions a
+ *    tile and step against v14's 38 (v15's final loop: 26), and the gathers no longer wait (SASS;
+ *    ncu: 16% of the shared-memory wavefronts are bank conflicts, the 5 groups), but the code
+ *    around the loop grew: 67.5 million instructions in all against v14's 66.2 (ncu).
  * 2. The rest, trimmed: the statistics of c, scaled by m and m^2 afterwards; y as one FMA per
  *    value, m clamp(c (m rstd) - mean rstd); the corners' positions in y from a table the block
  *    computes once; each step's offsets read one step early. 0.1793, 0.1771 ms against v14's
- *    0.1833, 0.1836 (two rounds). A timeline (each block writing %globaltimer at its phase
- *    boundaries, medians): 2.94 us loading the window and splitting the weights, 9.92 us of
+ *    0.1833, 0.1836 (two rounds). A timeline of this form (each block writing %globaltimer at its
+ *    phase boundaries, medians): 2.94 us loading the window and splitting the weights, 9.92 us of
  *    conv, 3.10 us of statistics and exchange, 2.18 us of y. Only 15 clusters of 8 fit at once
- *    (cudaOccupancyMaxActiveClusters: a cluster's 8 SMs must share a GPC), so 1024 blocks run
- *    in 9 waves on 120 SMs, and with one block an SM nothing overlaps a block's phases.
- * 3. Persistent clusters: the 15 that fit each take samples n, n + 15, ..., the weights split
- *    once, and the next sample's window copied (cp.async, two buffers, 94 KB) while this one
- *    computes. Predicted from the timeline: 9 rounds of 18.1 - 2.9 us, about 0.14 ms.
- * Measured (H100, medians of 50, two interleaved rounds of the recording call): 0.1534, 0.1524 ms
- * against v14's 0.1857, 0.1966 (an earlier call, the same kernel before two reductions became
- * warp_part: 0.1542, 0.1520 against 0.1825, 0.1825, 17% faster). ncu in that earlier call (the
- * kernel alone, at its locked clocks): 189.3 us against v14's 223.4; 59.6 million instructions
- * (v14 66.2); the tensor pipe 36.7% busy, issue slots 48.1%, and the first stall is now the
- * tensor pipe itself (math pipe throttle, 1.92 cycles an instruction), then fixed latencies
- * (1.61) and ready warps waiting for the slot (1.24). What is left: the conv at mma.sync's
- * rate, 9 rounds for 8.53 samples a cluster, and the 4.6 us a round of statistics, exchange and
- * y that no other block overlaps. y's error in make test: rel_l2 3.2e-7 at 1x3x16x32x32, 3.0e-7
- * at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
+ *    (cudaOccupancyMaxActiveClusters: a cluster's 8 SMs must share a GPC), so 1024 blocks run in 9
+ *    waves on 120 SMs, and with one block an SM nothing overlaps a block's phases.
+ * 3. Persistent clusters: the 15 that fit each take samples n, n + 15, ..., split the weights once,
+ *    and copy the next sample's window (cp.async, two buffers, 94 KB) while this one computes.
+ *    Predicted from the timeline: 9 rounds of 18.1 - 2.9 = 15.2 us, about 0.14 ms.
+ * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1523, 0.1522,
+ * 0.1523 ms against v14's 0.1841, 0.1842, 0.1841, 17% less time (1.21x). In an earlier call, the
+ * kernel before its two reductions became warp_part and a redundant barrier went: 0.1542, 0.1520 ms
+ * against v14's 0.1825, 0.1825, 16% less time. The batch sweep puts a round at 16.2 us (128 samples
+ * against 8, over 8 rounds), 1.0 us over the prediction, not analysed. ncu in that earlier call
+ * (the kernel alone, at its locked clocks): 189.3 us against v14's 223.4; 59.6 million instructions
+ * (v14 66.2); the tensor pipe 36.7% busy, issue slots 48.1%, and the first stall is now the tensor
+ * pipe itself (math pipe throttle, 1.92 cycles an instruction), then fixed latencies (1.61) and
+ * ready warps waiting for the slot (1.24). What is left: the conv at mma.sync's rate, 9 rounds for
+ * 8.53 samples a cluster, and the 5.3 us a round of statistics, exchange and y (the timeline's 3.10
+ * and 2.18) that no other block on the SM overlaps. y's error in make test: rel_l2 3.2e-7 at
+ * 1x3x16x32x32, 3.0e-7 at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
  * Tried (the README's list): 8 tiles a warp, clusters of 7 (the first form; 128 registers, 15
  * clusters still): 0.1995, 0.1975, 0.1977 against 0.1847, 0.1834, 0.1833.
- * Recorded (the README's table): 0.1532 ms [0.1528 - 0.1542], 27.3 TFLOP/s, 3.21x torch.compile's
- * 0.491 ms; issue 15's 0.10 ms is missed by 1.53x.
+ * Recorded (the README's table): 0.1523 ms [0.1520 - 0.1532], 27.5 TFLOP/s, 3.23x torch.compile's
+ * 0.491 ms; issue 15's 0.10 ms is missed by 1.52x.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -151,7 +155,8 @@ __device__ static inline void warp_part(v15_smem *sw, float s[2][2])
 
 /* sample n's window of x for the block whose span starts at corner c_lo, into dst (channel ci
  * at dst + ci * wstride), by cp.async (4 bytes each: wstride is 1 mod 4, so 16-byte copies would
- * be misaligned), committed as one group; zeros past the end of x */
+ * be misaligned), committed as one group; zeros past the end of each channel of x, which only
+ * corners that are not positions read */
 __device__ static inline void issue_window(float *dst, const float *__restrict__ x, int n, int c_lo,
                                            int len, int dhw, unsigned wstride)
 {
@@ -211,8 +216,10 @@ k_v15(const float *__restrict__ x, const float *__restrict__ weight, const float
     __pipeline_wait_prior(0);
     __syncthreads();
 
-    /* the lane's corners: warp w's tile r is the corners base + 256 r + 4 i, i = 0 .. 15 (row i
-     * of the tile), base = 64 (w / 4) + w % 4: four warps interleave over each 64 corners */
+    /* the lane's corners. Warp w's tile r is the corners w0 + 256 r + 4 i, i = 0 .. 15 (row i of
+     * the tile), w0 = 64 (w / 4) + w % 4: warps 4 q .. 4 q + 3 interleave over corners 64 q ..
+     * 64 q + 63, the 16 warps cover 256, so tile r adds 256 r. Lane (g, t) holds rows g and
+     * g + 8: base = w0 + 4 g, and row g + 8 is base + 32. */
     int base = 64 * (warp >> 2) + (warp & 3) + 4 * g;
     int pos[V15_TILES][2], cnt = 0;
 #pragma unroll
@@ -286,19 +293,18 @@ k_v15(const float *__restrict__ x, const float *__restrict__ weight, const float
         float cm[2][2] = {{sw.bmean[2 * t], sw.bmean[2 * t + 1]},
                           {sw.bmean[8 + 2 * t], sw.bmean[9 + 2 * t]}};
         lane_sums<true>(acc, pos, cm, s);
-        __syncthreads(); /* every warp has read sw.part */
-        warp_part(&sw, s);
+        warp_part(&sw, s); /* every warp read sw.part before the barrier above */
         __syncthreads();
         float bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
         if (lane == 0) {
-            float mw = cs.m[warp];
-            welford w = {bc, bm * mw, bq * mw * mw};
+            float mc = cs.m[warp];
+            welford w = {bc, bm * mc, bq * mc * mc};
             cs.wf[it & 1][warp] = w;
         }
 
         /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity),
          * then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four channels, then
-         * over the group's four lanes by shuffles; one of them writes it */
+         * over the group's four lanes by shuffles; lane t = 0 writes it */
         cluster_merge(&cs, sh.s, it & 1, ncl);
         float k1[2][2], k0[2][2], mult[2][2];
 #pragma unroll
@@ -323,9 +329,10 @@ k_v15(const float *__restrict__ x, const float *__restrict__ weight, const float
                         float u = clampf1(v) * mult[h][e];
                         best = (h == 0 && e == 0) || u > best ? u : best;
                     }
+                /* fmaxf across lanes drops a NaN (torch.max keeps it); finite x has none */
                 best = fmaxf(best, __shfl_xor_sync(FULL, best, 1));
                 best = fmaxf(best, __shfl_xor_sync(FULL, best, 2));
-                if (t == ((2 * r + hh) & 3) && pos[r][hh] >= 0)
+                if (t == 0 && pos[r][hh] >= 0)
                     yn[pos[r][hh]] = best;
             }
         if (rank == 0 && threadIdx.x < C_OUT)
@@ -342,7 +349,11 @@ static int opted; /* k_v15's shared-memory opt-in is set (cluster_launch_make) *
 
 /* persistent clusters, as many as fit at once, each taking samples blockIdx.y, + gridDim.y, ...;
  * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v14
- * where a sample needs more than CL blocks or the windows do not fit shared memory. */
+ * where a sample needs more than CL blocks, the two windows do not fit shared memory, or no
+ * cluster fits the GPU. wstride: the window's length rounded up to 1 mod 4, so that channel
+ * ci's offsets shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three
+ * classes of 27 and 15 of the 22 column groups conflict; at 1 mod 4, 5 do). The cache of the
+ * clusters that fit is keyed by the shape alone: the harness runs on one device. */
 void v15_launch(const run_ctx *r, int scope)
 {
     const shape *sh = &r->sh;
