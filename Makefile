@@ -19,6 +19,8 @@
 # <gpu> is the GPU's short name (h100, a100, l4, rtx-4090). Where data/<gpu>/ holds the recorded
 # runs the READMEs quote (it has a README.md), chapter-N and bench write data/<gpu>-mine/.
 # ARCH: the visible GPU's own (native), sm_90 when none is visible; e.g. make ARCH=sm_80.
+# sm_90 (or native on a compute capability 9.0 GPU: H100, H200) builds sm_90a code, Hopper's own
+# target: it adds the warpgroup MMA (wgmma, chapter 3's v16) and runs on the GPUs sm_90 runs on.
 # Versions that need Hopper (thread-block clusters) are compiled only for sm_90 and are skipped,
 # with the reason, on other GPUs and builds.
 # CUDNN: cuDNN is optional. Found (cudnn.h and libcudnn.so in CUDNN_HOME, in nvcc's toolkit, or
@@ -30,6 +32,10 @@ NVCC ?= nvcc
 CC ?= gcc
 HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 ARCH ?= $(if $(HAVE_GPU),native,sm_90)
+NATIVE_CC := $(if $(and $(HAVE_GPU),$(filter native,$(ARCH))),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .'))
+comma := ,
+ARCH_TAG := $(if $(or $(filter sm_90 sm_90a,$(ARCH)),$(filter 90,$(NATIVE_CC))),sm_90a,$(ARCH))
+ARCH_FLAGS := $(if $(filter sm_90a,$(ARCH_TAG)),-gencode=arch=compute_90a$(comma)code=sm_90a,-arch=$(ARCH))
 
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDNN_ROOTS := $(CUDNN_HOME) $(CUDA_HOME) /usr/local /usr
@@ -60,8 +66,8 @@ ifeq ($(CUDNN),1)
 endif
 
 CFLAGS ?= -O2 -std=c11 -Wall -Wextra
-NVFLAGS ?= -O3 -std=c++17 -arch=$(ARCH) -lineinfo -Icommon -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
-NVFLAGS += $(CUDNN_FLAGS)
+NVFLAGS ?= -O3 -std=c++17 $(ARCH_FLAGS) -lineinfo -Icommon -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
+NVFLAGS += $(CUDNN_FLAGS) -DHAVE_SM90A=$(if $(filter sm_90a,$(ARCH_TAG)),1,0)
 LDLIBS := $(CUDNN_LDLIBS) -lgomp -lm
 
 CHAPTERS := 01 02 03 04 05
@@ -101,7 +107,7 @@ COMMON_HDRS := common/common.h common/conv_ref.h common/gpu.h common/conv.h comm
 all: $(BINS) build/test_common build/gpu-tag
 
 # objects remember the ARCH and the CUDNN they were compiled for: one stamp, the others removed
-ARCH_STAMP := build/arch-$(ARCH)-cudnn$(CUDNN)
+ARCH_STAMP := build/arch-$(ARCH_TAG)-cudnn$(CUDNN)
 $(ARCH_STAMP):
 	@mkdir -p build && rm -f build/arch-* && touch $@
 

@@ -105,6 +105,10 @@ static const hx_version *find_version(const hx_chapter *ch, const char *want)
     return NULL;
 }
 
+#ifndef HAVE_SM90A
+#error "HAVE_SM90A must be 0 or 1: the Makefile sets it (1 where the build's code is sm_90a)"
+#endif
+
 /* NULL if v can run here, else the one line that says why not. The build's code arch matters
  * as much as the GPU's: an sm_80 build runs on an H100 (its PTX is compiled there), but the
  * Hopper-only kernels were compiled as empty stubs. */
@@ -129,6 +133,16 @@ static const char *unavailable(const hx_version *v)
                  "sm_%d (make ARCH=sm_90)", arch);
         return why;
     }
+    if ((v->needs & NEEDS_SM90A) && (major != 9 || minor != 0)) {
+        snprintf(why, sizeof why, "needs Hopper's wgmma (sm_90a: H100, H200); this GPU is sm_%d%d",
+                 major, minor);
+        return why;
+    }
+    if ((v->needs & NEEDS_SM90A) && !HAVE_SM90A) {
+        snprintf(why, sizeof why, "needs Hopper's wgmma; this build has no sm_90a code "
+                 "(make ARCH=sm_90)");
+        return why;
+    }
     return NULL;
 }
 
@@ -144,7 +158,8 @@ static void list_versions(const hx_chapter *ch)
                 printf("%s%s", sep, scope_name[s]);
                 sep = ",";
             }
-        printf("%s%s%s\n", v->needs & NEEDS_SM90 ? "  (sm_90: thread-block clusters)" : "",
+        printf("%s%s%s%s\n", v->needs & NEEDS_SM90 ? "  (sm_90: thread-block clusters)" : "",
+               v->needs & NEEDS_SM90A ? "  (sm_90a: wgmma)" : "",
                v->needs & NEEDS_CUDNN ? "  (cuDNN)" : "", v->tf32 ? "  (TF32)" : "");
     }
 }

@@ -46,6 +46,8 @@ extern const char *const scope_name[N_SCOPES];
 enum {
     NEEDS_SM90 = 1,  /* thread-block clusters, distributed shared memory, TMA bulk copies */
     NEEDS_CUDNN = 2, /* a cuDNN baseline (beyond the conv, which has a direct fallback) */
+    NEEDS_SM90A = 4, /* Hopper's warpgroup MMA (wgmma): sm_90a code, which only compute
+                      * capability 9.0 runs (H100, H200; not Blackwell); with NEEDS_SM90 */
 };
 
 typedef struct problem problem; /* each chapter defines struct problem */
@@ -58,7 +60,7 @@ typedef struct {
     const char *title; /* one line, at most 52 characters */
     /* queues the version's kernels for one of its scopes on the default stream */
     void (*launch)(const run_ctx *r, int scope);
-    unsigned needs;    /* NEEDS_SM90 | NEEDS_CUDNN, or 0 */
+    unsigned needs;    /* NEEDS_SM90 | NEEDS_SM90A | NEEDS_CUDNN, or 0 */
     /* 1: the version computes in TF32 on purpose (tensor cores, a 10-bit mantissa: about 5e-4
      * relative per product), to show what that precision costs. Its outputs are verified at
      * HX_TF32_TOL times the chapter's tolerances; where they pass only there, the verdict says
