@@ -2,7 +2,7 @@
 # One colour (and point shape) per version id, the same in every panel and chapter, so that
 # "v4" is the same green in chapter 1's sweep and in its bar chart; ours are solid lines,
 # PyTorch's dashed, the floor black dotted. vid(v) maps an id to its line type:
-#   v1..v15 -> 1..15, b1..b6 -> 16..21 (22..26 left for b7..b11), eager -> 27,
+#   v1..v16 -> 1..16, b1..b6 -> 17..22 (23..26 left for b7..b10), eager -> 27,
 #   compile -> 28, the floor -> 29.
 # v1 and b1 (the eager-like and autograd-like baselines) are greys: the start, not a result.
 
@@ -21,18 +21,19 @@ set linetype 12 lc rgb "#f9a825" lw 2 pt 5  ps 1.0 dt 1   # v12
 set linetype 13 lc rgb "#ad1457" lw 2 pt 9  ps 1.2 dt 1   # v13
 set linetype 14 lc rgb "#33691e" lw 2 pt 11 ps 1.2 dt 1   # v14
 set linetype 15 lc rgb "#0091ea" lw 2 pt 13 ps 1.2 dt 1   # v15
-set linetype 16 lc rgb "#555555" lw 2 pt 7  ps 1.0 dt 1   # b1
-set linetype 17 lc rgb "#0d47a1" lw 2 pt 5  ps 1.0 dt 1   # b2
-set linetype 18 lc rgb "#e65100" lw 2 pt 9  ps 1.2 dt 1   # b3
-set linetype 19 lc rgb "#2e7d32" lw 2 pt 11 ps 1.2 dt 1   # b4
-set linetype 20 lc rgb "#00acc1" lw 2 pt 13 ps 1.2 dt 1   # b5
-set linetype 21 lc rgb "#6d4c41" lw 2 pt 7  ps 1.0 dt 1   # b6
+set linetype 16 lc rgb "#d81b60" lw 2 pt 5  ps 1.0 dt 1   # v16
+set linetype 17 lc rgb "#555555" lw 2 pt 7  ps 1.0 dt 1   # b1
+set linetype 18 lc rgb "#0d47a1" lw 2 pt 5  ps 1.0 dt 1   # b2
+set linetype 19 lc rgb "#e65100" lw 2 pt 9  ps 1.2 dt 1   # b3
+set linetype 20 lc rgb "#2e7d32" lw 2 pt 11 ps 1.2 dt 1   # b4
+set linetype 21 lc rgb "#00acc1" lw 2 pt 13 ps 1.2 dt 1   # b5
+set linetype 22 lc rgb "#6d4c41" lw 2 pt 7  ps 1.0 dt 1   # b6
 set linetype 27 lc rgb "#d62728" lw 2.5 pt 6 ps 1.0 dt 2  # PyTorch eager
 set linetype 28 lc rgb "#6a1b9a" lw 2.5 pt 4 ps 1.0 dt 2  # torch.compile
 set linetype 29 lc rgb "black"   lw 2.5 pt 0 ps 0   dt 3  # the floor
 set linetype cycle 29
 
-vid(v) = v eq "eager" ? 27 : v eq "compile" ? 28 : v[1:1] eq "b" ? 15 + v[2:] : v[2:] + 0
+vid(v) = v eq "eager" ? 27 : v eq "compile" ? 28 : v[1:1] eq "b" ? 16 + v[2:] : v[2:] + 0
 # panel i's variable from vars.gp: panel("S") is S_1 in panel 1 (no arrays before gnuplot 5.2)
 panel(name) = value(sprintf("%s_%d", name, i))
 floorlabel = "floor: max(bytes/copy ceiling, FLOPs/fp32 peak)"

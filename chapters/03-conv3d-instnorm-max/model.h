@@ -171,6 +171,7 @@ void v12_launch(const run_ctx *r, int scope);
 void v13_launch(const run_ctx *r, int scope);
 void v14_launch(const run_ctx *r, int scope);               /* v15's fallback */
 void v15_launch(const run_ctx *r, int scope);
+void v16_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);  /* b3's fallback */
 void b2_launch(const run_ctx *r, int scope);

@@ -15,7 +15,7 @@
 #define TOL_REL_L2 1e-5
 #define TOL_ABS 1e-4
 #define TOL_STATS 1e-4 /* mean against |mean| + std (its scale), rstd against itself */
-#define SMEM_STATIC_MAX 15360 /* the cluster kernels' static shared memory, at most (v15: 14.4 KB) */
+#define SMEM_STATIC_MAX 15360 /* the cluster kernels' static shared memory, at most (v15, v16: 14.4 KB) */
 
 struct problem {
     shape sh;
@@ -597,10 +597,10 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {2, 3, 3, 3, 259},  /* S = 257: a prime, one past the reduction block */
     {2, 3, 4, 35, 37},  /* S = 2310, not a multiple of 4: cp.async instead of bulk copies */
     {1, 3, 16, 32, 32}, /* S = 12600: the KernelBench sample */
-    {17, 3, 16, 32, 32}, /* 17 samples: more than the 15 clusters of v15 that fit an H100 at once,
-                          * so some of its clusters take two samples */
+    {17, 3, 16, 32, 32}, /* 17 samples: more than the 15 clusters of v15 or v16 that fit an
+                          * H100 at once, so some of its clusters take two samples */
     {1, 3, 27, 27, 34}, /* S = 20000: a multiple of 4, but b3's slices over 4 x 512 positions */
-    {1, 3, 33, 33, 33}, /* S = 29791: too big for a cluster, v10, v11, v13 .. v15, b3 fall back */
+    {1, 3, 33, 33, 33}, /* S = 29791: too big for a cluster, v10, v11, v13 .. v16, b3 fall back */
 };
 #define EXTREME_SHAPE 5 /* the extreme values run on 2x3x4x35x37 */
 
@@ -782,11 +782,12 @@ const hx_chapter chapter_machinery = {
     "  --dump DIR writes x.npy, conv_weight.npy (16,3,3,3,3), conv_bias.npy (16), m.npy\n"
     "  (16,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
     "  grad_output.npy; then out_v1.npy .. out_v11.npy (the epilogue from conv_out),\n"
-    "  out_v12_model.npy .. out_v15_model.npy (the whole model from x), and from each backward\n"
+    "  out_v12_model.npy .. out_v16_model.npy (the whole model from x), and from each backward\n"
     "  version's training step (b1, b2, b3) grad_conv_out_bK.npy, grad_m_bK.npy,\n"
     "  grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy. With --version, only that\n"
-    "  version's; a version this GPU or build cannot run (v10, v11, v13 .. v15, b3 need sm_90) writes\n"
-    "  nothing. Check a dump: python3 data/pytorch_peer.py check DIR --chapter 3\n",
+    "  version's; a version this GPU or build cannot run (v10, v11, v13 .. v16, b3 need sm_90,\n"
+    "  v16 sm_90a code) writes nothing. Check a dump: python3 data/pytorch_peer.py check DIR\n"
+    "  --chapter 3\n",
     5,
     {128, 3, 16, 32, 32},
     NULL, /* main.cu's version table */

@@ -1,0 +1,575 @@
+/*
+ * v15, v16: the whole model with the conv's output in registers and x in shared memory (Hopper)
+ *
+ * One kernel, k_register_conv, serves both: v16 differs only in the conv's inner loop
+ * (conv_wgmma against v15's conv_mma_sync) and the fence that hands B to it.
+ *
+ * v15: v14's tensor-core conv with its output in registers and x in shared memory
+ *
+ * Defect of v14: its gathers of x wait on L1 misses (ncu: 3.78 cycles an instruction of long
+ * scoreboard, 77% L1 hits): its two 113 KB slices of conv output fill shared memory and leave
+ * about 28 KB of L1 for x.
+ * Change, in three steps, each measured (not predicted) until the third:
+ * 1. The conv's output stays where the mma leaves it, in the accumulators: a warp keeps 7 tiles of
+ *    16 corners x 16 channels, 56 of each thread's 127 registers (512 threads x 127 fill the SM's
+ *    64K registers: one block an SM). A corner is a position of the input's index space, od (H W) +
+ *    oh W + ow; corner c's taps are x[c + tap offset]. 14 x 32 x 32 = 14336 corners a sample, 8
+ *    blocks of 16 warps x 7 tiles x 16 = 1792 corners each (the block's span); the 12% that are not
+ *    positions (oh or ow past the output) are computed and dropped, and in exchange a tile's rows
+ *    stand a fixed 4 corners apart and its tiles 256 (the layout is at the loop), so the loop
+ *    addresses x with immediate offsets, no division. Shared memory now holds the block's window of
+ *    x (the span's corners and their taps: 1792 + 2 x 1024 + 2 x 32 + 2 = 3906 floats a channel, 47
+ *    KB), so a gather is an LDS. Each LDS of A reads 4 columns at 8 rows 4 corners apart, lane g's
+ *    word in bank 4 g plus its column's offset mod 4: the 32 words fall in 32 banks when the 4
+ *    columns' offsets differ mod 4, so v15_columns deals the taps, sorted by offset mod 4, over the
+ *    column groups (here 27 taps share one class, so 5 of the 22 groups still conflict). The
+ *    statistics: two passes over the registers (mean, then centred squares), then v10's exchange
+ *    (cluster_merge). Measured (H100, medians of 50, three interleaved rounds): 0.1847, 0.1834,
+ *    0.1833 ms against v14's 0.1846, 0.1830, 0.1830: a tie. The conv's loop is 24 instructions a
+ *    tile and step against v14's 38 (v15's final loop: 26), and the gathers no longer wait (SASS;
+ *    ncu: 16% of the shared-memory wavefronts are bank conflicts, the 5 groups), but the code
+ *    around the loop grew: 67.5 million instructions in all against v14's 66.2 (ncu).
+ * 2. The rest, trimmed: the statistics of c, scaled by m and m^2 afterwards; y as one FMA per
+ *    value, m clamp(c (m rstd) - mean rstd); the corners' positions in y from a table the block
+ *    computes once; each step's offsets read one step early. 0.1793, 0.1771 ms against v14's
+ *    0.1833, 0.1836 (two rounds). A timeline of this form (each block writing %globaltimer at its
+ *    phase boundaries, medians): 2.94 us loading the window and splitting the weights, 9.92 us of
+ *    conv, 3.10 us of statistics and exchange, 2.18 us of y. Only 15 clusters of 8 fit at once
+ *    (cudaOccupancyMaxActiveClusters: a cluster's 8 SMs must share a GPC), so 1024 blocks run in 9
+ *    waves on 120 SMs, and with one block an SM nothing overlaps a block's phases.
+ * 3. Persistent clusters: the 15 that fit each take samples n, n + 15, ..., split the weights once,
+ *    and copy the next sample's window (cp.async, two buffers, 94 KB) while this one computes.
+ *    Predicted from the timeline: 9 rounds of 18.1 - 2.9 = 15.2 us, about 0.14 ms.
+ * Measured (H100, medians of 50, three interleaved rounds of the recording call of 2026-11-25):
+ * 0.1523, 0.1522, 0.1523 ms against v14's 0.1841, 0.1842, 0.1841, 17% less time (1.21x).
+ * Revised with v16 (same conv loop): the window's copy steps pointers, and its zeros past x's end
+ * are written once a buffer, not every sample; B lies in v16's layout (4 LDS a step where one
+ * LDS.128 read it); the block's count of positions is taken once. 58.1 million instructions in
+ * all (ncu; the first form's profile, before a redundant barrier went, counted 59.6). Measured in v16's recording call: 0.1511, 0.1520, 0.1521 ms against
+ * v14's 0.1845, 0.1843, 0.1847: the same 17% less time; against the first form's 0.1523 (a
+ * different call) the revision is within the spread between calls, not a gain. The batch sweep
+ * puts a round at 16.2 us (128 samples against 8, over 8 rounds), 1.0 us over the prediction, not
+ * analysed. ncu (the kernel alone, at its locked clocks): 183.8 us against v14's 223.4; the
+ * tensor pipe 37.5% busy, issue slots 48.0%, and the first stall is now the tensor pipe itself
+ * (math pipe throttle, 2.07 cycles an instruction), then fixed latencies (1.52) and ready warps
+ * waiting for the slot (1.34). What is left: the conv at mma.sync's rate, 9 rounds for 8.53
+ * samples a cluster, and the 5.3 us a round of statistics, exchange and y (the timeline's 3.10 and
+ * 2.18) that no other block on the SM overlaps. y's error in make test: rel_l2 3.2e-7 at
+ * 1x3x16x32x32, 3.0e-7 at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
+ * Tried (the README's list): 8 tiles a warp, clusters of 7 (the first form; 128 registers, 15
+ * clusters still): 0.1995, 0.1975, 0.1977 against 0.1847, 0.1834, 0.1833.
+ * Recorded (the README's table): 0.1526 ms [0.1516 - 0.1534], 27.4 TFLOP/s, 3.22x torch.compile's
+ * 0.491 ms.
+ *
+ * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200)
+ *
+ * Defect of v15: its first stall is the tensor pipe (above). mma.sync is a warp's instruction of
+ * 16 x 8 x 8: a tile and step takes six of them (two channel halves, three products), 462 a
+ * sample in each warp, and the pipe throttles their issue.
+ * Change: wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
+ * Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one instruction
+ * that runs asynchronously. A comes from registers, each warp its 16 rows in mma.sync's A layout,
+ * so v15's gathers and splits stay as they are; B comes from shared memory through a descriptor
+ * (its layout: v15_smem); the accumulators keep mma.sync's layout, so the statistics and y are
+ * unchanged. A tile and step is 3 wgmma where it was 6 mma.sync, committed as one group; A's
+ * registers alternate between two buffers, and before one is rewritten, wait_group 1 ensures the
+ * group that read it, two tiles back, is done. In SASS a tile and step is 21 instructions: 4 LDS,
+ * 12 for the splits, a fence (WARPGROUP.ARRIVE), 3 HGMMA and the wait (WARPGROUP.DEPBAR), and
+ * ptxas keeps the wgmmas pipelined (it reports C7512 where it must serialise them).
+ * Predicted: if the conv's 9.9 us a round (v15's timeline) were all the tensor pipe's, half the
+ * instructions there could take up to 5 us off a round of 16.2 (v15's sweep then): about
+ * 0.105 ms.
+ * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1440, 0.1440,
+ * 0.1440 ms against v15's 0.1511, 0.1520, 0.1521, 5% less time (an earlier call: 0.1434, 0.1433,
+ * 0.1436 against 0.1510, 0.1509, 0.1509); the batch sweep puts a round at 15.3 us. Far short of
+ * the prediction: ncu (the kernel alone, locked clocks) gives 173.8 us against v15's 183.8; 56.4
+ * million instructions (v15 58.1), issue slots 49.2% busy (48.0); math pipe throttle fell from
+ * 2.07 to 0.44 cycles an instruction, but waits on the LDS (short scoreboard) rose from 0.32 to
+ * 1.35 and fixed latencies (the split's dependent chain) stay at 1.50: with the tensor pipe no
+ * longer throttling, the gathers and splits that feed it are the limit. (ncu's tensor-pipe busy
+ * figure, 26.4% against v15's 37.5% for the same products in less time, does not count the two
+ * instructions alike.)
+ * Tried (the README's list): x split once a sample, into windows of x_hi and x_lo, so that a tile
+ * and step is 8 LDS and no split (13 instructions against 21): 0.1785, 0.1788, 0.1772 ms against
+ * this form's 0.1445, 0.1445, 0.1435 (same call). It doubles the shared-memory loads (17.2 million
+ * wavefronts against 9.5) and the warps wait on them: short scoreboard 3.74 cycles an instruction,
+ * MIO throttle 0.94. Its first form, with three A buffers so that each tile's LDS had a tile's
+ * time to land, ran out of registers: ptxas serialised every wgmma (C7512).
+ * Recorded (the README's table): 0.1445 ms [0.1441 - 0.1455], 28.9 TFLOP/s, 3.40x torch.compile's
+ * 0.491 ms; issue 15's 0.10 ms is missed by 1.45x.
+ */
+#include <cuda_pipeline.h>
+#include <string.h>
+
+#include "cluster.cuh"
+#include "conv.cuh"
+#include "model.h"
+#include "tf32.cuh"
+
+#define V15_KSTEPS ((C_IN * KVOL + 7) / 8) /* the GEMM's k, 81 taps, in steps of 8: 88 */
+#define V15_K (8 * V15_KSTEPS)
+#define V15_GROUPS (V15_K / 4)             /* groups of 4 columns that one LDS reads: 22 */
+#define V15_TILES 7 /* 16-corner tiles a warp holds in registers */
+#define V15_SPAN (16 * 16 * V15_TILES) /* corners a block: 16 warps x V15_TILES tiles x 16 */
+
+/* The GEMM's columns for one shape, computed on the host (v15_columns): column k reads x at
+ * off[k] floats from a corner in the block's window (a tap's offset in x plus its channel's
+ * place in the window), with the weights of tap[k] (PyTorch's ci * 27 + kd * 9 + kh * 3 + kw;
+ * -1: a padding column, weight 0) */
+struct v15_cols {
+    unsigned off[V15_K];
+    signed char tap[V15_K];
+};
+
+/* B, split once by each block, the offsets of each step's columns, and the reductions'
+ * partials. B's layout is the one wgmma reads (v16; PTX ISA, "Shared Memory Matrix Layout",
+ * K-major, no swizzle): step st's 8 x 16 tile is four "core matrices" of 8 channels x 4 columns,
+ * 128 contiguous bytes each (channel co's 4 columns in one 16-byte row), those of columns 4 .. 7
+ * 128 bytes after those of 0 .. 3 (the descriptor's leading byte offset) and those of channels
+ * 8 .. 15 256 bytes after 0 .. 7 (its stride byte offset): word 64 (co / 8) + 32 (k / 4) +
+ * 4 (co % 8) + k % 4 of the step. v15's mma.sync lane (g, t) finds its b0 (column t, channel
+ * g) at word 4 g + t = lane, b1 (column t + 4) at 32 + lane, and channel 8 + g's 64 words on:
+ * four conflict-free LDS a step. */
+struct v15_smem {
+    uint32_t b_hi[V15_KSTEPS][128];
+    uint32_t b_lo[V15_KSTEPS][128]; /* their 3xTF32 remainders */
+    uint2 off[V15_KSTEPS][4];       /* step s, t: the offsets of columns 8 s + t and 8 s + t + 4 */
+    float b[C_OUT];
+    float part[16][C_OUT]; /* warp w's sum for channel co */
+    int count[16];         /* warp w's corners that are positions */
+    float bmean[C_OUT];    /* the block's mean of channel co */
+};
+
+/* the column order: groups of four columns (k = 4 j .. 4 j + 3) are read by one LDS each, lane
+ * (g, t) at corner + 4 g + off[4 j + t], so the 32 words fall in 32 banks when the four offsets
+ * differ mod 4. The taps are sorted by offset mod 4 and dealt round-robin over the 22 groups:
+ * a residue class of at most 22 taps never lands twice in one group. A padding column reads the
+ * same word as its group's first column (a broadcast, no conflict). */
+static void v15_columns(const shape *sh, unsigned wstride, v15_cols *c)
+{
+    int hw = sh->h * sh->w, next = 0;
+    unsigned off[C_IN * KVOL];
+    for (int j = 0; j < C_IN * KVOL; j++) {
+        int ci = j / KVOL, r = j % KVOL;
+        off[j] = ci * wstride + (r / 9) * hw + (r / 3 % 3) * sh->w + r % 3;
+    }
+    for (int res = 0; res < 4; res++)
+        for (int j = 0; j < C_IN * KVOL; j++)
+            if ((off[j] & 3) == (unsigned)res) {
+                int k = 4 * (next % V15_GROUPS) + next / V15_GROUPS;
+                c->off[k] = off[j], c->tap[k] = (signed char)j;
+                next++;
+            }
+    for (; next < V15_K; next++) {
+        int k = 4 * (next % V15_GROUPS) + next / V15_GROUPS;
+        c->off[k] = c->off[k & ~3], c->tap[k] = -1;
+    }
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900 /* the kernel's helpers: Hopper, as it is */
+/* a lane's sums over its corners that are positions, per channel (s[h][e]: channel 8 h + 2 t +
+ * e): of the values (SQUARES false), or of their squared distances from cm (true) */
+template <bool SQUARES>
+__device__ static inline void lane_sums(const float acc[V15_TILES][2][4],
+                                        const int pos[V15_TILES][2], const float cm[2][2],
+                                        float s[2][2])
+{
+    s[0][0] = s[0][1] = s[1][0] = s[1][1] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (pos[r][e >> 1] >= 0) {
+                    float d = acc[r][h][e] - cm[h][e & 1];
+                    s[h][e & 1] += SQUARES ? d * d : acc[r][h][e];
+                }
+}
+
+/* a lane's sums of its four channels (s[h][e]: channel 8 h + 2 t + e) added over the warp's 8
+ * lanes of its t (lanes 4, 8, 16 apart), and the warp's 16 sums into sw->part[warp] */
+__device__ static inline void warp_part(v15_smem *sw, float s[2][2])
+{
+    int lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                s[h][e] += __shfl_xor_sync(FULL, s[h][e], o);
+    if (lane < 4)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            sw->part[threadIdx.x >> 5][8 * h + 2 * t] = s[h][0],
+            sw->part[threadIdx.x >> 5][8 * h + 2 * t + 1] = s[h][1];
+}
+
+/* sample n's window of x for the block whose span starts at corner c_lo, into dst (channel ci
+ * at dst + ci * wstride): its first `in` floats a channel, by cp.async (4 bytes each: wstride
+ * is 1 mod 4, so 16-byte copies would be misaligned), committed as one group. The rest of the
+ * window, past the end of x's channel, is the same zeros for every sample: the kernel writes
+ * them once into each buffer, and only corners that are not positions read them. */
+__device__ static inline void issue_window(float *dst, const float *__restrict__ x, int n, int c_lo,
+                                           int in, int dhw, unsigned wstride)
+{
+    const float *src = x + ((size_t)n * C_IN * dhw + c_lo);
+    for (int ci = 0; ci < C_IN; ci++, src += dhw, dst += wstride) {
+        const float *s = src + threadIdx.x, *end = src + in;
+        for (float *d = dst + threadIdx.x; s < end; s += CL_THREADS, d += CL_THREADS)
+            __pipeline_memcpy_async(d, s, 4);
+    }
+    __pipeline_commit();
+}
+
+/* v15's conv: step st (8 columns) over the warp's 7 tiles, each tile's A gathered (4 LDS) and
+ * split, then 6 mma.sync (2 channel halves x 3 products); the next step's offsets read early */
+__device__ static inline void conv_mma_sync(float acc[V15_TILES][2][4], const v15_smem &sw,
+                                            const float *xb, int lane)
+{
+    int t = lane & 3;
+    uint2 o_next = sw.off[0][t];
+#pragma unroll 1
+    for (int st = 0; st < V15_KSTEPS; st++) {
+        uint2 o = o_next;
+        o_next = sw.off[st + 1 < V15_KSTEPS ? st + 1 : st][t];
+        uint32_t b_hi[2][2] = {{sw.b_hi[st][lane], sw.b_hi[st][32 + lane]},
+                               {sw.b_hi[st][64 + lane], sw.b_hi[st][96 + lane]}};
+        uint32_t b_lo[2][2] = {{sw.b_lo[st][lane], sw.b_lo[st][32 + lane]},
+                               {sw.b_lo[st][64 + lane], sw.b_lo[st][96 + lane]}};
+        const float *px = xb + o.x, *py = xb + o.y;
+#pragma unroll
+        for (int r = 0; r < V15_TILES; r++) {
+            float a[4] = {px[256 * r], px[256 * r + 32], py[256 * r], py[256 * r + 32]};
+            uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                split_fast(a[e], &a_hi[e], &a_lo[e]);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mma_tf32(acc[r][h], a_lo, b_hi[h]);
+                mma_tf32(acc[r][h], a_hi, b_lo[h]);
+                mma_tf32(acc[r][h], a_hi, b_hi[h]);
+            }
+        }
+    }
+}
+#endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* v16's helpers: sm_90a code only */
+/* the descriptor of a B tile in shared memory (PTX ISA, "Matrix Descriptor Format"): the
+ * address, the leading byte offset (128: columns 4 .. 7's core matrices after 0 .. 3's) and the
+ * stride byte offset (256: channels 8 .. 15's after 0 .. 7's), in 16-byte units; no swizzle */
+__device__ static inline uint64_t wgmma_desc(const void *p)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3ffffu) >> 4) | (uint64_t)(128 >> 4) << 16 |
+           (uint64_t)(256 >> 4) << 32;
+}
+
+/* d (the warpgroup's 64 x 16) += a (64 x 8, registers) b (8 x 16, shared memory, desc) in TF32,
+ * with fp32 accumulation (PTX ISA, "wgmma.mma_async"). Each warp of the warpgroup holds 16 of
+ * the 64 rows, in mma.sync's layouts: a as m16n8k8's A fragment, d as two m16n8 accumulators
+ * side by side (d[4 h + e]: channels 8 h .. 8 h + 7). Asynchronous: the tensor cores read a and
+ * write d after the instruction issues, until a wgmma_wait says its group is done. */
+__device__ static inline void wgmma_tf32(float d[8], const uint32_t a[4], uint64_t desc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+/* wgmma.fence: the registers written before it (here A's hi and lo, named so that the compiler
+ * computes them first) are what the following wgmma reads */
+__device__ static inline void wgmma_fence(uint32_t hi[4], uint32_t lo[4])
+{
+    asm volatile("wgmma.fence.sync.aligned;"
+                 : "+r"(hi[0]), "+r"(hi[1]), "+r"(hi[2]), "+r"(hi[3]), "+r"(lo[0]), "+r"(lo[1]),
+                   "+r"(lo[2]), "+r"(lo[3]));
+}
+
+/* the wgmmas issued since the last commit form a group; wait until at most N groups are pending */
+__device__ static inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;"); }
+template <int N> __device__ static inline void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N));
+}
+
+/* keeps the compiler from moving a definition or use of v across this point (asm volatile
+ * statements keep their order) */
+__device__ static inline void pin(float &v) { asm volatile("" : "+f"(v)); }
+
+/* v16's step st over the warp's 7 tiles: each tile's A gathered and split as in v15, then its
+ * three products on the warpgroup's tensor cores, one group a tile. A's registers alternate
+ * between two buffers, tile r using (r + P) & 1 (P: the step's parity, so that consecutive
+ * tiles, across steps too, use different ones); before a buffer is rewritten, the group that
+ * read it two tiles back must be done: wait_group 1 (all but the newest). */
+template <int P>
+__device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_hi[2][4],
+                                         uint32_t a_lo[2][4], const v15_smem &sw,
+                                         const float *xb, int st, int t, uint64_t dhi,
+                                         uint64_t dlo)
+{
+    uint2 o = sw.off[st][t];
+    const float *px = xb + o.x, *py = xb + o.y;
+    dhi += 32 * st, dlo += 32 * st; /* the step's B: 512 bytes on, 32 in 16-byte units */
+#pragma unroll
+    for (int r = 0; r < V15_TILES; r++) {
+        const int b = (r + P) & 1;
+        float a[4] = {px[256 * r], px[256 * r + 32], py[256 * r], py[256 * r + 32]};
+        wgmma_wait<1>();
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            split_fast(a[e], &a_hi[b][e], &a_lo[b][e]);
+        wgmma_fence(a_hi[b], a_lo[b]);
+        wgmma_tf32(&acc[r][0][0], a_lo[b], dhi);
+        wgmma_tf32(&acc[r][0][0], a_hi[b], dlo);
+        wgmma_tf32(&acc[r][0][0], a_hi[b], dhi);
+        wgmma_commit();
+    }
+}
+
+/* v16's conv: the steps two at a time (the buffers' parity), then a wait for the last group.
+ * The accumulators are pinned on both sides: the bias written before the first wgmma, and no
+ * use moved above the final wait. */
+__device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_smem &sw,
+                                         const float *xb, int t)
+{
+    uint64_t dhi = wgmma_desc(sw.b_hi[0]), dlo = wgmma_desc(sw.b_lo[0]);
+    uint32_t a_hi[2][4], a_lo[2][4];
+#pragma unroll
+    for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            pin((&acc[r][0][0])[e]);
+#pragma unroll 1
+    for (int st = 0; st < V15_KSTEPS; st += 2) {
+        wgmma_step<0>(acc, a_hi, a_lo, sw, xb, st, t, dhi, dlo);
+        if (st + 1 < V15_KSTEPS)
+            wgmma_step<1>(acc, a_hi, a_lo, sw, xb, st + 1, t, dhi, dlo);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            pin((&acc[r][0][0])[e]);
+}
+#endif
+
+/* v15 (WGMMA false) and v16 (true). v16's body exists only in sm_90a code; the harness runs it
+ * nowhere else (NEEDS_SM90A). */
+template <bool WGMMA>
+__global__ void __launch_bounds__(CL_THREADS, 1)
+k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
+                const float *__restrict__ bias, const float *__restrict__ m,
+                float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
+                const shape sh, const __grid_constant__ v15_cols cols, unsigned wstride)
+{
+#if __CUDA_ARCH__ >= 900
+#ifndef __CUDA_ARCH_FEAT_SM90_ALL
+    if (WGMMA)
+        return;
+#endif
+    extern __shared__ float xs[]; /* two windows of x, then ptab */
+    __shared__ cluster_shared cs;
+    __shared__ __align__(128) v15_smem sw;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int span = V15_SPAN;
+    int rank = (int)cluster.block_rank(), ncl = (int)cluster.num_blocks();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span, win = C_IN * wstride;
+    int len = span + 2 * hw + 2 * sh.w + 2; /* the window: the span's corners and their taps */
+    int in = min(len, dhw - c_lo);          /* of which inside x's channel */
+    int *ptab = (int *)(xs + 2 * win);      /* corner i of the span: its position in y, or -1 */
+
+    /* 1. the first sample's window; while it lands, the zeros past x's end (both buffers), B
+     * split from the weights, the columns' offsets, and the corners' positions, for every
+     * sample */
+    issue_window(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
+    for (int i = threadIdx.x; i < 2 * C_IN * (len - in); i += CL_THREADS) {
+        int w = i / (len - in); /* window w: buffer w / C_IN, channel w % C_IN */
+        xs[w * wstride + in + (i - w * (len - in))] = 0.0f;
+    }
+    for (int i = threadIdx.x; i < V15_KSTEPS * 128; i += CL_THREADS) {
+        int st = i >> 7, w = i & 127; /* word w of step st: channel co, column k (v15_smem) */
+        int co = 8 * (w >> 6) + ((w >> 2) & 7), k = 8 * st + 4 * ((w >> 5) & 1) + (w & 3);
+        int tap = cols.tap[k];
+        float v = tap >= 0 ? __ldg(weight + co * C_IN * KVOL + tap) : 0.0f;
+        split_tf32(v, &sw.b_hi[st][w], &sw.b_lo[st][w]);
+    }
+    for (int k = threadIdx.x; k < V15_K; k += CL_THREADS)
+        ((unsigned *)&sw.off[k / 8][k % 4])[(k % 8) / 4] = cols.off[k];
+    if (threadIdx.x < C_OUT)
+        sw.b[threadIdx.x] = __ldg(bias + threadIdx.x), cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+    {
+        unsigned mw = 0xffffffffu / (unsigned)sh.w, mh = 0xffffffffu / (unsigned)sh.h;
+        for (int i = threadIdx.x; i < span; i += CL_THREADS) {
+            unsigned c = c_lo + i, q = fast_div(c, sh.w, mw), od = fast_div(q, sh.h, mh);
+            unsigned oh = q - od * sh.h, ow = c - q * sh.w;
+            int ok = od < (unsigned)sh.od && oh < (unsigned)sh.oh && ow < (unsigned)sh.ow;
+            ptab[i] = ok ? (int)((od * sh.oh + oh) * sh.ow + ow) : -1;
+        }
+    }
+    /* v16's wgmma reads B through the async proxy: order these generic stores before it */
+    if (WGMMA)
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+
+    /* the lane's corners. Warp w's tile r is the corners w0 + 256 r + 4 i, i = 0 .. 15 (row i of
+     * the tile), w0 = 64 (w / 4) + w % 4: warps 4 q .. 4 q + 3 interleave over corners 64 q ..
+     * 64 q + 63, the 16 warps cover 256, so tile r adds 256 r. Lane (g, t) holds rows g and
+     * g + 8: base = w0 + 4 g, and row g + 8 is base + 32. (For v16, warps 4 q .. 4 q + 3 are a
+     * warpgroup, and warp 4 q + j holds rows 16 j .. 16 j + 15 of its 64-row tiles: which
+     * corners those rows are is the warp's own choice, since it supplies their A.) The block's
+     * count of positions, bc, is the same for every sample. */
+    int base = 64 * (warp >> 2) + (warp & 3) + 4 * g, pos[V15_TILES][2], cnt = 0;
+#pragma unroll
+    for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            pos[r][hh] = ptab[base + 256 * r + 32 * hh], cnt += pos[r][hh] >= 0;
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) /* over g: the 4 lanes of one g hold the same corners */
+        cnt += __shfl_xor_sync(FULL, cnt, o);
+    if (lane == 0)
+        sw.count[warp] = cnt;
+    __syncthreads();
+    int bc = lane < 16 ? sw.count[lane] : 0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) /* every lane gets the sum */
+        bc += __shfl_xor_sync(FULL, bc, o);
+
+    int it = 0;
+    for (int n = blockIdx.y; n < sh.n; n += gridDim.y, it++) {
+        const float *xw = xs + (it & 1) * win;
+        __pipeline_wait_prior(0); /* this sample's window has landed (each thread its own) */
+        __syncthreads();          /* (everyone's), and every warp is done with the last one */
+        if (n + (int)gridDim.y < sh.n) /* the next sample's window, while this one computes */
+            issue_window(xs + ((it + 1) & 1) * win, x, n + gridDim.y, c_lo, in, dhw, wstride);
+
+        /* 2. the conv, from the bias */
+        float acc[V15_TILES][2][4];
+#pragma unroll
+        for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                acc[r][h][0] = acc[r][h][2] = sw.b[8 * h + 2 * t],
+                acc[r][h][1] = acc[r][h][3] = sw.b[8 * h + 2 * t + 1];
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+        if (WGMMA)
+            conv_wgmma(acc, sw, xw + base, t);
+        else
+#endif
+            conv_mma_sync(acc, sw, xw + base, lane);
+
+        /* 3. the block's mean of each channel's conv, then its centred squares: the values are
+         * in registers, so the second pass costs no memory. Lane (g, t) holds channels 2 t,
+         * 2 t + 1 (h = 0) and 8 + 2 t, 9 + 2 t (h = 1); lanes of one t sum over g by shuffles.
+         * a = c m has mean m mean(c) and M2 m^2 M2(c). */
+        float s[2][2], zero[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        lane_sums<false>(acc, pos, zero, s);
+        warp_part(&sw, s);
+        __syncthreads();
+        /* warp w: channel w's block sum */
+        float bs = __shfl_sync(FULL, warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f), 0);
+        float bm = bc > 0 ? bs / bc : 0.0f; /* every lane alike: no shuffle below a branch */
+        if (lane == 0)
+            sw.bmean[warp] = bm;
+        __syncthreads();
+        float cm[2][2] = {{sw.bmean[2 * t], sw.bmean[2 * t + 1]},
+                          {sw.bmean[8 + 2 * t], sw.bmean[9 + 2 * t]}};
+        lane_sums<true>(acc, pos, cm, s);
+        warp_part(&sw, s); /* every warp read sw.part before the barrier above */
+        __syncthreads();
+        float bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
+        if (lane == 0) {
+            float mc = cs.m[warp];
+            welford w = {bc, bm * mc, bq * mc * mc};
+            cs.wf[it & 1][warp] = w;
+        }
+
+        /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity),
+         * then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four channels, then
+         * over the group's four lanes by shuffles; lane t = 0 writes it */
+        cluster_merge(&cs, sh.s, it & 1, ncl);
+        float k1[2][2], k0[2][2], mult[2][2];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int co = 8 * h + 2 * t + e;
+                mult[h][e] = cs.m[co], k1[h][e] = cs.m[co] * cs.rstd[co],
+                k0[h][e] = -cs.mean[co] * cs.rstd[co];
+            }
+        float *yn = y + (size_t)n * sh.s;
+#pragma unroll
+        for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                float best = 0.0f;
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float v = fmaf(acc[r][h][2 * hh + e], k1[h][e], k0[h][e]);
+                        float u = clampf1(v) * mult[h][e];
+                        best = (h == 0 && e == 0) || u > best ? u : best;
+                    }
+                /* fmaxf across lanes drops a NaN (torch.max keeps it); finite x has none */
+                best = fmaxf(best, __shfl_xor_sync(FULL, best, 1));
+                best = fmaxf(best, __shfl_xor_sync(FULL, best, 2));
+                if (t == 0 && pos[r][hh] >= 0)
+                    yn[pos[r][hh]] = best;
+            }
+        if (rank == 0 && threadIdx.x < C_OUT)
+            mean[n * C_OUT + threadIdx.x] = cs.mean[threadIdx.x],
+            rstd[n * C_OUT + threadIdx.x] = cs.rstd[threadIdx.x];
+    }
+    cluster.sync(); /* no block may exit while another still reads its partials */
+#endif
+}
+
+/* persistent clusters, as many as fit at once, each taking samples blockIdx.y, + gridDim.y, ...;
+ * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v14
+ * where a sample needs more than CL blocks, the two windows do not fit shared memory, or no
+ * cluster fits the GPU. wstride: the window's length rounded up to 1 mod 4, so that channel
+ * ci's offsets shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three
+ * classes of 27 and 15 of the 22 column groups conflict; at 1 mod 4, 5 do). The columns and the
+ * clusters that fit are cached by shape (the harness runs on one device). */
+template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int scope)
+{
+    const shape *sh = &r->sh;
+    int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, V15_SPAN);
+    unsigned len = V15_SPAN + 2 * hw + 2 * sh->w + 2, wstride = len + ((1u - len) & 3u);
+    size_t smem = 8 * (size_t)C_IN * wstride + 4 * (size_t)V15_SPAN;
+    if (ncl > CL || smem > r->smem_optin) {
+        v14_launch(r, scope);
+        return;
+    }
+    static int opted;   /* the kernel's shared-memory opt-in is set (cluster_launch_make) */
+    static shape last;  /* the shape of the cache below */
+    static int resident; /* clusters that fit at once */
+    static v15_cols cols;
+    cluster_launch L;
+    cluster_launch_make(&L, (const void *)k_register_conv<WGMMA>, &opted, r->smem_optin, ncl,
+                        dim3(ncl, sh->n), CL_THREADS, smem);
+    if (resident == 0 || memcmp(&last, sh, sizeof last) != 0) {
+        resident = resident_clusters(&L, (const void *)k_register_conv<WGMMA>), last = *sh;
+        v15_columns(sh, wstride, &cols);
+    }
+    if (resident == 0) {
+        v14_launch(r, scope);
+        return;
+    }
+    L.cfg.gridDim = dim3(ncl, resident < sh->n ? resident : sh->n);
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_register_conv<WGMMA>, r->x, r->weight, r->bias, r->m,
+                                  r->y, r->mean, r->rstd, r->sh, cols, wstride));
+}
+
+void v15_launch(const run_ctx *r, int scope) { register_conv_launch<false>(r, scope); }
+void v16_launch(const run_ctx *r, int scope) { register_conv_launch<true>(r, scope); }
