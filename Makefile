@@ -20,7 +20,9 @@
 # runs the READMEs quote (it has a README.md), chapter-N and bench write data/<gpu>-mine/.
 # ARCH: the visible GPU's own (native), sm_90 when none is visible; e.g. make ARCH=sm_80.
 # sm_90 (or native on a compute capability 9.0 GPU: H100, H200) builds sm_90a code, Hopper's own
-# target: it adds the warpgroup MMA (wgmma, chapter 3's v16) and runs on the GPUs sm_90 runs on.
+# target, which adds the warpgroup MMA (wgmma, chapter 3's v16) and runs on compute capability
+# 9.0 only, plus compute_90 PTX, which a newer GPU compiles when it loads the program (without
+# wgmma: v16 is skipped there).
 # Versions that need Hopper (thread-block clusters) are compiled only for sm_90 and are skipped,
 # with the reason, on other GPUs and builds.
 # CUDNN: cuDNN is optional. Found (cudnn.h and libcudnn.so in CUDNN_HOME, in nvcc's toolkit, or
@@ -35,7 +37,8 @@ ARCH ?= $(if $(HAVE_GPU),native,sm_90)
 NATIVE_CC := $(if $(and $(HAVE_GPU),$(filter native,$(ARCH))),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .'))
 comma := ,
 ARCH_TAG := $(if $(or $(filter sm_90 sm_90a,$(ARCH)),$(filter 90,$(NATIVE_CC))),sm_90a,$(ARCH))
-ARCH_FLAGS := $(if $(filter sm_90a,$(ARCH_TAG)),-gencode=arch=compute_90a$(comma)code=sm_90a,-arch=$(ARCH))
+ARCH_FLAGS := $(if $(filter sm_90a,$(ARCH_TAG)),-gencode=arch=compute_90a$(comma)code=sm_90a \
+    -gencode=arch=compute_90$(comma)code=compute_90,-arch=$(ARCH))
 
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDNN_ROOTS := $(CUDNN_HOME) $(CUDA_HOME) /usr/local /usr
@@ -107,7 +110,7 @@ COMMON_HDRS := common/common.h common/conv_ref.h common/gpu.h common/conv.h comm
 all: $(BINS) build/test_common build/gpu-tag
 
 # objects remember the ARCH and the CUDNN they were compiled for: one stamp, the others removed
-ARCH_STAMP := build/arch-$(ARCH_TAG)-cudnn$(CUDNN)
+ARCH_STAMP := build/arch-$(ARCH_TAG)$(if $(filter sm_90a,$(ARCH_TAG)),-compute_90)-cudnn$(CUDNN)
 $(ARCH_STAMP):
 	@mkdir -p build && rm -f build/arch-* && touch $@
 
