@@ -1,6 +1,6 @@
 /*
  * tf32.cuh: tensor-core products in TF32 and 3xTF32 (chapter 2's implicit GEMM, chapter 3's
- * v14 and v15), CUDA, header only, sm_80 and up.
+ * v14 to v16), CUDA, header only, sm_80 and up.
  *
  * A tensor core multiplies small matrices a warp holds in registers. The instruction here is
  * PTX's mma.sync.m16n8k8 with TF32 inputs (sm_80 and up): D (16 x 8, fp32) = A (16 x 8) B (8 x 8)
@@ -75,7 +75,7 @@ __device__ static inline void mma_3xtf32(float acc[4], const uint32_t a_hi[4],
         acc[e] += part[e];
 }
 
-/* split_tf32 with the rounding done by hand (chapter 3's v14, v15): hi = v rounded to its top 11
+/* split_tf32 with the rounding done by hand (chapter 3's v14 to v16): hi = v rounded to its top 11
  * significant bits, ties away from zero as cvt.rna (add half of the 13 dropped bits' weight,
  * then clear them), lo = v - hi; 3 instructions where cvt.rna.tf32.f32 compiles to 5 on sm_90.
  * Finite inputs below 2^128 (1 - 2^-12) only: above that, hi overflows to infinity. */

@@ -1,5 +1,5 @@
 /*
- * conv.cuh: the conv computed inside a kernel (v12, v13; fast_div: v14, v15) and the FMA pattern
+ * conv.cuh: the conv computed inside a kernel (v12, v13; fast_div: v14 to v16) and the FMA pattern
  * our dw shares.
  *
  * 3 -> 16 channels with a 3x3x3 kernel: 81 inputs and 1296 weights per output position, all 16
@@ -38,10 +38,10 @@ __device__ static inline void load_weights(conv_smem_w *sw, const float *__restr
         sw->b[threadIdx.x] = __ldg(bias + threadIdx.x);
 }
 
-/* q = s / d (v14, v15) for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once (a division
- * replaced by a multiply-high, as compilers do for constant divisors): e = floor(s m / 2^32) is
- * q or q - 1, since m d > 2^32 - 1 - d gives s m / 2^32 > s / d - 1, and m <= 2^32 / d gives
- * e <= s / d; one comparison corrects it */
+/* q = s / d (v14 to v16) for 0 <= s < 2^32, d >= 1, with m = 0xffffffff / d computed once (a
+ * division replaced by a multiply-high, as compilers do for constant divisors): e =
+ * floor(s m / 2^32) is q or q - 1, since m d > 2^32 - 1 - d gives s m / 2^32 > s / d - 1, and
+ * m <= 2^32 / d gives e <= s / d; one comparison corrects it */
 __device__ static inline unsigned fast_div(unsigned s, unsigned d, unsigned m)
 {
     unsigned q = __umulhi(s, m);

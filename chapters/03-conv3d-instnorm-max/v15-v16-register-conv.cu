@@ -1,8 +1,10 @@
 /*
  * v15, v16: the whole model with the conv's output in registers and x in shared memory (Hopper)
  *
- * One kernel, k_register_conv, serves both: v16 differs only in the conv's inner loop
- * (conv_wgmma against v15's conv_mma_sync) and the fence that hands B to it.
+ * One kernel, k_register_conv, serves both. v16 differs in two places, each under `if (WGMMA)`:
+ * the conv's inner loop (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to
+ * it) and the exchange of the statistics (pushed: cluster_push and cluster_merge_pushed against
+ * v15's cluster_merge).
  *
  * v15: v14's tensor-core conv with its output in registers and x in shared memory
  *
@@ -11,7 +13,7 @@
  * about 28 KB of L1 for x.
  * Change, in three steps, each measured (not predicted) until the third:
  * 1. The conv's output stays where the mma leaves it, in the accumulators: a warp keeps 7 tiles of
- *    16 corners x 16 channels, 56 of each thread's 127 registers (512 threads x 127 fill the SM's
+ *    16 corners x 16 channels, 56 of each thread's 128 registers (512 threads x 128 fill the SM's
  *    64K registers: one block an SM). A corner is a position of the input's index space, od (H W) +
  *    oh W + ow; corner c's taps are x[c + tap offset]. 14 x 32 x 32 = 14336 corners a sample, 8
  *    blocks of 16 warps x 7 tiles x 16 = 1792 corners each (the block's span); the 12% that are not
@@ -32,71 +34,98 @@
  * 2. The rest, trimmed: the statistics of c, scaled by m and m^2 afterwards; y as one FMA per
  *    value, m clamp(c (m rstd) - mean rstd); the corners' positions in y from a table the block
  *    computes once; each step's offsets read one step early. 0.1793, 0.1771 ms against v14's
- *    0.1833, 0.1836 (two rounds). A timeline of this form (each block writing %globaltimer at its
- *    phase boundaries, medians): 2.94 us loading the window and splitting the weights, 9.92 us of
- *    conv, 3.10 us of statistics and exchange, 2.18 us of y. Only 15 clusters of 8 fit at once
- *    (cudaOccupancyMaxActiveClusters: a cluster's 8 SMs must share a GPC), so 1024 blocks run in 9
- *    waves on 120 SMs, and with one block an SM nothing overlaps a block's phases.
+ *    0.1833, 0.1836 (two rounds). A timeline of this form (not committed: each block writing
+ *    %globaltimer at its phase boundaries, medians): 2.94 us loading the window and splitting
+ *    the weights, 9.92 us of conv, 3.10 us of statistics and exchange, 2.18 us of y. Only 15
+ *    clusters of 8 fit at once (cudaOccupancyMaxActiveClusters: a cluster's 8 SMs must share a
+ *    GPC), so 1024 blocks run in 9 waves on 120 SMs, and with one block an SM nothing overlaps a
+ *    block's phases.
  * 3. Persistent clusters: the 15 that fit each take samples n, n + 15, ..., split the weights once,
  *    and copy the next sample's window (cp.async, two buffers, 94 KB) while this one computes.
  *    Predicted from the timeline: 9 rounds of 18.1 - 2.9 = 15.2 us, about 0.14 ms.
- * Measured (H100, medians of 50, three interleaved rounds of the recording call of 2026-11-25):
- * 0.1523, 0.1522, 0.1523 ms against v14's 0.1841, 0.1842, 0.1841, 17% less time (1.21x).
- * Revised with v16 (same conv loop): the window's copy steps pointers, and its zeros past x's end
- * are written once a buffer, not every sample; B lies in v16's layout (4 LDS a step where one
- * LDS.128 read it); the block's count of positions is taken once. 58.1 million instructions in
- * all (ncu; the first form's profile, before a redundant barrier went, counted 59.6). Measured in v16's recording call: 0.1511, 0.1520, 0.1521 ms against
- * v14's 0.1845, 0.1843, 0.1847: the same 17% less time; against the first form's 0.1523 (a
- * different call) the revision is within the spread between calls, not a gain. The batch sweep
- * puts a round at 16.2 us (128 samples against 8, over 8 rounds), 1.0 us over the prediction, not
- * analysed. ncu (the kernel alone, at its locked clocks): 183.8 us against v14's 223.4; the
- * tensor pipe 37.5% busy, issue slots 48.0%, and the first stall is now the tensor pipe itself
- * (math pipe throttle, 2.07 cycles an instruction), then fixed latencies (1.52) and ready warps
- * waiting for the slot (1.34). What is left: the conv at mma.sync's rate, 9 rounds for 8.53
- * samples a cluster, and the 5.3 us a round of statistics, exchange and y (the timeline's 3.10 and
- * 2.18) that no other block on the SM overlaps. y's error in make test: rel_l2 3.2e-7 at
- * 1x3x16x32x32, 3.0e-7 at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
+ * Measured (H100, medians of 50, three interleaved rounds, in v15's first recording call,
+ * 2026-11-25, commit 3059ec6): 0.1523, 0.1522, 0.1523 ms against v14's 0.1841, 0.1842, 0.1841, 17%
+ * less time (1.21x).
+ * Revised beside v16: the window's copy loop advances its source and destination pointers
+ * instead of computing both addresses for every element, and writes the zeros past x's end once a
+ * buffer instead of every sample; B lies in wgmma's layout, read as 8 LDS a step (4 of b_hi, 4 of
+ * b_lo) where 2 LDS.128 read it; the block's count of positions is taken once. ncu: 58.1 million
+ * instructions (59.6 in 3059ec6's profile, before a redundant barrier went). Measured on
+ * 2026-11-26: 0.1511, 0.1520, 0.1521 ms against v14's 0.1845, 0.1843, 0.1847, 18% less time; the
+ * same as 3059ec6's 0.1523 within the spread between calls, so not claimed as a gain. The batch
+ * sweep puts a round at 16.2 us (128 samples against 8, over 8 rounds), 1.0 us over the
+ * prediction, not analysed. ncu (H100, 2026-11-26, this code; the kernel alone, at its locked
+ * clocks): 183.8 us against v14's 223.4; the tensor pipe 37.5% busy, issue slots 48.0%, and the
+ * first stall is now the tensor pipe itself (math pipe throttle, 2.07 cycles an instruction), then
+ * fixed latencies (1.52) and ready warps waiting for the slot (1.34). What is left: the conv at
+ * mma.sync's rate, 9 rounds for 8.53 samples a cluster, and the 5.3 us a round of statistics,
+ * exchange and y (the timeline's 3.10 and 2.18) that no other block on the SM overlaps. y's error
+ * in make test: rel_l2 3.2e-7 at 1x3x16x32x32, 3.0e-7 at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
  * Tried (the README's list): 8 tiles a warp, clusters of 7 (the first form; 128 registers, 15
  * clusters still): 0.1995, 0.1975, 0.1977 against 0.1847, 0.1834, 0.1833.
- * Recorded (the README's table): 0.1526 ms [0.1516 - 0.1534], 27.4 TFLOP/s, 3.22x torch.compile's
- * 0.491 ms.
+ * Recorded (the README's table, 2026-11-26): 0.1526 ms [0.1515 - 0.1534], 27.4 TFLOP/s, 3.22x
+ * torch.compile's 0.491 ms.
  *
- * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200)
+ * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200) and the
+ * statistics pushed to the cluster's blocks
  *
  * Defect of v15: its first stall is the tensor pipe (above). mma.sync is a warp's instruction of
  * 16 x 8 x 8: a tile and step takes six of them (two channel halves, three products), 462 a
  * sample in each warp, and the pipe throttles their issue.
- * Change: wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
- * Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one instruction
- * that runs asynchronously. A comes from registers, each warp its 16 rows in mma.sync's A layout,
- * so v15's gathers and splits stay as they are; B comes from shared memory through a descriptor
- * (its layout: v15_smem); the accumulators keep mma.sync's layout, so the statistics and y are
- * unchanged. A tile and step is 3 wgmma where it was 6 mma.sync, committed as one group; A's
- * registers alternate between two buffers, and before one is rewritten, wait_group 1 ensures the
- * group that read it, two tiles back, is done. In SASS a tile and step is 21 instructions: 4 LDS,
- * 12 for the splits, a fence (WARPGROUP.ARRIVE), 3 HGMMA and the wait (WARPGROUP.DEPBAR), and
- * ptxas keeps the wgmmas pipelined (it reports C7512 where it must serialise them).
- * Predicted: if the conv's 9.9 us a round (v15's timeline) were all the tensor pipe's, half the
- * instructions there could take up to 5 us off a round of 16.2 (v15's sweep then): about
- * 0.105 ms.
- * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1440, 0.1440,
- * 0.1440 ms against v15's 0.1511, 0.1520, 0.1521, 5% less time (an earlier call: 0.1434, 0.1433,
- * 0.1436 against 0.1510, 0.1509, 0.1509); the batch sweep puts a round at 15.3 us. Far short of
- * the prediction: ncu (the kernel alone, locked clocks) gives 173.8 us against v15's 183.8; 56.4
- * million instructions (v15 58.1), issue slots 49.2% busy (48.0); math pipe throttle fell from
- * 2.07 to 0.44 cycles an instruction, but waits on the LDS (short scoreboard) rose from 0.32 to
- * 1.35 and fixed latencies (the split's dependent chain) stay at 1.50: with the tensor pipe no
- * longer throttling, the gathers and splits that feed it are the limit. (ncu's tensor-pipe busy
- * figure, 26.4% against v15's 37.5% for the same products in less time, does not count the two
- * instructions alike.)
+ * Change, in two steps, each measured:
+ * 1. wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
+ *    Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one
+ *    instruction that runs asynchronously. A comes from registers, each warp its 16 rows in
+ *    mma.sync's A layout, so v15's gathers and splits stay as they are; B comes from shared
+ *    memory through a descriptor (its layout: v15_smem); the accumulators keep mma.sync's layout,
+ *    so the statistics and y are unchanged. A tile and step is 3 wgmma where it was 6 mma.sync,
+ *    committed as one group; A's registers alternate between two buffers, and before one is
+ *    rewritten, wait_group 1 ensures the group that read it, two tiles back, is done. In SASS
+ *    (nvcc 13.0) a tile and step is 21 instructions: 4 LDS, 12 for the splits, a fence
+ *    (WARPGROUP.ARRIVE), 3 HGMMA and the wait (WARPGROUP.DEPBAR); ptxas keeps the wgmmas in
+ *    flight (it reports C7512 where it must serialise them).
+ *    Predicted: if the conv's 9.9 us a round (the timeline of v15's step 2) were all the tensor
+ *    pipe's, half the instructions there could take up to 5 us off each of the 9 rounds: 0.1526 -
+ *    0.045, about 0.108 ms.
+ *    Measured (H100, medians of 50, three interleaved rounds, 2026-11-26, commit 9fa0206): 0.1440,
+ *    0.1440, 0.1440 ms against v15's 0.1511, 0.1520, 0.1521, 5% less time (an earlier call:
+ *    0.1434, 0.1433, 0.1436 against 0.1510, 0.1509, 0.1509). Far short of the prediction. ncu
+ *    (that code): 173.8 us against v15's 183.8, 56.4 million instructions, issue slots 49.2%; the
+ *    math pipe throttle fell from 2.07 to 0.44 cycles an instruction, but waits on the LDS (short
+ *    scoreboard) rose from 0.32 to 1.35, and fixed latencies (the splits' dependent chains) stay
+ *    at 1.50: with the tensor pipe no longer throttling, the gathers and splits that feed it are
+ *    the limit. (ncu's tensor-pipe busy figure, 26.4% against v15's 37.5% for the same products
+ *    in less time, does not count the two instructions alike.) A %globaltimer timeline of that
+ *    code (an instrumented build, not committed; thread 0 of each block, medians over the samples
+ *    after the first) put a round at 1.3 us before the conv (the window's wait and barrier, the
+ *    next window's copies issued), 8.5 us of conv (v15: 9.6), 1.4 us of the block's statistics,
+ *    2.3 us of exchange and 1.7 us of y. Of the exchange, 0.8 us is the cluster barrier and 1.3 us
+ *    comes after it: the remote loads of the 8 blocks' triples and Chan's merge tree of three
+ *    dependent rounds, each with a division.
+ * 2. The exchange pushed (cluster.cuh, cluster_push and cluster_merge_pushed): each block stores
+ *    its triples into every block's shared memory before the barrier, where v15's form loads the
+ *    others' after it, and merges them as two sums (the count and sum, then the centred squares)
+ *    instead of Chan's tree. Not predicted; measured, three forms in one call, each with the
+ *    timeline instrumentation: pulled, Chan's tree 0.1471, 0.1476, 0.1458 ms; pushed, Chan's tree
+ *    0.1422, 0.1408, 0.1411; pushed, two sums 0.1407, 0.1399, 0.1393 (kept). The time after the
+ *    barrier: 1.18, 0.54, 0.32 us. (v15 with the same exchange: 0.1458 against 0.1531; v15 keeps
+ *    the pulled form, so that each version is one step.)
+ * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call,
+ * 2026-11-26): 0.1380, 0.1380, 0.1381 ms against v15's 0.1514, 0.1514, 0.1512, 9% less time; the
+ * batch sweep puts a round at 14.7 us. ncu (that code): 166.3 us, 55.3 million instructions,
+ * issue slots 50.8% busy; per instruction, 1.48 cycles of fixed latencies, 1.44 waiting on LDS,
+ * 1.12 for the issue slot, 0.79 of dispatch stalls, 0.46 of math pipe throttle, 0.37 at memory
+ * barriers (the cluster barrier's release: MEMBAR.ALL.GPU in SASS). y's error in make test:
+ * rel_l2 3.3e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the merge's sums
+ * round differently from Chan's tree).
  * Tried (the README's list): x split once a sample, into windows of x_hi and x_lo, so that a tile
  * and step is 8 LDS and no split (13 instructions against 21): 0.1785, 0.1788, 0.1772 ms against
- * this form's 0.1445, 0.1445, 0.1435 (same call). It doubles the shared-memory loads (17.2 million
+ * step 1's 0.1445, 0.1445, 0.1435 (same call). It doubles the shared-memory loads (17.2 million
  * wavefronts against 9.5) and the warps wait on them: short scoreboard 3.74 cycles an instruction,
  * MIO throttle 0.94. Its first form, with three A buffers so that each tile's LDS had a tile's
  * time to land, ran out of registers: ptxas serialised every wgmma (C7512).
- * Recorded (the README's table): 0.1445 ms [0.1441 - 0.1455], 28.9 TFLOP/s, 3.40x torch.compile's
- * 0.491 ms; issue 15's 0.10 ms is missed by 1.45x.
+ * Recorded (the README's table): 0.1398 ms [0.1392 - 0.1404], 29.9 TFLOP/s, 3.51x torch.compile's
+ * 0.491 ms; issue 15's 0.10 ms is missed by 1.40x.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -106,8 +135,8 @@
 #include "model.h"
 #include "tf32.cuh"
 
-#define V15_KSTEPS ((C_IN * KVOL + 7) / 8) /* the GEMM's k, 81 taps, in steps of 8: 88 */
-#define V15_K (8 * V15_KSTEPS)
+#define V15_KSTEPS ((C_IN * KVOL + 7) / 8) /* steps of 8 over the GEMM's k (81 taps): 11 */
+#define V15_K (8 * V15_KSTEPS)             /* k padded to whole steps: 88 */
 #define V15_GROUPS (V15_K / 4)             /* groups of 4 columns that one LDS reads: 22 */
 #define V15_TILES 7 /* 16-corner tiles a warp holds in registers */
 #define V15_SPAN (16 * 16 * V15_TILES) /* corners a block: 16 warps x V15_TILES tiles x 16 */
@@ -129,7 +158,7 @@ struct v15_cols {
  * 8 .. 15 256 bytes after 0 .. 7 (its stride byte offset): word 64 (co / 8) + 32 (k / 4) +
  * 4 (co % 8) + k % 4 of the step. v15's mma.sync lane (g, t) finds its b0 (column t, channel
  * g) at word 4 g + t = lane, b1 (column t + 4) at 32 + lane, and channel 8 + g's 64 words on:
- * four conflict-free LDS a step. */
+ * four conflict-free LDS a step for b_hi and four for b_lo. */
 struct v15_smem {
     uint32_t b_hi[V15_KSTEPS][128];
     uint32_t b_lo[V15_KSTEPS][128]; /* their 3xTF32 remainders */
@@ -378,6 +407,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     extern __shared__ float xs[]; /* two windows of x, then ptab */
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
+    __shared__ welford pushed[WGMMA ? 2 * CL * C_OUT : 1]; /* v16's exchange: by parity, rank */
     cg::cluster_group cluster = cg::this_cluster();
     const int span = V15_SPAN;
     int rank = (int)cluster.block_rank(), ncl = (int)cluster.num_blocks();
@@ -438,7 +468,10 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         cnt += __shfl_xor_sync(FULL, cnt, o);
     if (lane == 0)
         sw.count[warp] = cnt;
-    __syncthreads();
+    if (WGMMA) /* v16 pushes into its peers' shared memory: they must have started (racecheck) */
+        cluster.sync();
+    else
+        __syncthreads();
     int bc = lane < 16 ? sw.count[lane] : 0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) /* every lane gets the sum */
@@ -487,16 +520,26 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         warp_part(&sw, s); /* every warp read sw.part before the barrier above */
         __syncthreads();
         float bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
-        if (lane == 0) {
-            float mc = cs.m[warp];
-            welford w = {bc, bm * mc, bq * mc * mc};
-            cs.wf[it & 1][warp] = w;
-        }
 
-        /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity),
-         * then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four channels, then
-         * over the group's four lanes by shuffles; lane t = 0 writes it */
-        cluster_merge(&cs, sh.s, it & 1, ncl);
+        /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity):
+         * v15 publishes the block's triple of channel w and pulls the others' after the
+         * barrier, v16 pushes it to every block before; then y: u = m clamp(c m rstd - mean
+         * rstd), the max of the lane's four channels, then over the group's four lanes by
+         * shuffles; lane t = 0 writes it */
+        if (WGMMA) {
+            float mc = cs.m[warp];
+            welford w = {bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc};
+            welford *in = pushed + (it & 1) * CL * C_OUT;
+            cluster_push(in, w, rank, ncl);
+            cluster_merge_pushed(&cs, in, sh.s, ncl);
+        } else {
+            if (lane == 0) {
+                float mc = cs.m[warp];
+                welford w = {bc, bm * mc, bq * mc * mc};
+                cs.wf[it & 1][warp] = w;
+            }
+            cluster_merge(&cs, sh.s, it & 1, ncl);
+        }
         float k1[2][2], k0[2][2], mult[2][2];
 #pragma unroll
         for (int h = 0; h < 2; h++)
