@@ -22,7 +22,7 @@ do for [fmt in "png svg"] {
     do for [i = 1:np] {
         f = sprintf("%s/%s-bars.dat", tmp, panel("S")); fl = panel("F"); n = panel("N")
         set title panel("T") font ",12"
-        xf = n > 12 ? ",9" : ",10"   # 15 bars: "eager" and "compile" must not touch
+        xf = n > 16 ? ",8" : n > 12 ? ",9" : ",10"   # "eager" and "compile" must not touch
         set xtics font xf
         set xrange [-0.6:n - 0.4]
         lo = panel("YB"); hi = panel("YT"); load "plots/logtics.gp"
