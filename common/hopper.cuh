@@ -62,15 +62,50 @@ __device__ static inline void mbar_expect_tx(unsigned long long *bar, unsigned b
 #endif
 }
 
+/* the spin of mbar_wait and mbar_wait_cluster; sem: the wait's memory semantics and scope */
+#define MBAR_TRY_WAIT(sem)                                                                        \
+    "{\n\t.reg .pred p;\n"                                                                        \
+    "WAIT_%=:\n\t"                                                                               \
+    "mbarrier.try_wait.parity" sem ".shared::cta.b64 p, [%0], %1;\n\t"                             \
+    "@!p bra WAIT_%=;\n}"
+
 /* spins until the phase of parity `parity` of bar has completed */
 __device__ static inline void mbar_wait(unsigned long long *bar, unsigned parity)
 {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("{\n\t.reg .pred p;\n"
-                 "WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-                 "@!p bra WAIT_%=;\n}" ::"r"(smem_u32(bar)),
-                 "r"(parity)
+    asm volatile(MBAR_TRY_WAIT("") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+#endif
+}
+
+/* mbar_wait with acquire at cluster scope: what other blocks of the cluster stored into this
+ * block's shared memory by st.async, counted on bar, is visible once the phase has completed */
+__device__ static inline void mbar_wait_cluster(unsigned long long *bar, unsigned parity)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile(MBAR_TRY_WAIT(".acquire.cluster") ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+#endif
+}
+
+/* the address of the shared variable p (this block's) in block `rank` of the cluster, as a
+ * 32-bit shared::cluster address for st.async (PTX ISA, "mapa") */
+__device__ static inline unsigned cluster_addr(const void *p, int rank)
+{
+    unsigned a = 0;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_u32(p)), "r"(rank));
+#endif
+    return a;
+}
+
+/* 16 bytes (dst 16-byte aligned) into another block's shared memory, counted down on that
+ * block's mbarrier bar as they land (complete_tx, as a bulk copy's bytes); both are cluster_addr
+ * addresses. The store needs no reply: the thread goes on at once (PTX ISA, "st.async") */
+__device__ static inline void st_async16(unsigned dst, uint4 v, unsigned bar)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, "
+                 "%4}, [%5];" ::"r"(dst),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
                  : "memory");
 #endif
 }

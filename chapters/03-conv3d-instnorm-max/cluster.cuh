@@ -173,47 +173,55 @@ __device__ static inline void cluster_merge(cluster_shared *cs, int S, int parit
 }
 
 /* The exchange pushed (v16), where cluster_merge pulls. Pulling puts the remote loads' round
- * trip after the cluster barrier, on every block's critical path, and Chan's tree then merges
- * the ncl triples in three dependent rounds of shuffles and a division each. Pushing: warp w of
- * each block stores its triple of channel w into every block's `in` (rank r's at in[r][w]: a
- * store into distributed shared memory needs no reply, so it overlaps the wait at the barrier),
- * and after the barrier each block reads its own shared memory. The merge is two sums: with
- * N = sum n_r, mean = sum (n_r mean_r) / N and M2 = sum (M2_r + n_r (mean_r - mean)^2), the
- * pairwise formula of Chan, Golub and LeVeque ("Algorithms for computing the sample variance",
- * 1983) summed at once: every term of M2 is nonnegative, so nothing cancels. The lanes of a
- * warp add in a fixed order, so every block ends with the same bits. Measured in v16 (H100,
- * an instrumented build's %globaltimer timeline, medians of the blocks' samples): the time after
- * the barrier from 1.18 to 0.32 us, the model from 0.1468 to 0.1400 ms (v16's comment).
- * cluster_push: every lane of warp w, with w valid in each; before the first push, a cluster
- * barrier must show that every block has started (a store into a block not yet running is
- * undefined: compute-sanitizer's racecheck flagged it). cluster_merge_pushed: all threads of the
- * block, on this sample's parity half of `in` (a block may push the next sample's triples while
- * a slower one still reads these). */
-__device__ static inline void cluster_push(welford *in, welford w, int rank, int ncl)
+ * trip after the cluster barrier, on every block's critical path; the barrier itself begins with
+ * a release that waits for all the thread's memory operations (MEMBAR.ALL.GPU in SASS); and
+ * Chan's tree then merges the ncl triples in three dependent rounds of shuffles and a division
+ * each. Pushing: warp w of each block sends its triple of channel w (count, mean, M2, as four
+ * floats) into every block's `in` (rank r's at in[r][w]) by st.async (PTX ISA, "st.async"): a
+ * store into a peer's shared memory that, as it lands, counts its 16 bytes down on the peer's
+ * mbarrier, as a bulk copy does (hopper.cuh). Each block expects ncl x 16 triples a sample on its
+ * own mbarrier, waits for them, and merges from its own shared memory: no cluster barrier a
+ * sample. The merge is two sums: with N = sum n_r, mean = sum (n_r mean_r) / N and
+ * M2 = sum (M2_r + n_r (mean_r - mean)^2), the pairwise formula of Chan, Golub and LeVeque
+ * ("Algorithms for computing the sample variance", 1983) summed at once: every term of M2 is
+ * nonnegative, so nothing cancels. The lanes of a warp add in a fixed order, so every block ends
+ * with the same bits. Why `in` and the mbarriers can be reused, by parity: a block pushes sample
+ * i + 2's triples only after its wait for sample i + 1 completed, which needed every peer's
+ * sample i + 1 push, which each peer sent after it had read sample i's. A peer's bytes may land
+ * before this block's expect_tx for the sample: the mbarrier's pending byte count goes negative
+ * until then, and the phase cannot complete without the one arrival that expect_tx makes.
+ * Measured in v16 (H100; v16's comment): merging from the block's own shared memory as two sums,
+ * after a cluster barrier, took the time after the barrier from 1.18 to 0.32 us (an instrumented
+ * build's %globaltimer timeline) and the model from 0.1468 to 0.1400 ms; st.async and the
+ * mbarrier in place of the barrier, 0.1386 to 0.1331 ms. cluster_push: the lanes < ncl of warp
+ * w, lane r sending to rank r; before the first push a cluster barrier must show that every peer
+ * has started and initialised its mbarriers (a store into a block not yet running is undefined:
+ * compute-sanitizer's racecheck flagged it). cluster_merge_pushed: all threads of the block, on
+ * this sample's parity half of `in` and its mbarrier, phase = (sample index / 2) mod 2. */
+__device__ static inline void cluster_push(float4 *in, int slot, float4 v, unsigned long long *bar,
+                                           int dst)
 {
-#if __CUDA_ARCH__ >= 900
-    cg::cluster_group cluster = cg::this_cluster();
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane < ncl)
-        *cluster.map_shared_rank(in + rank * C_OUT + warp, lane) = w;
-#endif
+    st_async16(cluster_addr(in + slot, dst), make_uint4(__float_as_uint(v.x), __float_as_uint(v.y),
+               __float_as_uint(v.z), __float_as_uint(v.w)), cluster_addr(bar, dst));
 }
 
-__device__ static inline void cluster_merge_pushed(cluster_shared *cs, const welford *in, int S,
+__device__ static inline void cluster_merge_pushed(cluster_shared *cs, const float4 *in,
+                                                   unsigned long long *bar, unsigned phase, int S,
                                                    int ncl)
 {
 #if __CUDA_ARCH__ >= 900
-    cg::cluster_group cluster = cg::this_cluster();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    cluster.sync(); /* its release and acquire make the pushed stores visible */
-    welford w = {0, 0.0f, 0.0f};
+    if (threadIdx.x == 0)
+        mbar_expect_tx(bar, ncl * C_OUT * (unsigned)sizeof(float4));
+    mbar_wait_cluster(bar, phase);
+    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (lane < ncl)
         w = in[lane * C_OUT + warp];
-    float n = (float)w.n, sum = n * w.mean;
+    float n = w.x, sum = n * w.y;
 #pragma unroll
     for (int o = CL / 2; o > 0; o >>= 1) /* lanes 0 .. CL - 1: the cluster's blocks */
         n += __shfl_xor_sync(FULL, n, o), sum += __shfl_xor_sync(FULL, sum, o);
-    float mean = n > 0.0f ? sum / n : 0.0f, d = w.mean - mean, m2 = w.m2 + (float)w.n * d * d;
+    float mean = n > 0.0f ? sum / n : 0.0f, d = w.y - mean, m2 = w.z + w.x * d * d;
 #pragma unroll
     for (int o = CL / 2; o > 0; o >>= 1)
         m2 += __shfl_xor_sync(FULL, m2, o);

@@ -1,10 +1,10 @@
 /*
  * v15, v16: the whole model with the conv's output in registers and x in shared memory (Hopper)
  *
- * One kernel, k_register_conv, serves both. v16 differs in two places, each under `if (WGMMA)`:
- * the conv's inner loop (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to
- * it) and the exchange of the statistics (pushed: cluster_push and cluster_merge_pushed against
- * v15's cluster_merge).
+ * One kernel, k_register_conv, serves both. v16 differs where `WGMMA` says: the conv's inner loop
+ * (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to it) and the exchange of
+ * the statistics (pushed by st.async: cluster_push and cluster_merge_pushed, their buffer and
+ * mbarriers, against v15's cluster_merge).
  *
  * v15: v14's tensor-core conv with its output in registers and x in shared memory
  *
@@ -102,22 +102,28 @@
  *    2.3 us of exchange and 1.7 us of y. Of the exchange, 0.8 us is the cluster barrier and 1.3 us
  *    comes after it: the remote loads of the 8 blocks' triples and Chan's merge tree of three
  *    dependent rounds, each with a division.
- * 2. The exchange pushed (cluster.cuh, cluster_push and cluster_merge_pushed): each block stores
- *    its triples into every block's shared memory before the barrier, where v15's form loads the
- *    others' after it, and merges them as two sums (the count and sum, then the centred squares)
- *    instead of Chan's tree. Not predicted; measured, three forms in one call, each with the
- *    timeline instrumentation: pulled, Chan's tree 0.1471, 0.1476, 0.1458 ms; pushed, Chan's tree
- *    0.1422, 0.1408, 0.1411; pushed, two sums 0.1407, 0.1399, 0.1393 (kept). The time after the
- *    barrier: 1.18, 0.54, 0.32 us. (v15 with the same exchange: 0.1458 against 0.1531; v15 keeps
- *    the pulled form, so that each version is one step.)
+ * 2. The exchange pushed (cluster.cuh, cluster_push and cluster_merge_pushed), in two moves,
+ *    neither predicted, each measured. First, each block stored its triples into every block's
+ *    shared memory before the cluster barrier, where v15's form loads the others' after it, and
+ *    merged them as two sums (the count and sum, then the centred squares) instead of Chan's
+ *    tree. Three forms in one call, each with the timeline instrumentation: pulled, Chan's tree
+ *    0.1471, 0.1476, 0.1458 ms; pushed, Chan's tree 0.1422, 0.1408, 0.1411; pushed, two sums
+ *    0.1407, 0.1399, 0.1393 (kept); the time after the barrier 1.18, 0.54, 0.32 us. Committed so
+ *    (b91f924: 0.1380, 0.1380, 0.1381 against v15's 0.1514, 0.1514, 0.1512; ncu 166.3 us, and
+ *    0.37 cycles an instruction at memory barriers: the cluster barrier's release, MEMBAR.ALL.GPU
+ *    in SASS). Then, no cluster barrier a sample: the triples go by st.async, which counts its
+ *    bytes down on the receiving block's mbarrier, and each block waits on its own mbarrier for
+ *    the ncl x 16 it expects: 0.1332, 0.1330, 0.1330 ms against b91f924's 0.1391, 0.1384, 0.1384
+ *    (same call), 4% less time. (v15 with the first move's exchange: 0.1458 against 0.1531; v15
+ *    keeps the pulled form, so that each version is one step.)
  * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call,
- * 2026-11-26): 0.1380, 0.1380, 0.1381 ms against v15's 0.1514, 0.1514, 0.1512, 9% less time; the
- * batch sweep puts a round at 14.7 us. ncu (that code): 166.3 us, 55.3 million instructions,
- * issue slots 50.8% busy; per instruction, 1.48 cycles of fixed latencies, 1.44 waiting on LDS,
- * 1.12 for the issue slot, 0.79 of dispatch stalls, 0.46 of math pipe throttle, 0.37 at memory
- * barriers (the cluster barrier's release: MEMBAR.ALL.GPU in SASS). y's error in make test:
- * rel_l2 3.3e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the merge's sums
- * round differently from Chan's tree).
+ * 2026-11-26): 0.1329, 0.1329, 0.1329 ms against v15's 0.1516, 0.1516, 0.1518, 12% less time; the
+ * batch sweep puts a round at 14.0 us. ncu (that code): 158.4 us, 55.3 million instructions,
+ * issue slots 53.0% busy; per instruction, 1.51 cycles of fixed latencies, 1.47 waiting on LDS,
+ * 1.09 for the issue slot, 0.79 of dispatch stalls, 0.45 of math pipe throttle, 0.42 waiting on
+ * the wgmma groups, and no memory-barrier stall left. y's error in make test: rel_l2 3.3e-7 at
+ * 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the merge's sums round differently
+ * from Chan's tree).
  * Tried (the README's list): x split once a sample, into windows of x_hi and x_lo, so that a tile
  * and step is 8 LDS and no split (13 instructions against 21): 0.1785, 0.1788, 0.1772 ms against
  * step 1's 0.1445, 0.1445, 0.1435 (same call). It doubles the shared-memory loads (17.2 million
@@ -127,8 +133,8 @@
  * triples pushed, with no block-level statistics (no block barriers, but 16 times the remote
  * stores): 0.2087, 0.2093, 0.2088 ms against 0.1412, 0.1410, 0.1410 (this form, its merge
  * generalised to any count of triples).
- * Recorded (the README's table): 0.1398 ms [0.1392 - 0.1404], 29.9 TFLOP/s, 3.51x torch.compile's
- * 0.491 ms; issue 15's 0.10 ms is missed by 1.40x.
+ * Recorded (the README's table): 0.1335 ms [0.1328 - 0.1349], 31.3 TFLOP/s, 3.68x torch.compile's
+ * 0.491 ms; issue 15's 0.10 ms is missed by 1.34x.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -410,7 +416,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     extern __shared__ float xs[]; /* two windows of x, then ptab */
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
-    __shared__ welford pushed[WGMMA ? 2 * CL * C_OUT : 1]; /* v16's exchange: by parity, rank */
+    __shared__ __align__(16) float4 pushed[WGMMA ? 2 * CL * C_OUT : 1]; /* v16: parity, rank */
+    __shared__ unsigned long long pushed_bar[2];
     cg::cluster_group cluster = cg::this_cluster();
     const int span = V15_SPAN;
     int rank = (int)cluster.block_rank(), ncl = (int)cluster.num_blocks();
@@ -471,6 +478,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         cnt += __shfl_xor_sync(FULL, cnt, o);
     if (lane == 0)
         sw.count[warp] = cnt;
+    if (WGMMA && threadIdx.x == 0)
+        mbar_init(&pushed_bar[0]), mbar_init(&pushed_bar[1]), mbar_init_fence();
     if (WGMMA) /* v16 pushes into its peers' shared memory: they must have started (racecheck) */
         cluster.sync();
     else
@@ -531,10 +540,11 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
          * shuffles; lane t = 0 writes it */
         if (WGMMA) {
             float mc = cs.m[warp];
-            welford w = {bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc};
-            welford *in = pushed + (it & 1) * CL * C_OUT;
-            cluster_push(in, w, rank, ncl);
-            cluster_merge_pushed(&cs, in, sh.s, ncl);
+            float4 w = make_float4((float)bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc, 0.0f);
+            float4 *in = pushed + (it & 1) * CL * C_OUT;
+            if (lane < ncl)
+                cluster_push(in, rank * C_OUT + warp, w, &pushed_bar[it & 1], lane);
+            cluster_merge_pushed(&cs, in, &pushed_bar[it & 1], (it >> 1) & 1, sh.s, ncl);
         } else {
             if (lane == 0) {
                 float mc = cs.m[warp];
