@@ -121,9 +121,10 @@
  * batch sweep puts a round at 14.0 us. ncu (that code): 158.4 us, 55.3 million instructions,
  * issue slots 53.0% busy; per instruction, 1.51 cycles of fixed latencies, 1.47 waiting on LDS,
  * 1.09 for the issue slot, 0.79 of dispatch stalls, 0.45 of math pipe throttle, 0.42 waiting on
- * the wgmma groups, and no memory-barrier stall left. y's error in make test: rel_l2 3.3e-7 at
- * 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the merge's sums round differently
- * from Chan's tree).
+ * the wgmma groups, and no memory-barrier stall left. ptxas (nvcc 13.0): 128 registers, and 48
+ * bytes spilled, their 36 loads and stores all outside the conv's loop (v15: none). y's error in
+ * make test: rel_l2 3.3e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the
+ * merge's sums round differently from Chan's tree).
  * Tried (the README's list): x split once a sample, into windows of x_hi and x_lo, so that a tile
  * and step is 8 LDS and no split (13 instructions against 21): 0.1785, 0.1788, 0.1772 ms against
  * step 1's 0.1445, 0.1445, 0.1435 (same call). It doubles the shared-memory loads (17.2 million
@@ -133,6 +134,10 @@
  * triples pushed, with no block-level statistics (no block barriers, but 16 times the remote
  * stores): 0.2087, 0.2093, 0.2088 ms against 0.1412, 0.1410, 0.1410 (this form, its merge
  * generalised to any count of triples).
+ * The block's statistics with one barrier instead of three (each warp's mean and M2 from its
+ * registers, then warp w merging the 16 warps' of channel w as two sums): 0.1354, 0.1353, 0.1361
+ * ms against the final code's 0.1333, 0.1339, 0.1334 (same call; ptxas spills 72 bytes against
+ * 48).
  * Recorded (the README's table): 0.1335 ms [0.1328 - 0.1349], 31.3 TFLOP/s, 3.68x torch.compile's
  * 0.491 ms; issue 15's 0.10 ms is missed by 1.34x.
  */
