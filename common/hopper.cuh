@@ -27,6 +27,10 @@
  *   fence.proxy.async  orders this thread's earlier generic accesses of shared memory before
  *               later asynchronous (bulk copy) ones: needed before a bulk copy overwrites
  *               shared memory that threads have just read.
+ *   mapa, st.async  a block of a cluster addresses a peer's shared memory by mapa's 32-bit
+ *               shared::cluster address; st.async stores up to 16 bytes there and counts them
+ *               down on the peer's mbarrier as they land, like a bulk copy's bytes (chapter 3's
+ *               v16 exchanges its statistics so).
  * "memory" clobbers keep the compiler from moving loads and stores across them.
  */
 #ifndef HOPPER_CUH
@@ -77,8 +81,10 @@ __device__ static inline void mbar_wait(unsigned long long *bar, unsigned parity
 #endif
 }
 
-/* mbar_wait with acquire at cluster scope: what other blocks of the cluster stored into this
- * block's shared memory by st.async, counted on bar, is visible once the phase has completed */
+/* mbar_wait with acquire at cluster scope (PTX ISA, "mbarrier.test_wait/mbarrier.try_wait"):
+ * each st.async that counted its bytes on bar completes them as a release at cluster scope, so
+ * what other blocks of the cluster stored into this block's shared memory that way is visible
+ * to every thread that has seen the phase complete */
 __device__ static inline void mbar_wait_cluster(unsigned long long *bar, unsigned parity)
 {
 #if __CUDA_ARCH__ >= 900
@@ -87,7 +93,7 @@ __device__ static inline void mbar_wait_cluster(unsigned long long *bar, unsigne
 }
 
 /* the address of the shared variable p (this block's) in block `rank` of the cluster, as a
- * 32-bit shared::cluster address for st.async (PTX ISA, "mapa") */
+ * 32-bit shared::cluster address for st.async (PTX ISA, "mapa"); rank < the cluster's size */
 __device__ static inline unsigned cluster_addr(const void *p, int rank)
 {
     unsigned a = 0;
@@ -99,7 +105,9 @@ __device__ static inline unsigned cluster_addr(const void *p, int rank)
 
 /* 16 bytes (dst 16-byte aligned) into another block's shared memory, counted down on that
  * block's mbarrier bar as they land (complete_tx, as a bulk copy's bytes); both are cluster_addr
- * addresses. The store needs no reply: the thread goes on at once (PTX ISA, "st.async") */
+ * addresses in the same peer block, never this block's own (chapter 3's v16 stores its own
+ * values with a plain store). The store needs no reply: the thread goes on at once (PTX ISA,
+ * "st.async"). The peer must be running: a cluster barrier after its mbarrier's init */
 __device__ static inline void st_async16(unsigned dst, uint4 v, unsigned bar)
 {
 #if __CUDA_ARCH__ >= 900

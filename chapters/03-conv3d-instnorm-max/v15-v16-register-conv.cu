@@ -99,9 +99,9 @@
  *    code (an instrumented build, not committed; thread 0 of each block, medians over the samples
  *    after the first) put a round at 1.3 us before the conv (the window's wait and barrier, the
  *    next window's copies issued), 8.5 us of conv (v15: 9.6), 1.4 us of the block's statistics,
- *    2.3 us of exchange and 1.7 us of y. Of the exchange, 0.8 us is the cluster barrier and 1.3 us
- *    comes after it: the remote loads of the 8 blocks' triples and Chan's merge tree of three
- *    dependent rounds, each with a division.
+ *    2.3 us of exchange and 1.7 us of y. A second build, with a stamp after the cluster barrier,
+ *    split the exchange into 0.8 us at the barrier and 1.3 us after it: the remote loads of the 8
+ *    blocks' triples and Chan's merge tree of three dependent rounds, each with a division.
  * 2. The exchange pushed (cluster.cuh, cluster_push and cluster_merge_pushed), in two moves,
  *    neither predicted, each measured. First, each block stored its triples into every block's
  *    shared memory before the cluster barrier, where v15's form loads the others' after it, and
@@ -114,13 +114,14 @@
  *    in SASS). Then, no cluster barrier a sample: the triples go by st.async, which counts its
  *    bytes down on the receiving block's mbarrier, and each block waits on its own mbarrier for
  *    the ncl x 16 it expects: 0.1332, 0.1330, 0.1330 ms against b91f924's 0.1391, 0.1384, 0.1384
- *    (same call), 4% less time. (v15 with the first move's exchange: 0.1458 against 0.1531; v15
- *    keeps the pulled form, so that each version is one step.)
+ *    (same call), 4% less time. A block's own triple is a plain store, the peers' st.async. (v15
+ *    with the first move's exchange: 0.1458 against 0.1531, instrumented builds in the call of
+ *    the three forms; v15 keeps the pulled form, so that each version is one step.)
  * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call,
- * 2026-11-26): 0.1329, 0.1329, 0.1329 ms against v15's 0.1516, 0.1516, 0.1518, 12% less time; the
- * batch sweep puts a round at 14.0 us. ncu (that code): 158.4 us, 55.3 million instructions,
- * issue slots 53.0% busy; per instruction, 1.51 cycles of fixed latencies, 1.47 waiting on LDS,
- * 1.09 for the issue slot, 0.79 of dispatch stalls, 0.45 of math pipe throttle, 0.42 waiting on
+ * 2026-11-26): 0.1328, 0.1327, 0.1326 ms against v15's 0.1514, 0.1513, 0.1512, 12% less time; the
+ * batch sweep puts a round at 14.1 us. ncu (that code): 158.7 us, 55.5 million instructions,
+ * issue slots 53.2% busy; per instruction, 1.50 cycles of fixed latencies, 1.48 waiting on LDS,
+ * 1.09 for the issue slot, 0.77 of dispatch stalls, 0.44 of math pipe throttle, 0.41 waiting on
  * the wgmma groups, and no memory-barrier stall left. ptxas (nvcc 13.0): 128 registers, and 48
  * bytes spilled, their 36 loads and stores all outside the conv's loop (v15: none). y's error in
  * make test: rel_l2 3.3e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the
@@ -132,14 +133,13 @@
  * MIO throttle 0.94. Its first form, with three A buffers so that each tile's LDS had a tile's
  * time to land, ran out of registers: ptxas serialised every wgmma (C7512). And each warp's own
  * triples pushed, with no block-level statistics (no block barriers, but 16 times the remote
- * stores): 0.2087, 0.2093, 0.2088 ms against 0.1412, 0.1410, 0.1410 (this form, its merge
- * generalised to any count of triples).
+ * stores): 0.2087, 0.2093, 0.2088 ms against 0.1412, 0.1410, 0.1410 (b91f924's form, a cluster
+ * barrier a sample, its merge generalised to any count of triples).
  * The block's statistics with one barrier instead of three (each warp's mean and M2 from its
  * registers, then warp w merging the 16 warps' of channel w as two sums): 0.1354, 0.1353, 0.1361
- * ms against the final code's 0.1333, 0.1339, 0.1334 (same call; ptxas spills 72 bytes against
- * 48).
- * Recorded (the README's table): 0.1335 ms [0.1328 - 0.1349], 31.3 TFLOP/s, 3.68x torch.compile's
- * 0.491 ms; issue 15's 0.10 ms is missed by 1.34x.
+ * ms against 17d9b94's 0.1333, 0.1339, 0.1334 (same call; ptxas spills 72 bytes against 48).
+ * Recorded (the README's table, a later call with the same code): 0.1346 ms [0.1338 - 0.1386],
+ * 31.1 TFLOP/s, 3.65x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.35x.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -539,16 +539,16 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         float bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
 
         /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity):
-         * v15 publishes the block's triple of channel w and pulls the others' after the
-         * barrier, v16 pushes it to every block before; then y: u = m clamp(c m rstd - mean
-         * rstd), the max of the lane's four channels, then over the group's four lanes by
-         * shuffles; lane t = 0 writes it */
+         * v15 publishes the block's triple of channel w and pulls the others' after a cluster
+         * barrier; v16 sends it to every peer by st.async and waits on its own mbarrier for
+         * theirs; then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four
+         * channels, then over the group's four lanes by shuffles; lane t = 0 writes it */
         if (WGMMA) {
             float mc = cs.m[warp];
             float4 w = make_float4((float)bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc, 0.0f);
             float4 *in = pushed + (it & 1) * CL * C_OUT;
             if (lane < ncl)
-                cluster_push(in, rank * C_OUT + warp, w, &pushed_bar[it & 1], lane);
+                cluster_push(in, rank * C_OUT + warp, w, &pushed_bar[it & 1], lane, rank);
             cluster_merge_pushed(&cs, in, &pushed_bar[it & 1], (it >> 1) & 1, sh.s, ncl);
         } else {
             if (lane == 0) {
@@ -591,7 +591,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             mean[n * C_OUT + threadIdx.x] = cs.mean[threadIdx.x],
             rstd[n * C_OUT + threadIdx.x] = cs.rstd[threadIdx.x];
     }
-    cluster.sync(); /* no block may exit while another still reads its partials */
+    cluster.sync(); /* no block may exit while another still reads its partials (v15), nor while
+                     * its own st.async stores may still be on their way to a peer (v16) */
 #endif
 }
 
