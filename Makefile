@@ -89,7 +89,8 @@ SHAPE_02 := 4x32x32x128x128
 SMALL_02 := 1x32x3x5x7
 SWEEP_02 := $(foreach b,1 2 4,$(b)x32x32x128x128)
 SHAPE_03 := 128x3x16x32x32
-SMALL_03 := 2x3x4x5x6
+# 4 x 35 x 37: clusters of two blocks, so the sanitizers see the exchanges between blocks
+SMALL_03 := 2x3x4x35x37
 SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 SHAPE_04 := 128x8x128x128
 SMALL_04 := 2x8x5x7
