@@ -462,7 +462,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     }
     /* v16's wgmma reads B through the async proxy: order these generic stores before it */
     if (WGMMA)
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fence_proxy_async(); /* hopper.cuh */
     __syncthreads();
 
     /* the lane's corners. Warp w's tile r is the corners w0 + 256 r + 4 i, i = 0 .. 15 (row i of
