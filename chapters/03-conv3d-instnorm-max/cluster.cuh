@@ -276,20 +276,32 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
 }
 
 /* y for the slice, from shared memory; the statistics also to global memory (the backward's)
- * from rank 0 */
+ * from rank 0. SAVE (b4's forward): also each position's winner byte into win (the slice's
+ * first position at win[0]): the argmax channel, plus WIN_INSIDE where the winner's xh is inside
+ * the clamp, [-1, 1], so its gradient passes (the comparisons b3 makes; a NaN is outside) */
+template <bool SAVE = false>
 __device__ static inline void cluster_apply(const cluster_shared *cs, const float *vals, int cap,
                                             int len, float *__restrict__ y, float *__restrict__ mean,
-                                            float *__restrict__ rstd, int n, int rank)
+                                            float *__restrict__ rstd, int n, int rank,
+                                            unsigned char *__restrict__ win = NULL)
 {
     for (int j = threadIdx.x; j < len; j += CL_THREADS) {
         float best = 0.0f;
+        int k = 0;
 #pragma unroll
         for (int co = 0; co < C_OUT; co++) {
             float u = clampf1((vals[co * cap + j] * cs->m[co] - cs->mean[co]) * cs->rstd[co]) * cs->m[co];
-            if (co == 0 || u > best)
+            if (co == 0 || u > best) {
                 best = u;
+                if (SAVE)
+                    k = co;
+            }
         }
         y[j] = best;
+        if (SAVE) { /* the winner's xh again (one more shared load), rather than a register */
+            float xh = (vals[k * cap + j] * cs->m[k] - cs->mean[k]) * cs->rstd[k];
+            win[j] = (unsigned char)(k | (xh >= -1.0f && xh <= 1.0f ? WIN_INSIDE : 0));
+        }
     }
     if (rank == 0 && threadIdx.x < C_OUT)
         mean[n * C_OUT + threadIdx.x] = cs->mean[threadIdx.x],

@@ -46,6 +46,8 @@
  *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
  *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
  *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
+ *   b4-saved-argmax.cu          b4  v10 saving each position's argmax, then the sums from it and
+ *                                   one stream over c and dc
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
@@ -88,6 +90,7 @@ static const hx_version versions[] = {
     {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
     {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0},
     {"b3", BWD, "cluster: v10, then one cluster kernel", b3_launch, NEEDS_SM90},
+    {"b4", BWD, "v10 saving the argmax, then a stream", b4_launch, NEEDS_SM90},
 };
 
 int main(int argc, char **argv)

@@ -160,12 +160,13 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     for (int i = 0; i < 5; i++)
         r->t[i] = (float *)gpu_alloc(4 * nc, tn[i]);
     r->idx = (int *)gpu_alloc(4 * ny, "argmax");
+    r->win = (unsigned char *)gpu_alloc(ny, "b4's winner bytes");
     r->mean = (float *)gpu_alloc(4 * ns, "mean"), r->rstd = (float *)gpu_alloc(4 * ns, "rstd");
     r->part2 = (float2 *)gpu_alloc(8 * ns * ceil_div(s->s, RED_BLOCK), "reduction partials");
     r->means = (float2 *)gpu_alloc(8 * ns, "backward means");
     r->wpart = (welford *)gpu_alloc(sizeof(welford) * ns * ceil_div(s->s, CONV_TILE), "tile stats");
     int tiles_b2 = ceil_div(s->s, B2_BLOCK);
-    r->bpart = (float *)gpu_alloc(8 * ns * tiles_b2, "b2 partials");
+    r->bpart = (float *)gpu_alloc(8 * ns * tiles_b2, "b2 and b4 partials");
     size_t dmp = (size_t)C_OUT * (s->n * (tiles_b2 > CL ? tiles_b2 : CL));
     if (dmp < (size_t)C_OUT * DOT_BLOCKS)
         dmp = (size_t)C_OUT * DOT_BLOCKS;
@@ -199,9 +200,9 @@ static void problem_destroy(problem *pb)
     run_ctx *r = &pb->r;
     lib_conv3d_destroy(&pb->lib);
     const void *dev[] = {r->x, r->weight, r->bias, r->m, r->g, r->c, r->y, r->t[0], r->t[1],
-                         r->t[2], r->t[3], r->t[4], r->idx, r->mean, r->rstd, r->part2, r->means,
-                         r->wpart, r->bpart, r->dm_part1, r->dm_part2, r->db_part, r->dw_part,
-                         r->dc, r->dx, r->dw, r->dbias, r->dm};
+                         r->t[2], r->t[3], r->t[4], r->idx, r->win, r->mean, r->rstd,
+                         r->part2, r->means, r->wpart, r->bpart, r->dm_part1, r->dm_part2,
+                         r->db_part, r->dw_part, r->dc, r->dx, r->dw, r->dbias, r->dm};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
@@ -672,7 +673,7 @@ static void shape_checks(problem *pb, int t)
  * a 1e-3 and a +- pair. The offset cases leave out the sum-of-squares versions v2..v6, which are
  * not expected to hold there (the Welford demonstration measures how far off they are); v1's
  * serial statistics, Welford (v7), CUB (v8), the fused apply and the clusters must. */
-#define OFFSET_SAFE "v1 v7 v8 v9 v10 v11 b1 b2 b3"
+#define OFFSET_SAFE "v1 v7 v8 v9 v10 v11 b1 b2 b3 b4"
 static const hx_case cases[] = {
     {"x*1000", ~0u, NULL},
     {"c ~ +-100", SC(SCOPE_EPI_FWD) | SC(SCOPE_STATS) | SC(SCOPE_EPI_FWDBWD), NULL},
@@ -783,11 +784,11 @@ const hx_chapter chapter_machinery = {
     "  (16,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
     "  grad_output.npy; then out_v1.npy .. out_v11.npy (the epilogue from conv_out),\n"
     "  out_v12_model.npy .. out_v16_model.npy (the whole model from x), and from each backward\n"
-    "  version's training step (b1, b2, b3) grad_conv_out_bK.npy, grad_m_bK.npy,\n"
+    "  version's training step (b1 .. b4) grad_conv_out_bK.npy, grad_m_bK.npy,\n"
     "  grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy. With --version, only that\n"
-    "  version's; a version this GPU or build cannot run (v10, v11, v13 .. v16, b3 need sm_90,\n"
-    "  v16 sm_90a code) writes nothing. Check a dump: python3 data/pytorch_peer.py check DIR\n"
-    "  --chapter 3\n",
+    "  version's; a version this GPU or build cannot run (v10, v11, v13 .. v16, b3, b4 need\n"
+    "  sm_90, v16 sm_90a code) writes nothing. Check a dump: python3 data/pytorch_peer.py check\n"
+    "  DIR --chapter 3\n",
     5,
     {128, 3, 16, 32, 32},
     NULL, /* main.cu's version table */

@@ -63,9 +63,12 @@
 #include "cluster.cuh"
 #include "model.h"
 
+/* SAVE: b4's forward, which also writes each position's winner byte (cluster_apply) */
+template <bool SAVE>
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-                   float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns)
+                   float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns,
+                   unsigned char *__restrict__ win)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -97,14 +100,28 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
      * cluster barrier inside cluster_stats is passed (each was waited for by its warp before
      * arriving) */
     cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
-    cluster_apply(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank); /* step 3 */
+    cluster_apply<SAVE>(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank,
+                        SAVE ? win + (size_t)n * S + lo : NULL); /* step 3 */
     cluster.sync(); /* no block may exit while another still reads its partials */
 #endif
 }
 
 #define V10_SPAN_NS 10000 /* the first wave's starts spread over 10 us (step 0) */
 
-static int opted; /* k_cluster_epilogue's shared-memory opt-in is set (cluster_config) */
+static int opted[2]; /* k_cluster_epilogue<SAVE>'s shared-memory opt-in is set (cluster_config) */
+
+template <bool SAVE>
+static void v10_launch_kernel(const run_ctx *r)
+{
+    static int span = -1; /* V10SPAN read once, at the first launch */
+    if (span < 0)
+        span = span_env("V10SPAN", V10_SPAN_NS);
+    auto kernel = k_cluster_epilogue<SAVE>;
+    cluster_launch L;
+    cluster_config(&L, (const void *)kernel, &opted[SAVE], r, r->sh.n, cluster_smem(r->sh.s, 0));
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->c, r->m, r->y, r->mean, r->rstd, r->sh.s,
+                                  r->v10_wave, span, SAVE ? r->win : (unsigned char *)NULL));
+}
 
 void v10_epilogue(const run_ctx *r)
 {
@@ -112,14 +129,12 @@ void v10_epilogue(const run_ctx *r)
         v9_epilogue(r);
         return;
     }
-    static int span = -1; /* V10SPAN read once, at the first launch */
-    if (span < 0)
-        span = span_env("V10SPAN", V10_SPAN_NS);
-    cluster_launch L;
-    cluster_config(&L, (const void *)k_cluster_epilogue, &opted, r, r->sh.n, cluster_smem(r->sh.s, 0));
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_epilogue, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s, r->v10_wave, span));
+    v10_launch_kernel<false>(r);
 }
+
+/* b4's forward: v10, each position's winner byte also written to r->win (1 byte a position:
+ * 1.6 MB at the KernelBench shape). The caller checks cluster_fits (no v9 fallback saves it). */
+void v10_saving(const run_ctx *r) { v10_launch_kernel<true>(r); }
 
 void v10_launch(const run_ctx *r, int scope)
 {
@@ -131,5 +146,6 @@ void v10_launch(const run_ctx *r, int scope)
 /* for the notes after the table: how many of v10's clusters are resident at once */
 int v10_resident_clusters(const run_ctx *r)
 {
-    return cluster_wave((const void *)k_cluster_epilogue, &opted, r, cluster_smem(r->sh.s, 0));
+    return cluster_wave((const void *)k_cluster_epilogue<false>, &opted[0], r,
+                        cluster_smem(r->sh.s, 0));
 }
