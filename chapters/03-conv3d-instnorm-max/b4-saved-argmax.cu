@@ -9,33 +9,47 @@
  * 0.118 ms (b3's 0.1860 less v10's 0.0679) against a 0.071 ms floor.
  * Change: the forward already knows each position's winner. v10_saving (v10-cluster.cu) writes
  * it, one byte a position: the channel, and WIN_INSIDE where the winner's xh is inside the
- * clamp, so that its gradient passes (PyTorch's max saves its indices for the same reason,
- * as b1 does, in an int). Then the backward needs c only where c is also written:
+ * clamp, so that its gradient passes (PyTorch's max saves its indices for the same reason, as
+ * b1 does, in an int). Then the backward needs c only where dc is written:
  *   1. k_winner_sums: the sums per (n, c), from the winner bytes, g and y alone (14.5 MB, not
  *      c's 103 MB). Where channel c wins inside the clamp, dxh = g m_c and dxh xh = g m_c xh =
- *      g y (y = m_c xh there), so sum dxh = m_c * sum g and sum dxh xh = sum g y over the
- *      positions c wins. Each thread adds into its own 16 bins a sum, in shared memory, indexed
- *      by the winner (bin[k][thread]: a warp's lanes touch 32 different banks whatever their
- *      winners); the bins are then added over the threads in a fixed order: a partial per
- *      (n, block, c), no atomics.
+ *      g y (y = m_c xh there), so sum dxh = m_c sum g and sum dxh xh = sum g y over the
+ *      positions c wins; a partial per (n, block, c), no atomics.
  *   2. k_stream_dc: dc = m rstd (dxh - mean(dxh) - xh mean(dxh xh)) at every element, each
  *      block adding its sample's partials in order first. A thread takes V = 4 positions (a
- *      float4) of all 16 channels: the winner bytes and g once, then the 16 rows' loads, all in
- *      flight before the first is used (64 floats in registers), then the 16 stores. c and
- *      dc stream through without a stop: no cluster, no barrier between a block's load and its
- *      writes. dm's two uses are summed on the way (c da everywhere, g clamp(xh) at the
- *      winner), a partial per (block, c), added in order (training-grads.cu).
+ *      float4) of all 16 channels: the winner bytes and g once, then the rows' loads, B4_H = 8
+ *      in flight at a time, then their stores. c and dc stream through: no cluster, no
+ *      barrier between a block's loads and its writes. dm's two uses are summed on the way (c da
+ *      everywhere, g clamp(xh) at the winner), a partial per (block, c), added in order by
+ *      k_segment_sums (common/reduce.cuh).
  * Bytes at the KernelBench shape: the forward writes 1.6 MB more; the sums read the winner
  * bytes, g and y (1.6 + 6.45 + 6.45 = 14.5 MB); the stream reads c, g and the winners and writes
  * dc (103.2 + 6.45 + 1.6 + 103.2 = 214.5 MB). 340.3 MB in all, 5.5% over the scope's 322.6 MB
  * floor, but every byte of the backward moves in a pass with no on-chip phase to wait for.
- * Prediction: the stream is a copy with arithmetic; if it runs at the copy ceiling's 90% (3000
- * GB/s here), 214.5 MB take 0.079 ms, the sums 14.5 MB 0.005 ms; with v10's 0.068 forward,
+ * Prediction: the stream is a copy with arithmetic; if it runs at 90% of the copy ceiling (3000
+ * GB/s here), 214.5 MB take 0.079 ms, the sums' 14.5 MB 0.005 ms; with v10's 0.068 forward,
  * about 0.153 ms against b3's 0.186 (the 0.15 target needs the stream at 94%).
- * Measured: see the README's table and this chapter's notes.
+ * Measured (H100; each figure a median of 50, three interleaved rounds of one call): 0.1571,
+ * 0.1569, 0.1563 ms against b3's 0.1866, 0.1862, 0.1865: 16% less time. Recorded (the README's
+ * table): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms floor, 5.56x torch.compile's
+ * 0.875; issue 15's 0.15 ms is missed by 4.8%. ncu, each kernel alone at the GPU's own clocks:
+ * the stream 72.5 - 72.7 us, 2.95 TB/s over its 214.5 MB: 99% of the copy ceiling (2988 GB/s
+ * in the recording run), where the prediction assumed 90%; b3's backward kernel 111.5 - 112.2 us. Where the prediction missed,
+ * from forms timed with a kernel left out (an earlier call, not committed): the forward with the
+ * byte saved took 0.0713 - 0.0723 ms against v10's 0.0675 - 0.0682, 4 us where 1.6 MB predicts
+ * 0.5 (a byte store a position, and ptxas spills 16 bytes in the saving form); the sums took
+ * about 10 us (ncu: 9.7 - 10.2 us, DRAM 43% busy) where 5 were predicted; and the dm totals,
+ * not in the prediction, took 8.5 us with 128 threads a channel (13 dependent loads a thread),
+ * 3.9 - 4.4 us with 1024.
+ * What is left to 0.15 ms: the forward, v10 at 54% of the copy ceiling (its comment), is 0.07
+ * of the 0.157; the backward's stream already runs at the ceiling. The forms that lost (the
+ * whole 16 rows in flight a thread, the sums inside the stream's blocks as a cluster,
+ * programmatic dependent launch, the dm totals by the last block) are in the README's "tried"
+ * list.
  */
 #include "cluster.cuh" /* cluster_fits */
 #include "model.h"
+#include "reduce.cuh"
 #include "sums.cuh"
 
 #define B4_THREADS 256   /* both kernels' blocks */
@@ -228,7 +242,9 @@ static void b4_backward(const run_ctx *r)
     k_stream_dc<V><<<dim3(blocks, s->n), B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean, r->rstd,
                                                         (const float2 *)r->bpart, P, r->dc,
                                                         r->dm_part1, S);
-    channel_totals(r->dm_part1, NULL, s->n * blocks, r->dm);
+    /* dm: the N B partials of each channel in order; 1024 threads, so that each thread's loads
+     * are two, not channel_totals' 13 (8.5 us under ncu, for 106 KB) */
+    k_segment_sums<<<C_OUT, 1024>>>(r->dm_part1, NULL, s->n * blocks, r->dm);
 }
 
 void b4_launch(const run_ctx *r, int scope)

@@ -1,8 +1,8 @@
 /*
- * cluster.cuh: what the cluster versions share (v10, v11, v13 .. v16, b3): a sample's slice cut
- * among the CL blocks of its cluster, the shared memory that holds it, the copies that fill it,
- * the statistics exchanged through distributed shared memory (pulled, or pushed: v16), the
- * launch, and the first wave's staggered start (v10's step 0).
+ * cluster.cuh: what the cluster versions share (v10, v11, v13 .. v16, b3, b4's forward): a
+ * sample's slice cut among the CL blocks of its cluster, the shared memory that holds it, the
+ * copies that fill it, the statistics exchanged through distributed shared memory (pulled, or
+ * pushed: v16), the launch, and the first wave's staggered start (v10's step 0).
  *
  * Hopper only: the PTX it uses (mbarriers, bulk copies) and the launch of a cluster kernel are
  * common/hopper.cuh's, with why and how.
@@ -41,8 +41,8 @@ static inline size_t cluster_smem(int S, int backward)
 }
 
 /* whether a sample's slices fit the blocks of a cluster; if not, the version runs its fallback
- * (v10 -> v9, v11 -> v10, v13 and v14 -> v12, b3 -> b2; v15 and v16 test their own windows and
- * run v14) */
+ * (v10 -> v9, v11 -> v10, v13 and v14 -> v12, b3 and b4 -> b2; v15 and v16 test their own
+ * windows and run v14) */
 static inline int cluster_fits(const run_ctx *r, int backward)
 {
     return cluster_smem(r->sh.s, backward) <= r->smem_optin;

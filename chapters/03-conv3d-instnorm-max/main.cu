@@ -53,10 +53,10 @@
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
  * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 to v16 are whole-
  * model only. Each backward version runs as epilogue forward + backward and as a training step
- * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v16 and b3 need Hopper
+ * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v16, b3 and b4 need Hopper
  * (sm_90: clusters), v16 also sm_90a code (wgmma: H100, H200, built with ARCH=sm_90 or native);
  * elsewhere they are skipped with one line. On a sample too large for a cluster's shared memory
- * (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say); v15 and v16 run v14
+ * (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say; b4 runs b2); v15 and v16 run v14
  * where a sample has more than 14336 corners (D-2) H W or its two windows of x do not fit shared
  * memory.
  *

@@ -177,7 +177,7 @@ void v14_launch(const run_ctx *r, int scope);               /* v15's fallback */
 void v15_launch(const run_ctx *r, int scope);
 void v16_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
-void b2_backward(const run_ctx *r);  /* b3's fallback */
+void b2_backward(const run_ctx *r);  /* b3's fallback (b4 falls back to b2_launch) */
 void b2_launch(const run_ctx *r, int scope);
 void b3_launch(const run_ctx *r, int scope);
 void b4_launch(const run_ctx *r, int scope);
