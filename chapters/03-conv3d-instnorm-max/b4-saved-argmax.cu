@@ -1,5 +1,5 @@
 /*
- * b4: the argmax saved by the forward, the backward a stream (forward on Hopper)
+ * b4: the argmax saved by the forward, the backward a stream (Hopper: its forward is v10's)
  *
  * Defect of b3: its backward holds a sample's c on chip, as v10 does, and inherits v10's
  * pattern: DRAM half busy (50% under ncu), because nothing can be written until the two sums per
@@ -8,39 +8,49 @@
  * the other 15), so b3 recomputes the argmax from c before it sums. Its backward takes about
  * 0.118 ms (b3's 0.1860 less v10's 0.0679) against a 0.071 ms floor.
  * Change: the forward already knows each position's winner. v10_saving (v10-cluster.cu) writes
- * it, one byte a position: the channel, and WIN_INSIDE where the winner's xh is inside the
- * clamp, so that its gradient passes (PyTorch's max saves its indices for the same reason, as
- * b1 does, in an int). Then the backward needs c only where dc is written:
+ * it, one byte a position: the channel in bits 0 to 3, and WIN_INSIDE (bit 7, model.h) where
+ * the winner's xh is inside the clamp, so that its gradient passes (PyTorch's max saves its
+ * indices for the same reason, as b1 does, in an int). Then the backward needs c only where dc
+ * is written:
  *   1. k_winner_sums: the sums per (n, c), from the winner bytes, g and y alone (14.5 MB, not
  *      c's 103 MB). Where channel c wins inside the clamp, dxh = g m_c and dxh xh = g m_c xh =
  *      g y (y = m_c xh there), so sum dxh = m_c sum g and sum dxh xh = sum g y over the
- *      positions c wins; a partial per (n, block, c), no atomics.
- *   2. k_stream_dc: dc = m rstd (dxh - mean(dxh) - xh mean(dxh xh)) at every element, each
- *      block adding its sample's partials in order first. A thread takes V = 4 positions (a
- *      float4) of all 16 channels: the winner bytes and g once, then the rows' loads, B4_H = 8
- *      in flight at a time, then their stores. c and dc stream through: no cluster, no
- *      barrier between a block's loads and its writes. dm's two uses are summed on the way (c da
- *      everywhere, g clamp(xh) at the winner), a partial per (block, c), added in order by
- *      k_segment_sums (common/reduce.cuh).
- * Bytes at the KernelBench shape: the forward writes 1.6 MB more; the sums read the winner
- * bytes, g and y (1.6 + 6.45 + 6.45 = 14.5 MB); the stream reads c, g and the winners and writes
- * dc (103.2 + 6.45 + 1.6 + 103.2 = 214.5 MB). 340.3 MB in all, 5.5% over the scope's 322.6 MB
- * floor, but every byte of the backward moves in a pass with no on-chip phase to wait for.
- * Prediction: the stream is a copy with arithmetic; if it runs at 90% of the copy ceiling (3000
- * GB/s here), 214.5 MB take 0.079 ms, the sums' 14.5 MB 0.005 ms; with v10's 0.068 forward,
- * about 0.153 ms against b3's 0.186 (the 0.15 target needs the stream at 94%).
- * Measured (H100; each figure a median of 50, three interleaved rounds of one call): 0.1571,
- * 0.1569, 0.1563 ms against b3's 0.1866, 0.1862, 0.1865: 16% less time. Recorded (the README's
- * table): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms floor, 5.56x torch.compile's
- * 0.875; issue 15's 0.15 ms is missed by 4.8%. ncu, each kernel alone at the GPU's own clocks:
- * the stream 72.5 - 72.7 us, 2.95 TB/s over its 214.5 MB: 99% of the copy ceiling (2988 GB/s
- * in the recording run), where the prediction assumed 90%; b3's backward kernel 111.5 - 112.2 us. Where the prediction missed,
- * from forms timed with a kernel left out (an earlier call, not committed): the forward with the
- * byte saved took 0.0713 - 0.0723 ms against v10's 0.0675 - 0.0682, 4 us where 1.6 MB predicts
- * 0.5 (a byte store a position, and ptxas spills 16 bytes in the saving form); the sums took
- * about 10 us (ncu: 9.7 - 10.2 us, DRAM 43% busy) where 5 were predicted; and the dm totals,
- * not in the prediction, took 8.5 us with 128 threads a channel (13 dependent loads a thread),
- * 3.9 - 4.4 us with 1024.
+ *      positions c wins; a partial per (n, block, c), no atomics. The products round
+ *      differently from b3's, so the results agree with b3's within the tests' tolerances, not
+ *      bit for bit.
+ *   2. k_stream_dc: with a = c m and da = dL/da, da = rstd (dxh - mean(dxh) - xh mean(dxh xh))
+ *      and dc = m da at every element, each block adding its sample's partials in order first.
+ *      A thread takes V = 4 positions (a float4) of all 16 channels: the winner bytes and g
+ *      once, then the rows' loads, B4_H = 8 in flight at a time, then their stores. c and dc
+ *      stream through, with no cluster and no exchange: the block's one barrier (for the
+ *      per-(n, c) constants) comes after its first eight rows' loads are issued, so they stay
+ *      in flight across it. m is used twice in the model, so dm = sum c da (the first use)
+ *      + sum at the winner of g clamp(xh) (the second), both summed on the way, a partial per
+ *      (n, block, c), added in order by k_segment_sums (common/reduce.cuh).
+ * Bytes at the KernelBench shape (128 x 3 x 16 x 32 x 32: N S = 1,612,800 positions, c 103.2
+ * MB): the forward writes 1.6 MB more; the sums read the winner bytes, g and y (1.6 + 6.45 +
+ * 6.45 = 14.5 MB); the stream reads c, g and the winners and writes dc (103.2 + 6.45 + 1.6 +
+ * 103.2 = 214.5 MB). 340.3 MB in all, 5.5% over the 322.6 MB floor (c read by the forward and
+ * by the backward, dc written, y written, g read: model.h), but every byte of the backward moves
+ * in a pass with no on-chip phase to wait for.
+ * Prediction: the stream is a copy with arithmetic, and a copy runs at the copy ceiling (3000
+ * GB/s here) by definition; allowing 10% for its start and tail, 214.5 MB take 0.079 ms, the
+ * sums' 14.5 MB 0.005 ms at the ceiling; with v10's 0.068 forward and the 0.0005 of the bytes
+ * saved, about 0.153 ms against b3's 0.186. The 0.15 target leaves the stream 0.15 - 0.068 -
+ * 0.0005 - 0.005 = 0.0765 ms: 93% of the ceiling.
+ * Measured (H100, one call; each figure a median of 50, three interleaved rounds): 0.1571,
+ * 0.1569, 0.1563 ms against b3's 0.1866, 0.1862, 0.1865: 16% less time. Recorded in the same
+ * call (the README's table; 20 repetitions): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms
+ * floor, 5.56x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 4.8%. ncu, each kernel
+ * alone at the GPU's own clocks: the stream 72.5 - 72.7 us, 2.95 TB/s over its 214.5 MB: 99% of
+ * the copy ceiling (2988 GB/s in the recording run), 7 us under its prediction; b3's backward
+ * kernel 111.5 - 112.2 us. The rest missed, from forms timed with a kernel left out (an earlier
+ * call, not committed): the forward with the byte saved took 0.0713 - 0.0723 ms against v10's
+ * 0.0675 - 0.0682, 4 us where 1.6 MB predicts 0.5 (a byte store a position, and ptxas spills 16
+ * bytes in the saving form); the sums took about 10 us (ncu: 9.7 - 10.2 us, DRAM 43% busy)
+ * where 5 were predicted; and dm's totals, not in the prediction, took 8.5 us with 128 threads a
+ * channel (13 dependent loads a thread), 3.9 - 4.4 us with 1024. Balance: -7 us for the stream,
+ * +3.5, +5 and +4 for the rest: 0.157 against the predicted 0.153.
  * What is left to 0.15 ms: the forward, v10 at 54% of the copy ceiling (its comment), is 0.07
  * of the 0.157; the backward's stream already runs at the ceiling. The forms that lost (the
  * whole 16 rows in flight a thread, the sums inside the stream's blocks as a cluster,
@@ -147,8 +157,8 @@ __device__ static inline void store_v(float *p, const float *v)
 
 /* block (b, n): positions [b V B4_THREADS, (b + 1) V B4_THREADS) of sample n, all 16 channels;
  * V = 4 when S is a multiple of 4 (aligned float4 rows), else 1. Its dm partial of channel c
- * goes to dm_part[c][n B + b], B = gridDim.x. __launch_bounds__(.., 3): at most 85 registers,
- * three blocks an SM. */
+ * goes to dm_part[c][n B + b], B = gridDim.x. __launch_bounds__(.., 3): three blocks an SM, so
+ * at most 80 registers (65536 / 768, rounded down to the allocation unit of 8). */
 template <int V>
 __global__ void __launch_bounds__(B4_THREADS, 3)
 k_stream_dc(const float *__restrict__ c, const float *__restrict__ g,

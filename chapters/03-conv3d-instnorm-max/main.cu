@@ -56,9 +56,9 @@
  * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v16, b3 and b4 need Hopper
  * (sm_90: clusters), v16 also sm_90a code (wgmma: H100, H200, built with ARCH=sm_90 or native);
  * elsewhere they are skipped with one line. On a sample too large for a cluster's shared memory
- * (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say; b4 runs b2); v15 and v16 run v14
- * where a sample has more than 14336 corners (D-2) H W or its two windows of x do not fit shared
- * memory.
+ * (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say; b4 runs b2); v15
+ * and v16 run v14 where a sample has more than 14336 corners (D-2) H W or its two windows of x
+ * do not fit shared memory.
  *
  *   make chapter-3                 verify and time every version at the KernelBench shape
  *   build/ch03 --version v10       one version
