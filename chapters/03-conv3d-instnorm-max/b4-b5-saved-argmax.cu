@@ -313,10 +313,11 @@ static void b4_backward(const run_ctx *r)
 
 typedef void (*backward_fn)(const run_ctx *r);
 
-/* b4's and b5's launch: v10 saving the winner bytes, then the backward, bwd4 where S is a
- * multiple of 4 (float4 rows), else bwd1; in a training step cuDNN's conv first and the conv's
- * gradients after */
-static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, backward_fn bwd1)
+/* b4's and b5's launch: v10 saving the winner bytes (track: b5's form, v10_saving), then the
+ * backward, bwd4 where S is a multiple of 4 (float4 rows), else bwd1; in a training step cuDNN's
+ * conv first and the conv's gradients after */
+static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, backward_fn bwd1,
+                                int track)
 {
     if (!cluster_fits(r, 0)) { /* a sample too large for v10's cluster: b2 (which b3 also runs) */
         b2_launch(r, scope);
@@ -324,7 +325,7 @@ static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, b
     }
     if (scope == SCOPE_TRAIN)
         conv_forward(r);
-    v10_saving(r);
+    v10_saving(r, track);
     if ((r->sh.s & 3) == 0)
         bwd4(r);
     else
@@ -335,21 +336,25 @@ static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, b
 
 void b4_launch(const run_ctx *r, int scope)
 {
-    saved_argmax_launch(r, scope, b4_backward<4>, b4_backward<1>);
+    saved_argmax_launch(r, scope, b4_backward<4>, b4_backward<1>, 0);
 }
 
 /*
- * b5: dm from the sums, without a pass of its own (Hopper: its forward is v10's)
+ * b5: dm from the sums, and the winner's clamp bit kept as the forward goes (Hopper: its forward
+ * is v10's)
  *
- * Defect of b4: dm, the one gradient that is a reduction over the whole batch, costs b4 a
+ * Defects of b4: (1) dm, the one gradient that is a reduction over the whole batch, costs b4 a
  * share of every stream block (16 accumulators a thread, 16 warp sums and a second barrier at
  * the block's end) and a fourth kernel to add the 1664 blocks' partials (3.9 - 4.4 us under ncu):
  * dm = sum c da (m's first use, a = c m) + sum at each position's winner of g clamp(xh) (its
- * second use, y = clamp(xh) m).
- * Change: both terms follow from the sums b4 already takes, by the forward's own identities.
- * Over a slice (n, c) of S positions, sum xh = 0 and sum xh^2 = S var rstd^2 = S (1 - eps
- * rstd^2). With c = a / m = (xh / rstd + mean) / m and da = rstd (dxh - mean(dxh) - xh
- * mean(dxh xh)):
+ * second use, y = clamp(xh) m). (2) Saving the byte costs b4's forward 4 us, where its 1.6 MB
+ * take 0.5 at the copy ceiling: after the channel loop, the winner's xh is computed again (three
+ * shared loads at the winner's address, one for its value), and ptxas spills 16 bytes in that
+ * form under v10's 64-register cap.
+ * Change 1: both terms of dm follow from the sums b4 already takes, by the forward's own
+ * identities. Over a slice (n, c) of S positions, sum xh = 0 and sum xh^2 = S var rstd^2 =
+ * S (1 - eps rstd^2). With c = a / m = (xh / rstd + mean) / m and da = rstd (dxh - mean(dxh) -
+ * xh mean(dxh xh)):
  *   sum da    = rstd (sum dxh - S mean(dxh) - mean(dxh xh) sum xh) = 0,
  *   sum xh da = rstd (S mean(dxh xh) - mean(dxh xh) sum xh^2) = rstd S mean(dxh xh) eps rstd^2,
  *   sum c da  = (sum xh da / rstd + mean sum da) / m = eps rstd^2 S mean(dxh xh) / m,
@@ -366,25 +371,38 @@ void b4_launch(const run_ctx *r, int scope)
  * 1e-3 on c = 50 +- 1, where var = 3.3e-7 and eps rstd^2 = 0.97: the first use is 0.97 of the
  * second's inside part there. Where |m_c| is so small that y = clamp(xh) m_c is subnormal, y /
  * m_c loses bits; the forward itself then has a and var in the same range.
- * Prediction: the fourth kernel's 3.9 - 4.4 us go, and the stream sheds its end-of-block
- * reduction (its bytes, and so its time at the ceiling, unchanged); the third bin makes the sums'
- * blocks 48 KB of shared memory, four an SM, and 512 blocks still fit one wave (528): b4's
- * recorded 0.1572 less 4 us, about 0.153 ms.
- * Measured (H100): three interleaved rounds of the recording call (medians of 50): 0.1534,
- * 0.1542, 0.1563 ms against b4's 0.1582, 0.1571, 0.1568; over the session's four calls, twelve
- * rounds of b5 0.1533 - 0.1563 (median 0.1539) and nine of b4 0.1562 - 0.1588 (0.1571): 3 us, 2%,
- * about the spread of one version's rounds, but every b5 round but one is faster than every b4
- * round. Recorded in the same call (the README's table, 20 repetitions): 0.1529 ms [0.1499 -
- * 0.1591], 71% of the 0.108 ms floor, 5.72x torch.compile's 0.8745, against b4 re-recorded at
- * 0.1563; issue 15's 0.15 ms is missed by 1.9%. ncu, each kernel alone at the GPU's own clocks:
- * the stream with its dm block 71.1 - 72.7 us (b4's stream 72.5 - 72.7), the sums 10.0 - 10.4
- * (b4's 9.7 - 10.2), the forward 61.2 - 63.4.
- * What is left to 0.15 ms: the forward (v10 saving the byte, about 0.072 ms, 4 us of it the
- * saving), and the sums' 10 us for 14.5 MB, 4.9 us at the copy ceiling. ncu on the sums: one
- * wave of 512 blocks, the SMs active 71% of its cycles (ramp and tail), DRAM 43% busy, per
- * issued instruction 8.8 of 17.4 cycles waiting on loads. The forms that lost (the bytes stored
- * four to a 32-bit word; the stream at four blocks an SM; the sums and the stream as one launch
- * whose blocks take their work in ticket order, b6 for a call) are in the README's "tried" list.
+ * Change 2: the forward keeps the bit with the winning channel as its loop goes: xh is inside
+ * the clamp exactly where clamp(xh) == xh (false for a NaN), two values the loop holds anyway
+ * (cluster_apply's TRACK). In the source that is a compare and a select more a channel, 16 of
+ * each a position, against the recomputation's four shared loads and its arithmetic once; but
+ * no spill (ptxas: 0 bytes). The count alone did not say which wins, so both were timed.
+ * Prediction (change 1): the fourth kernel's 3.9 - 4.4 us go, and the stream sheds its
+ * end-of-block reduction (its bytes, and so its time at the ceiling, unchanged); the third bin
+ * makes the sums' blocks 48 KB of shared memory, four an SM, and 512 blocks still fit one wave
+ * (528): b4's recorded 0.1572 less 4 us, about 0.153 ms.
+ * Measured (H100; each figure a median of 50; interleaved rounds within a call):
+ *   change 1 alone, over four calls: twelve rounds 0.1533 - 0.1563 ms (median 0.1539) against
+ *   nine of b4 0.1562 - 0.1588 (0.1571): 3 us, the prediction within its rounding; recorded
+ *   then at 0.1529 ms. ncu, each kernel alone at the GPU's own clocks: the stream with its dm
+ *   block 71.1 - 72.7 us (b4's stream 72.5 - 72.7), the sums 10.0 - 10.4 (b4's 9.7 - 10.2);
+ *   change 2, the forward alone (an experiment build timing the saving kernel in v10's scope,
+ *   three rounds): v10 0.0674 - 0.0680, b4's saving form 0.0716 - 0.0721, the kept bit 0.0697 -
+ *   0.0702: half the saving's cost gone; b5 with and without it, three calls of three rounds:
+ *   0.1510 - 0.1521 against 0.1532 - 0.1563. (ncu, the forward kernel alone, disagreed between
+ *   its modes: 65.3 - 67.4 us against 59.9 - 62.8 with its cache flush, 68.4 - 69.8 against 69.6
+ *   - 75.4 without; the harness's timing of the scope is what the tables use);
+ *   both, the recording call: 0.1511, 0.1507, 0.1513 against b4's 0.1561, 0.1573, 0.1568, 5.7
+ *   us between the medians (3.6%), beyond either version's spread of rounds. Recorded in the
+ *   same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of the
+ *   0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
+ * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 54% of
+ * the copy ceiling), and the sums' 10 us for 14.5 MB, 4.9 us at the copy ceiling. ncu on the
+ * sums: one wave of 512 blocks, the SMs active 71% of its cycles (ramp and tail), DRAM 43% busy,
+ * per issued instruction 8.8 of 17.4 cycles waiting on loads; their loads unrolled in the
+ * reduction, or 8192 positions a block, did not change that beyond the spread. The forms that
+ * lost (the bytes stored four to a 32-bit word; the winner's xh kept instead of the bit; the
+ * stream at four blocks an SM; the sums and the stream as one launch whose blocks take their
+ * work in ticket order, b6 for two calls) are in the README's "tried" list.
  */
 
 /* b5's dm, from the sums' partials alone (the comment above derives it): thread
@@ -444,5 +462,5 @@ static void b5_backward(const run_ctx *r)
 
 void b5_launch(const run_ctx *r, int scope)
 {
-    saved_argmax_launch(r, scope, b5_backward<4>, b5_backward<1>);
+    saved_argmax_launch(r, scope, b5_backward<4>, b5_backward<1>, 1);
 }

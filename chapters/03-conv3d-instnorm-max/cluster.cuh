@@ -276,10 +276,13 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
 }
 
 /* y for the slice, from shared memory; the statistics also to global memory (the backward's)
- * from rank 0. SAVE (b4's forward): also each position's winner byte into win (the slice's
- * first position at win[0]): the argmax channel, plus WIN_INSIDE where the winner's xh is inside
- * the clamp, [-1, 1], so its gradient passes (the comparisons b3 makes; a NaN is outside) */
-template <bool SAVE = false>
+ * from rank 0. SAVE (b4's and b5's forward): also each position's winner byte into win (the
+ * slice's first position at win[0]): the argmax channel, plus WIN_INSIDE where the winner's xh
+ * is inside the clamp, [-1, 1], so its gradient passes (the comparisons b3 makes; a NaN is
+ * outside). b4 (TRACK false) computes the winner's xh again after the channel loop; b5 (TRACK)
+ * keeps the bit with the channel as the loop goes: xh is inside exactly where clamp(xh) == xh
+ * (false for a NaN), a comparison of two values the loop has in registers anyway. */
+template <bool SAVE = false, bool TRACK = false>
 __device__ static inline void cluster_apply(const cluster_shared *cs, const float *vals, int cap,
                                             int len, float *__restrict__ y, float *__restrict__ mean,
                                             float *__restrict__ rstd, int n, int rank,
@@ -290,15 +293,19 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
         int k = 0;
 #pragma unroll
         for (int co = 0; co < C_OUT; co++) {
-            float u = clampf1((vals[co * cap + j] * cs->m[co] - cs->mean[co]) * cs->rstd[co]) * cs->m[co];
+            float xh = (vals[co * cap + j] * cs->m[co] - cs->mean[co]) * cs->rstd[co];
+            float t = clampf1(xh);
+            float u = t * cs->m[co];
             if (co == 0 || u > best) {
                 best = u;
                 if (SAVE)
-                    k = co;
+                    k = TRACK ? (co | (t == xh ? WIN_INSIDE : 0)) : co;
             }
         }
         y[j] = best;
-        if (SAVE) { /* the winner's xh again (one more shared load), rather than a register */
+        if (SAVE && TRACK) {
+            win[j] = (unsigned char)k;
+        } else if (SAVE) { /* the winner's xh again (four more shared loads) */
             float xh = (vals[k * cap + j] * cs->m[k] - cs->mean[k]) * cs->rstd[k];
             win[j] = (unsigned char)(k | (xh >= -1.0f && xh <= 1.0f ? WIN_INSIDE : 0));
         }

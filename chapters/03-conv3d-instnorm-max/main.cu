@@ -49,7 +49,7 @@
  *   b4-b5-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
  *                               b5  b4 with dm derived from those sums: no dm in the stream, no
- *                                   kernel for it
+ *                                   kernel for it; the forward keeps the clamp bit in its loop
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv

@@ -165,7 +165,7 @@ void v8_launch(const run_ctx *r, int scope);
 void v9_epilogue(const run_ctx *r);  /* b2's forward, v10's fallback */
 void v9_launch(const run_ctx *r, int scope);
 void v10_epilogue(const run_ctx *r); /* b3's forward, v11's fallback */
-void v10_saving(const run_ctx *r);   /* b4's, b5's forward: v10 that also writes r->win */
+void v10_saving(const run_ctx *r, int track); /* b4's, b5's forward: v10 writing r->win */
 void v10_launch(const run_ctx *r, int scope);
 int v10_resident_clusters(const run_ctx *r);
 int v11_resident_clusters(const run_ctx *r);

@@ -63,8 +63,9 @@
 #include "cluster.cuh"
 #include "model.h"
 
-/* SAVE: b4's forward, which also writes each position's winner byte (cluster_apply) */
-template <bool SAVE>
+/* SAVE: b4's and b5's forward, which also writes each position's winner byte; TRACK (b5): its
+ * inside-the-clamp bit kept as the channel loop goes (cluster_apply) */
+template <bool SAVE, bool TRACK = false>
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
                    float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns,
@@ -100,25 +101,27 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
      * cluster barrier inside cluster_stats is passed (each was waited for by its warp before
      * arriving) */
     cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
-    cluster_apply<SAVE>(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank,
-                        SAVE ? win + (size_t)n * S + lo : NULL); /* step 3 */
+    cluster_apply<SAVE, TRACK>(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank,
+                               SAVE ? win + (size_t)n * S + lo : NULL); /* step 3 */
     cluster.sync(); /* no block may exit while another still reads its partials */
 #endif
 }
 
 #define V10_SPAN_NS 10000 /* the first wave's starts spread over 10 us (step 0) */
 
-static int opted[2]; /* k_cluster_epilogue<SAVE>'s shared-memory opt-in is set (cluster_config) */
+static int opted[3]; /* k_cluster_epilogue<SAVE, TRACK>'s shared-memory opt-in is set
+                      * (cluster_config), [SAVE + TRACK] */
 
-template <bool SAVE>
+template <bool SAVE, bool TRACK = false>
 static void v10_launch_kernel(const run_ctx *r)
 {
     static int span = -1; /* V10SPAN read once, at the first launch */
     if (span < 0)
         span = span_env("V10SPAN", V10_SPAN_NS);
-    auto kernel = k_cluster_epilogue<SAVE>;
+    auto kernel = k_cluster_epilogue<SAVE, TRACK>;
     cluster_launch L;
-    cluster_config(&L, (const void *)kernel, &opted[SAVE], r, r->sh.n, cluster_smem(r->sh.s, 0));
+    cluster_config(&L, (const void *)kernel, &opted[SAVE + TRACK], r, r->sh.n,
+                   cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->c, r->m, r->y, r->mean, r->rstd, r->sh.s,
                                   r->v10_wave, span, SAVE ? r->win : (unsigned char *)NULL));
 }
@@ -132,9 +135,17 @@ void v10_epilogue(const run_ctx *r)
     v10_launch_kernel<false>(r);
 }
 
-/* b4's forward: v10, each position's winner byte also written to r->win (1 byte a position:
- * 1.6 MB at the KernelBench shape). The caller checks cluster_fits (no v9 fallback saves it). */
-void v10_saving(const run_ctx *r) { v10_launch_kernel<true>(r); }
+/* b4's and b5's forward: v10, each position's winner byte also written to r->win (1 byte a
+ * position: 1.6 MB at the KernelBench shape); track (b5): its inside-the-clamp bit kept in the
+ * channel loop rather than computed again after it. The caller checks cluster_fits (no v9
+ * fallback saves the bytes). */
+void v10_saving(const run_ctx *r, int track)
+{
+    if (track)
+        v10_launch_kernel<true, true>(r);
+    else
+        v10_launch_kernel<true>(r);
+}
 
 void v10_launch(const run_ctx *r, int scope)
 {
