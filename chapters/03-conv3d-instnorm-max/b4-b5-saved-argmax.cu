@@ -348,9 +348,9 @@ void b4_launch(const run_ctx *r, int scope)
  * the block's end) and a fourth kernel to add the 1664 blocks' partials (3.9 - 4.4 us under ncu):
  * dm = sum c da (m's first use, a = c m) + sum at each position's winner of g clamp(xh) (its
  * second use, y = clamp(xh) m). (2) Saving the byte costs b4's forward 4 us, where its 1.6 MB
- * take 0.5 at the copy ceiling: after the channel loop, the winner's xh is computed again (three
- * shared loads at the winner's address, one for its value), and ptxas spills 16 bytes in that
- * form under v10's 64-register cap.
+ * take 0.5 at the copy ceiling: after the channel loop, the winner's xh is computed again (four
+ * shared loads: the winner's m, mean and rstd, and its value), and ptxas spills 16 bytes in
+ * that form under v10's 64-register cap.
  * Change 1: both terms of dm follow from the sums b4 already takes, by the forward's own
  * identities. Over a slice (n, c) of S positions, sum xh = 0 and sum xh^2 = S var rstd^2 =
  * S (1 - eps rstd^2). With c = a / m = (xh / rstd + mean) / m and da = rstd (dxh - mean(dxh) -
@@ -359,9 +359,10 @@ void b4_launch(const run_ctx *r, int scope)
  *   sum xh da = rstd (S mean(dxh xh) - mean(dxh xh) sum xh^2) = rstd S mean(dxh xh) eps rstd^2,
  *   sum c da  = (sum xh da / rstd + mean sum da) / m = eps rstd^2 S mean(dxh xh) / m,
  * and S mean(dxh xh) = sum g y over the positions c wins inside the clamp (b4's second sum).
- * The first use is small: eps rstd^2 = eps / (var + eps), 1e-5 / var, and b4's stream summed
- * it as 1.6 million terms of c da that cancel to it. At c's winners, inside the clamp or not,
- * clamp(xh) = y / m, so the second use is sum g y / m over all of c's winners. So
+ * The first use is small: eps rstd^2 = eps / (var + eps), about 1e-5 / var where var >> eps,
+ * and b4's stream summed it as 1.6 million terms of c da that cancel to it. At c's winners,
+ * inside the clamp or not, clamp(xh) = y / m, so the second use is sum g y / m over all of c's
+ * winners. So
  *   dm_c = (1 / m_c) sum over n of [(1 + eps rstd^2) sum_in g y + sum_out g y],
  * sum_in and sum_out over the positions c wins inside and outside the clamp. k_winner_sums<true>
  * adds sum_out as a third bin; the stream computes no dm; and one block of the stream's launch
@@ -369,32 +370,38 @@ void b4_launch(const run_ctx *r, int scope)
  * partials of each channel in a fixed order while the stream runs. m_c = 0 gives a = 0, xh = 0
  * and dm_c = 0 exactly, so it is set to 0, not divided by. The test "m 0, 1e-3" plants both: m =
  * 1e-3 on c = 50 +- 1, where var = 3.3e-7 and eps rstd^2 = 0.97: the first use is 0.97 of the
- * second's inside part there. Where |m_c| is so small that y = clamp(xh) m_c is subnormal, y /
- * m_c loses bits; the forward itself then has a and var in the same range.
+ * second's inside part there. y / m_c is inexact only where y = clamp(xh) m_c is subnormal
+ * (below 1.2e-38): the error it adds to dm_c is at most |g| 1.4e-45 / |m_c| a position,
+ * negligible unless |m_c| itself nears that range, where var = m_c^2 var(c) has long since
+ * underflowed and the forward is degenerate anyway.
  * Change 2: the forward keeps the bit with the winning channel as its loop goes: xh is inside
  * the clamp exactly where clamp(xh) == xh (false for a NaN), two values the loop holds anyway
- * (cluster_apply's TRACK). In the source that is a compare and a select more a channel, 16 of
- * each a position, against the recomputation's four shared loads and its arithmetic once; but
- * no spill (ptxas: 0 bytes). The count alone did not say which wins, so both were timed.
+ * (cluster_apply's TRACK). In the source that is one more compare and select per channel, 16
+ * of each per position, against the recomputation's four shared loads and one xh per position;
+ * but nothing spills (ptxas: 0 bytes).
  * Prediction (change 1): the fourth kernel's 3.9 - 4.4 us go, and the stream sheds its
  * end-of-block reduction (its bytes, and so its time at the ceiling, unchanged); the third bin
  * makes the sums' blocks 48 KB of shared memory, four an SM, and 512 blocks still fit one wave
  * (528): b4's recorded 0.1572 less 4 us, about 0.153 ms.
+ * Prediction (change 2): at most the 3.5 us the forward pays above the byte's DRAM time (4 -
+ * 0.5); the instruction counts do not say how much of it goes, so both forms were timed.
  * Measured (H100; each figure a median of 50; interleaved rounds within a call):
- *   change 1 alone, over four calls: twelve rounds 0.1533 - 0.1563 ms (median 0.1539) against
- *   nine of b4 0.1562 - 0.1588 (0.1571): 3 us, the prediction within its rounding; recorded
- *   then at 0.1529 ms. ncu, each kernel alone at the GPU's own clocks: the stream with its dm
- *   block 71.1 - 72.7 us (b4's stream 72.5 - 72.7), the sums 10.0 - 10.4 (b4's 9.7 - 10.2);
- *   change 2, the forward alone (an experiment build timing the saving kernel in v10's scope,
- *   three rounds): v10 0.0674 - 0.0680, b4's saving form 0.0716 - 0.0721, the kept bit 0.0697 -
- *   0.0702: half the saving's cost gone; b5 with and without it, three calls of three rounds:
- *   0.1510 - 0.1521 against 0.1532 - 0.1563. (ncu, the forward kernel alone, disagreed between
- *   its modes: 65.3 - 67.4 us against 59.9 - 62.8 with its cache flush, 68.4 - 69.8 against 69.6
- *   - 75.4 without; the harness's timing of the scope is what the tables use);
- *   both, the recording call: 0.1511, 0.1507, 0.1513 against b4's 0.1561, 0.1573, 0.1568, 5.7
- *   us between the medians (3.6%), beyond either version's spread of rounds. Recorded in the
- *   same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of the
- *   0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
+ *   - change 1 alone, over four calls: twelve rounds 0.1533 - 0.1563 ms (median 0.1539) against
+ *     nine of b4 0.1562 - 0.1588 (0.1571): 3.2 us, about 1 us short of the predicted 3.9 - 4.4
+ *     (the sums 0.3 us slower with the third bin, below). An interim recording: 0.1529 ms. ncu,
+ *     each kernel alone at the GPU's own clocks: the stream with its dm block 71.1 - 72.7 us
+ *     (b4's stream 72.5 - 72.7), the sums 10.0 - 10.4 (b4's 9.7 - 10.2).
+ *   - change 2, the forward alone (an experiment build timing the saving kernel in v10's scope,
+ *     three rounds): v10 0.0674 - 0.0680, b4's saving form 0.0716 - 0.0721, the kept bit 0.0697
+ *     - 0.0702: 1.9 us of the 3.5 gone. b5 with and without it, three calls of three rounds:
+ *     0.1510 - 0.1521 against 0.1532 - 0.1563. ncu, the forward kernel alone, disagreed between
+ *     its modes: the kept bit 65.3 - 67.4 us and b4's form 59.9 - 62.8 with its cache flush,
+ *     68.4 - 69.8 and 69.6 - 75.4 without; the harness's timing of the scope is what the tables
+ *     use.
+ *   - both, the recording call: 0.1511, 0.1507, 0.1513 against b4's 0.1561, 0.1573, 0.1568,
+ *     5.7 us between the medians (3.6%), beyond either version's spread of rounds. Recorded in
+ *     the same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of
+ *     the 0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
  * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 54% of
  * the copy ceiling), and the sums' 10 us for 14.5 MB, 4.9 us at the copy ceiling. ncu on the
  * sums: one wave of 512 blocks, the SMs active 71% of its cycles (ramp and tail), DRAM 43% busy,
