@@ -276,11 +276,11 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
 }
 
 /* y for the slice, from shared memory; the statistics also to global memory (the backward's)
- * from rank 0. SAVE (b4's and b5's forward): also each position's winner byte into win (the
+ * from rank 0. SAVE (b4's to b6's forward): also each position's winner byte into win (the
  * slice's first position at win[0]): the argmax channel, plus WIN_INSIDE where the winner's xh
  * is inside the clamp, [-1, 1], so its gradient passes (the comparisons b3 makes; a NaN is
- * outside). b4 (TRACK false) computes the winner's xh again after the channel loop; b5 (TRACK)
- * keeps the bit with the channel as the loop goes: xh is inside exactly where clamp(xh) == xh
+ * outside). b4 (TRACK false) computes the winner's xh again after the channel loop; b5 and b6
+ * (TRACK) keep the bit with the channel as the loop goes: xh is inside exactly where clamp(xh) == xh
  * (false for a NaN), a comparison of two values the loop has in registers anyway. */
 template <bool SAVE = false, bool TRACK = false>
 __device__ static inline void cluster_apply(const cluster_shared *cs, const float *vals, int cap,

@@ -46,19 +46,21 @@
  *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
  *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
  *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
- *   b4-b5-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
+ *   b4-b6-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
  *                               b5  b4 with dm derived from those sums: no dm in the stream, no
  *                                   kernel for it; the forward keeps the clamp bit in its loop
+ *                               b6  b5 with the sums started during the forward's last wave, a
+ *                                   counter a sample in place of the kernel boundary
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
  * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 to v16 are whole-
  * model only. Each backward version runs as epilogue forward + backward and as a training step
- * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v16 and b3 .. b5 need Hopper
+ * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v16 and b3 .. b6 need Hopper
  * (sm_90: clusters), v16 also sm_90a code (wgmma: H100, H200, built with ARCH=sm_90 or native);
  * elsewhere they are skipped with one line. On a sample too large for a cluster's shared memory
- * (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say; b4 and b5 run b2); v15
+ * (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say; b4 to b6 run b2); v15
  * and v16 run v14 where a sample has more than 14336 corners (D-2) H W or its two windows of x
  * do not fit shared memory.
  *
@@ -94,6 +96,7 @@ static const hx_version versions[] = {
     {"b3", BWD, "cluster: v10, then one cluster kernel", b3_launch, NEEDS_SM90},
     {"b4", BWD, "v10 saving the argmax, then a stream", b4_launch, NEEDS_SM90},
     {"b5", BWD, "b4 with dm from the sums: no dm pass", b5_launch, NEEDS_SM90},
+    {"b6", BWD, "b5, the sums during the forward's last wave", b6_launch, NEEDS_SM90},
 };
 
 int main(int argc, char **argv)

@@ -96,9 +96,9 @@ __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v 
 #define B2_BLOCK 256    /* b2: positions a block */
 #define DOT_BLOCKS 64   /* b1 and dbias: blocks a channel in the deterministic channel sums */
 #define DW_CHUNK 512    /* our dw: positions a block */
-#define WIN_SUMS_POS 4096 /* b4, b5: positions a block of the sums from the winner bytes */
-#define WIN_INSIDE 0x80 /* b4's and b5's winner byte: the argmax channel (bits 0..3), and this bit where the
-                         * winner's xh is inside the clamp (its gradient passes) */
+#define WIN_SUMS_POS 4096 /* b4 .. b6: positions a block of the sums from the winner bytes */
+#define WIN_INSIDE 0x80 /* b4's .. b6's winner byte: the argmax channel (bits 0..3), and this bit
+                         * where the winner's xh is inside the clamp (its gradient passes) */
 
 struct welford; /* (count, mean, M2): common/welford.cuh */
 
@@ -114,7 +114,8 @@ struct run_ctx {
     float *y;                           /* output */
     float *t[5];                        /* v1's and b1's 103 MB intermediates */
     int *idx;                           /* b1's saved argmax */
-    unsigned char *win;                 /* b4's, b5's saved winner byte a position (WIN_INSIDE) */
+    unsigned char *win;                 /* b4's .. b6's saved winner byte a position (WIN_INSIDE) */
+    unsigned *fwd_done;                 /* b6: per sample, its forward blocks done (0 between runs) */
     float *mean, *rstd;                 /* per (n, c): every forward writes them, the backward reads */
     float2 *part2, *means;              /* v2..v5 partials; the instance-norm backward's two means */
     struct welford *wpart;              /* v12's tile statistics */
@@ -165,7 +166,7 @@ void v8_launch(const run_ctx *r, int scope);
 void v9_epilogue(const run_ctx *r);  /* b2's forward, v10's fallback */
 void v9_launch(const run_ctx *r, int scope);
 void v10_epilogue(const run_ctx *r); /* b3's forward, v11's fallback */
-void v10_saving(const run_ctx *r, int track); /* b4's, b5's forward: v10 writing r->win */
+void v10_saving(const run_ctx *r, int form); /* b4's .. b6's forward: v10 writing r->win */
 void v10_launch(const run_ctx *r, int scope);
 int v10_resident_clusters(const run_ctx *r);
 int v11_resident_clusters(const run_ctx *r);
@@ -178,11 +179,12 @@ void v14_launch(const run_ctx *r, int scope);               /* v15's fallback */
 void v15_launch(const run_ctx *r, int scope);
 void v16_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
-void b2_backward(const run_ctx *r);  /* b3's fallback (b4 falls back to b2_launch) */
+void b2_backward(const run_ctx *r);  /* b3's fallback (b4 .. b6 fall back to b2_launch) */
 void b2_launch(const run_ctx *r, int scope);
 void b3_launch(const run_ctx *r, int scope);
 void b4_launch(const run_ctx *r, int scope);
 void b5_launch(const run_ctx *r, int scope);
+void b6_launch(const run_ctx *r, int scope);
 
 /* training-grads.cu: the deterministic per-channel sums and the conv's gradients */
 void channel_dot(const run_ctx *r, const float *a, const float *b, float *partials);

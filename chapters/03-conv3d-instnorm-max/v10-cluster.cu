@@ -63,13 +63,15 @@
 #include "cluster.cuh"
 #include "model.h"
 
-/* SAVE: b4's and b5's forward, which also writes each position's winner byte; TRACK (b5): its
- * inside-the-clamp bit kept as the channel loop goes (cluster_apply) */
-template <bool SAVE, bool TRACK = false>
+/* SAVE: b4's to b6's forward, which also writes each position's winner byte; TRACK (b5, b6):
+ * its inside-the-clamp bit kept as the channel loop goes (cluster_apply); SIGNAL (b6): each
+ * block lets the next launch start (griddepcontrol.launch_dependents) as it starts, and, once
+ * its y, bytes and statistics are written, adds 1 to done[n] (release) */
+template <bool SAVE, bool TRACK = false, bool SIGNAL = false>
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
                    float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns,
-                   unsigned char *__restrict__ win)
+                   unsigned char *__restrict__ win, unsigned *done)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -81,6 +83,8 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     int lo = slice_lo(S, rank), len = slice_lo(S, rank + 1) - lo;
     const float *src = c + (size_t)n * C_OUT * S + lo;
     int bulk = (S & 3) == 0; /* bulk copies need rows of whole 16-byte units */
+    if (SIGNAL)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     stagger_start(n, gridDim.y, wave, span_ns); /* step 0 */
     if (threadIdx.x < C_OUT)
         cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
@@ -103,27 +107,34 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
     cluster_apply<SAVE, TRACK>(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank,
                                SAVE ? win + (size_t)n * S + lo : NULL); /* step 3 */
+    if (SIGNAL) {
+        __threadfence(); /* this thread's y, bytes and statistics visible GPU-wide */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            atomicAdd(done + n, 1u);
+    }
     cluster.sync(); /* no block may exit while another still reads its partials */
 #endif
 }
 
 #define V10_SPAN_NS 10000 /* the first wave's starts spread over 10 us (step 0) */
 
-static int opted[3]; /* k_cluster_epilogue<SAVE, TRACK>'s shared-memory opt-in is set
-                      * (cluster_config), [SAVE + TRACK] */
+static int opted[4]; /* k_cluster_epilogue<SAVE, TRACK, SIGNAL>'s shared-memory opt-in is set
+                      * (cluster_config), [SAVE + TRACK + SIGNAL] */
 
-template <bool SAVE, bool TRACK = false>
+template <bool SAVE, bool TRACK = false, bool SIGNAL = false>
 static void v10_launch_kernel(const run_ctx *r)
 {
     static int span = -1; /* V10SPAN read once, at the first launch */
     if (span < 0)
         span = span_env("V10SPAN", V10_SPAN_NS);
-    auto kernel = k_cluster_epilogue<SAVE, TRACK>;
+    auto kernel = k_cluster_epilogue<SAVE, TRACK, SIGNAL>;
     cluster_launch L;
-    cluster_config(&L, (const void *)kernel, &opted[SAVE + TRACK], r, r->sh.n,
+    cluster_config(&L, (const void *)kernel, &opted[SAVE + TRACK + SIGNAL], r, r->sh.n,
                    cluster_smem(r->sh.s, 0));
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->c, r->m, r->y, r->mean, r->rstd, r->sh.s,
-                                  r->v10_wave, span, SAVE ? r->win : (unsigned char *)NULL));
+                                  r->v10_wave, span, SAVE ? r->win : (unsigned char *)NULL,
+                                  SIGNAL ? r->fwd_done : (unsigned *)NULL));
 }
 
 void v10_epilogue(const run_ctx *r)
@@ -135,13 +146,16 @@ void v10_epilogue(const run_ctx *r)
     v10_launch_kernel<false>(r);
 }
 
-/* b4's and b5's forward: v10, each position's winner byte also written to r->win (1 byte a
- * position: 1.6 MB at the KernelBench shape); track (b5): its inside-the-clamp bit kept in the
- * channel loop rather than computed again after it. The caller checks cluster_fits (no v9
- * fallback saves the bytes). */
-void v10_saving(const run_ctx *r, int track)
+/* b4's to b6's forward: v10, each position's winner byte also written to r->win (1 byte a
+ * position: 1.6 MB at the KernelBench shape). form 0 (b4): the inside-the-clamp bit computed
+ * again after the channel loop; 1 (b5): kept in the loop; 2 (b6): kept, and each block lets the
+ * next launch start and publishes its sample's progress in r->fwd_done. The caller checks
+ * cluster_fits (no v9 fallback saves the bytes). */
+void v10_saving(const run_ctx *r, int form)
 {
-    if (track)
+    if (form == 2)
+        v10_launch_kernel<true, true, true>(r);
+    else if (form == 1)
         v10_launch_kernel<true, true>(r);
     else
         v10_launch_kernel<true>(r);
