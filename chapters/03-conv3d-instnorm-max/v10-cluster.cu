@@ -66,7 +66,8 @@
 /* SAVE: b4's to b6's forward, which also writes each position's winner byte; TRACK (b5, b6):
  * its inside-the-clamp bit kept as the channel loop goes (cluster_apply); SIGNAL (b6): each
  * block lets the next launch start (griddepcontrol.launch_dependents) as it starts, and, once
- * its y, bytes and statistics are written, adds 1 to done[n] (release) */
+ * its y, bytes and statistics are written, a block barrier, then thread 0 fences and adds 1 to
+ * done[n] (the fence after the barrier makes the pair a release of the whole block's writes) */
 template <bool SAVE, bool TRACK = false, bool SIGNAL = false>
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
@@ -108,10 +109,11 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     cluster_apply<SAVE, TRACK>(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank,
                                SAVE ? win + (size_t)n * S + lo : NULL); /* step 3 */
     if (SIGNAL) {
-        __threadfence(); /* this thread's y, bytes and statistics visible GPU-wide */
-        __syncthreads();
-        if (threadIdx.x == 0)
+        __syncthreads(); /* every thread's y, bytes and (rank 0) statistics written */
+        if (threadIdx.x == 0) {
+            __threadfence(); /* cumulative: all of them ordered before the count (a release) */
             atomicAdd(done + n, 1u);
+        }
     }
     cluster.sync(); /* no block may exit while another still reads its partials */
 #endif
