@@ -67,6 +67,17 @@
 #define B4_THREADS 256 /* every kernel's blocks */
 #define B4_H 8         /* the stream: rows a thread has in flight at once */
 
+/* *p; L2ONLY (b6): through L2 only (__ldcg), for data a kernel still running wrote, which this
+ * SM's L1 may hold stale */
+template <bool L2ONLY, typename T>
+__device__ static inline T load_from(const T *p)
+{
+    if constexpr (L2ONLY)
+        return __ldcg(p);
+    else
+        return *p;
+}
+
 /* One block's sums from the winner bytes, positions [p WIN_SUMS_POS, (p + 1) WIN_SUMS_POS) of
  * sample n (model.h: 4096): part[(n P + p) 16 + c] = (sum g, sum g y) over those positions that
  * channel c wins inside the clamp; OUT (b5): also sum g y over those it wins outside the
@@ -101,14 +112,10 @@ __device__ static inline void winner_sums(float (*bin)[C_OUT][B4_THREADS],
             w4[h] = 0; /* past hi: channel 0 outside the clamp, g = y = 0 (OUT adds 0) */
             if (OUT)
                 g4[h] = y4[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (j < hi && L2ONLY) { /* b6: written by a kernel still running */
-                w4[h] = __ldcg(reinterpret_cast<const unsigned *>(win + base + j));
+            if (j < hi) {
+                w4[h] = load_from<L2ONLY>(reinterpret_cast<const unsigned *>(win + base + j));
                 g4[h] = *reinterpret_cast<const float4 *>(g + base + j);
-                y4[h] = __ldcg(reinterpret_cast<const float4 *>(y + base + j));
-            } else if (j < hi) {
-                w4[h] = *reinterpret_cast<const unsigned *>(win + base + j);
-                g4[h] = *reinterpret_cast<const float4 *>(g + base + j);
-                y4[h] = *reinterpret_cast<const float4 *>(y + base + j);
+                y4[h] = load_from<L2ONLY>(reinterpret_cast<const float4 *>(y + base + j));
             }
         }
 #pragma unroll
@@ -128,14 +135,13 @@ __device__ static inline void winner_sums(float (*bin)[C_OUT][B4_THREADS],
         }
     } else {
         for (int j = lo + t; j < hi; j += B4_THREADS) {
-            unsigned w = L2ONLY ? __ldcg(win + base + j) : win[base + j];
-            float yv = L2ONLY ? __ldcg(y + base + j) : 0.0f;
+            unsigned w = load_from<L2ONLY>(win + base + j);
             if (w & WIN_INSIDE) {
                 int k = (int)(w & (C_OUT - 1));
                 float gv = g[base + j];
-                bin[0][k][t] += gv, bin[1][k][t] += gv * (L2ONLY ? yv : y[base + j]);
+                bin[0][k][t] += gv, bin[1][k][t] += gv * load_from<L2ONLY>(y + base + j);
             } else if (OUT) {
-                bin[NB - 1][w & (C_OUT - 1)][t] += g[base + j] * (L2ONLY ? yv : y[base + j]);
+                bin[NB - 1][w & (C_OUT - 1)][t] += g[base + j] * load_from<L2ONLY>(y + base + j);
             }
         }
     }
@@ -155,14 +161,29 @@ __device__ static inline void winner_sums(float (*bin)[C_OUT][B4_THREADS],
         out[PS * t + 3] = 0.0f;
 }
 
-/* b4's and b5's sums: block (p, n), P = gridDim.x */
-template <bool OUT>
+/* The sums: block (p, n), P = gridDim.x. WAIT (b6): the block first waits until the CL forward
+ * blocks of sample n have published (done[n] = CL, an acquire load, a nap between tries), then
+ * reads y and the bytes through L2; b4 and b5 pass done = NULL. */
+template <bool OUT, bool WAIT = false>
 __global__ void __launch_bounds__(B4_THREADS)
 k_winner_sums(const unsigned char *__restrict__ win, const float *__restrict__ g,
-              const float *__restrict__ y, float *__restrict__ part, int S)
+              const float *__restrict__ y, float *__restrict__ part, int S, const unsigned *done)
 {
-    __shared__ float bin[OUT ? 3 : 2][C_OUT][B4_THREADS]; /* 32 KB; b5 48 KB */
-    winner_sums<OUT>(bin, win, g, y, part, S, blockIdx.y, blockIdx.x, gridDim.x);
+    __shared__ float bin[OUT ? 3 : 2][C_OUT][B4_THREADS]; /* 32 KB; b5, b6 48 KB */
+    if constexpr (WAIT) {
+        if (threadIdx.x == 0) {
+            unsigned v;
+            for (;;) {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v)
+                             : "l"(done + blockIdx.y) : "memory");
+                if (v >= CL)
+                    break;
+                __nanosleep(128);
+            }
+        }
+        __syncthreads();
+    }
+    winner_sums<OUT, WAIT>(bin, win, g, y, part, S, blockIdx.y, blockIdx.x, gridDim.x);
 }
 
 /* V floats from p (V = 4: a float4, p 16-byte aligned), streaming: read once, evict first */
@@ -307,7 +328,7 @@ static void b4_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int S = s->s, P = ceil_div(S, WIN_SUMS_POS), blocks = ceil_div(S, V * B4_THREADS);
-    k_winner_sums<false><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S);
+    k_winner_sums<false><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
     k_stream_dc<V><<<dim3(blocks, s->n), B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
                                                         r->rstd, r->bpart, P, r->dc, r->dm_part1,
                                                         S);
@@ -371,7 +392,7 @@ void b4_launch(const run_ctx *r, int scope)
  *   dm_c = (1 / m_c) sum over n of [(1 + eps rstd^2) sum_in g y + sum_out g y],
  * sum_in and sum_out over the positions c wins inside and outside the clamp. k_winner_sums<true>
  * adds sum_out as a third bin; the stream computes no dm; and one block of the stream's launch
- * (k_stream_dm: row 0 of the grid, in practice dispatched with the first wave) adds the N P
+ * (k_stream_dm: block 0 of the grid, dispatched first, so with the first wave) adds the N P
  * partials of each channel in a fixed order while the stream runs. m_c = 0 gives a = 0, xh = 0
  * and dm_c = 0 exactly, so it is set to 0, not divided by. The test "m 0, 1e-3" plants both: m =
  * 1e-3 on c = 50 +- 1, where var = 3.3e-7 and eps rstd^2 = 0.97: the first use is 0.97 of the
@@ -407,6 +428,9 @@ void b4_launch(const run_ctx *r, int scope)
  *     5.7 us between the medians (3.6%), beyond either version's spread of rounds. Recorded in
  *     the same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of
  *     the 0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
+ *   - with the stream's grid revised (b6's comment): rounds 0.1520, 0.1515, 0.1515; recorded
+ *     at 0.1508 ms [0.1488 - 0.1543], 5.80x torch.compile, the same within the spread between
+ *     calls; 0.15 ms missed by 0.5%.
  * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 54% of
  * the copy ceiling), and the sums' 10 us for 14.5 MB, 4.9 us at the copy ceiling. ncu on the
  * sums: one wave of 512 blocks, the SMs active 71% of its cycles (ramp and tail), DRAM 43% busy,
@@ -441,8 +465,9 @@ __device__ static void dm_from_sums(const float4 *part, int count, int P, const 
         dm[co] = mc != 0.0f ? a / mc : 0.0f;
 }
 
-/* b5's (and b6's) stream: block (b, n + 1) streams sample n; block (0, 0) writes dm, the rest
- * of row 0 exit at once. RESET (b6): block (0, 0) also sets b6's per-sample counters back to 0
+/* b5's (and b6's) stream, a grid of 1 + N B blocks in one dimension (B a sample; no grid limit
+ * on N): block 0 writes dm, dispatched first so that it runs beside the stream; block 1 + n B + b
+ * streams block b of sample n. RESET (b6): block 0 also sets b6's per-sample counters back to 0
  * (done, N of them; NULL for b5) */
 template <int V, bool RESET = false>
 __global__ void __launch_bounds__(B4_THREADS, 3)
@@ -450,21 +475,19 @@ k_stream_dm(const float *__restrict__ c, const float *__restrict__ g,
             const unsigned char *__restrict__ win, const float *__restrict__ m,
             const float *__restrict__ mean, const float *__restrict__ rstd,
             const float *__restrict__ part, int P, float *__restrict__ dc, float *__restrict__ dm,
-            int S, unsigned *done)
+            int S, int B, unsigned *done)
 {
     __shared__ float k[5][C_OUT];
-    if (blockIdx.y == 0) {
-        if (blockIdx.x == 0) {
-            dm_from_sums(reinterpret_cast<const float4 *>(part), (gridDim.y - 1) * P, P, m, rstd,
-                         dm);
-            if (RESET) /* b6: the per-sample counters back to 0 for the next run */
-                for (int i = threadIdx.x; i < (int)gridDim.y - 1; i += B4_THREADS)
-                    done[i] = 0;
-        }
+    if (blockIdx.x == 0) {
+        int N = (gridDim.x - 1) / B;
+        dm_from_sums(reinterpret_cast<const float4 *>(part), N * P, P, m, rstd, dm);
+        if (RESET) /* b6: the per-sample counters back to 0 for the next run */
+            for (int i = threadIdx.x; i < N; i += B4_THREADS)
+                done[i] = 0;
         return;
     }
-    stream_dc<V, false>(k, NULL, c, g, win, m, mean, rstd, part, P, dc, NULL, S, blockIdx.y - 1,
-                        blockIdx.x, gridDim.x);
+    int q = blockIdx.x - 1;
+    stream_dc<V, false>(k, NULL, c, g, win, m, mean, rstd, part, P, dc, NULL, S, q / B, q % B, B);
 }
 
 template <int V>
@@ -472,18 +495,13 @@ static void b5_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int S = s->s, P = ceil_div(S, WIN_SUMS_POS), blocks = ceil_div(S, V * B4_THREADS);
-    k_winner_sums<true><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S);
-    k_stream_dm<V><<<dim3(blocks, s->n + 1), B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
-                                                            r->rstd, r->bpart, P, r->dc, r->dm, S,
-                                                            NULL);
+    k_winner_sums<true><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
+    k_stream_dm<V><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean, r->rstd,
+                                                       r->bpart, P, r->dc, r->dm, S, blocks, NULL);
 }
 
 void b5_launch(const run_ctx *r, int scope)
 {
-    if (r->sh.n >= 65535) { /* the stream's extra grid row would pass the 65535 limit: b4 */
-        b4_launch(r, scope);
-        return;
-    }
     saved_argmax_launch(r, scope, b5_backward<4>, b5_backward<1>, 1);
 }
 
@@ -532,33 +550,19 @@ void b5_launch(const run_ctx *r, int scope)
  * waves of 30 and 8, so block slots open gradually through the tail rather than at once.
  * Recorded in the same call (the README's table, 20 repetitions): 0.1462 ms [0.1449 - 0.1521],
  * 74% of the 0.108 ms floor, 5.98x torch.compile's 0.8745; issue 15's 0.15 ms is met, by 2.5%.
+ * Revised since, for the reader and to lift a limit: the stream's grid is one-dimensional (1 +
+ * N B blocks, the dm block first), where the dm block was an extra row of a (B, N + 1) grid that
+ * passed the grid's 65535 rows at a batch of 65535 (b5 and b6 ran b4 there; now they run
+ * themselves); the sums are k_winner_sums<true, true>, where they were a kernel of their own.
+ * Three interleaved rounds of one call: 0.1476, 0.1474, 0.1475 ms against b5's 0.1520, 0.1515,
+ * 0.1515 and b4's 0.1565, 0.1564, 0.1571, the same as before within the spread between calls.
+ * Recorded in the next call: 0.1471 ms [0.1438 - 0.1506], 73% of the floor, 5.95x
+ * torch.compile; 0.15 ms met, by 1.9%.
  * A first form, every thread fencing before the block barrier and thread 0 adding without a
  * fence of its own (one fence a warp, and not formally a release of the other threads' writes),
  * measured 0.1477 - 0.1484 against b5's 0.1517 - 0.1520 in an earlier call (recorded there at
  * 0.1483).
  */
-
-/* b6's sums: block (p, n) first waits until the CL forward blocks of sample n have published
- * (done[n] = CL, acquire), then reads y and the bytes from L2 */
-__global__ void __launch_bounds__(B4_THREADS)
-k_winner_sums_waiting(const unsigned char *__restrict__ win, const float *__restrict__ g,
-                      const float *__restrict__ y, float *__restrict__ part, int S,
-                      const unsigned *done)
-{
-    __shared__ float bin[3][C_OUT][B4_THREADS];
-    if (threadIdx.x == 0) {
-        unsigned v;
-        for (;;) {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done + blockIdx.y)
-                         : "memory");
-            if (v >= CL)
-                break;
-            __nanosleep(128);
-        }
-    }
-    __syncthreads();
-    winner_sums<true, true>(bin, win, g, y, part, S, blockIdx.y, blockIdx.x, gridDim.x);
-}
 
 template <int V>
 static void b6_backward(const run_ctx *r)
@@ -570,18 +574,15 @@ static void b6_backward(const run_ctx *r)
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.gridDim = dim3(P, s->n), cfg.blockDim = dim3(B4_THREADS), cfg.attrs = at, cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_winner_sums_waiting, (const unsigned char *)r->win,
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_winner_sums<true, true>, (const unsigned char *)r->win,
                                   (const float *)r->g, (const float *)r->y, r->bpart, S,
                                   (const unsigned *)r->fwd_done));
-    k_stream_dm<V, true><<<dim3(blocks, s->n + 1), B4_THREADS>>>(
-        r->c, r->g, r->win, r->m, r->mean, r->rstd, r->bpart, P, r->dc, r->dm, S, r->fwd_done);
+    k_stream_dm<V, true><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
+                                                             r->rstd, r->bpart, P, r->dc, r->dm, S,
+                                                             blocks, r->fwd_done);
 }
 
 void b6_launch(const run_ctx *r, int scope)
 {
-    if (r->sh.n >= 65535) { /* as b5 */
-        b4_launch(r, scope);
-        return;
-    }
     saved_argmax_launch(r, scope, b6_backward<4>, b6_backward<1>, 2);
 }
