@@ -75,13 +75,26 @@ __device__ static inline void mma_3xtf32(float acc[4], const uint32_t a_hi[4],
         acc[e] += part[e];
 }
 
-/* split_tf32 with the rounding done by hand (chapter 3's v14 to v16): hi = v rounded to its top 11
+/* split_tf32 with the rounding done by hand (chapter 3's v14 and v15): hi = v rounded to its top 11
  * significant bits, ties away from zero as cvt.rna (add half of the 13 dropped bits' weight,
  * then clear them), lo = v - hi; 3 instructions where cvt.rna.tf32.f32 compiles to 5 on sm_90.
  * Finite inputs below 2^128 (1 - 2^-12) only: above that, hi overflows to infinity. */
 __device__ static inline void split_fast(float v, uint32_t *hi, uint32_t *lo)
 {
     *hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+    *lo = __float_as_uint(v - __uint_as_float(*hi));
+}
+
+/* split_fast without the rounding (chapter 3's v16, for A only): hi = v with its 13 low
+ * mantissa bits cleared, lo = v - hi (exact: hi and v share sign and exponent); 2 instructions,
+ * one fewer on each value's dependent chain. The price is precision: |lo| < 2^-10 |v| instead
+ * of 2^-11, so the core's truncation of lo costs up to 2^-20 of v instead of 2^-21, and a
+ * product with a B split by split_tf32 is within about 2^-19 of the exact one (the three
+ * terms: 2^-20, 2^-21 and the dropped lo lo's 2^-21) where two split_fast factors give about
+ * 1.25 x 2^-20: 32 times fp32's rounding at most. Finite inputs; an infinity gives lo = NaN. */
+__device__ static inline void split_trunc(float v, uint32_t *hi, uint32_t *lo)
+{
+    *hi = __float_as_uint(v) & 0xffffe000u;
     *lo = __float_as_uint(v - __uint_as_float(*hi));
 }
 

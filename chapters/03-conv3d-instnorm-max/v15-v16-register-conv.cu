@@ -72,7 +72,7 @@
  * Defect of v15: its first stall is the tensor pipe (above). mma.sync is a warp's instruction of
  * 16 x 8 x 8: a tile and step takes six of them (two channel halves, three products), 462 a
  * sample in each warp, and the pipe throttles their issue.
- * Change, in two steps, each measured:
+ * Change, in three steps, each measured:
  * 1. wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
  *    Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one
  *    instruction that runs asynchronously. A comes from registers, each warp its 16 rows in
@@ -138,8 +138,31 @@
  * The block's statistics with one barrier instead of three (each warp's mean and M2 from its
  * registers, then warp w merging the 16 warps' of channel w as two sums): 0.1354, 0.1353, 0.1361
  * ms against 17d9b94's 0.1333, 0.1339, 0.1334 (same call; ptxas spills 72 bytes against 48).
- * Recorded (the README's table, a later call with the same code): 0.1346 ms [0.1338 - 0.1386],
- * 31.1 TFLOP/s, 3.65x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.35x.
+ * Recorded, steps 1 and 2 (the README's table then, a later call with the same code): 0.1346 ms
+ * [0.1338 - 0.1386], 31.1 TFLOP/s, 3.65x torch.compile's 0.491 ms.
+ * 3. The split truncates (common/tf32.cuh's split_trunc, for A only). Defect of the form above:
+ *    each gathered value reaches the wgmma through three dependent instructions (split_fast:
+ *    add half of tf32's last place, clear the 13 low bits, subtract), 12 of a tile and step's
+ *    21, and fixed latencies lead ncu's stalls. Change: clear the bits without rounding (hi = v
+ *    truncated, lo = v - hi, exact): 2 instructions a value, 17 a tile and step. The price:
+ *    |lo| < 2^-10 |v| where it was 2^-11, a product's error bound about 2^-19 of it against
+ *    1.25 x 2^-20 (tf32.cuh). Prediction, from the instruction count only: 19% fewer in the loop
+ *    and one fewer on each value's chain; if the conv's 8.5 us a round shrank in proportion, 1.6
+ *    us a round, up to 15 us over the 9 rounds, and less, since issue slots were only 53% busy.
+ *    Measured (H100, medians of 50, three interleaved rounds): 0.1284, 0.1280, 0.1285 ms against
+ *    the form above's 0.1345, 0.1344, 0.1339 in the recording call (an earlier call: 0.1285,
+ *    0.1285, 0.1286 against 0.1340, 0.1342, 0.1342), 5.6 to 6.0 us (4.2 to 4.5%) less; the
+ *    batch sweep puts a round at 13.3 us against 14.1. ncu (the kernel alone, the recording
+ *    call): 152.5 us against 159.2, 50.5 million instructions against 55.5, issue slots 50.5%
+ *    busy against 53.3%, 7.92 cycles between a warp's instructions against 7.52: the
+ *    instructions went, the waits between them stayed. y's error in make test: rel_l2 3.0e-7 at
+ *    1x3x16x32x32 and 3.0e-7 at 2x3x4x35x37 (before: 3.3e-7, 2.9e-7), no larger than the
+ *    differences between forms that round alike.
+ * Recorded (the README's table, the same call): 0.1276 ms [0.1269 - 0.1284], 32.8 TFLOP/s, 3.85x
+ * torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.28x. What is left: 9 rounds of
+ * 13.3 us for 8.53 samples a cluster, and in each round the phases outside the conv (step 1's
+ * timeline: 6.7 us of the window's wait, the statistics, the exchange and y, before step 2 cut
+ * the exchange), which nothing overlaps.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -346,11 +369,12 @@ template <int N> __device__ static inline void wgmma_wait()
  * statements keep their order) */
 __device__ static inline void pin(float &v) { asm volatile("" : "+f"(v)); }
 
-/* v16's step st over the warp's 7 tiles: each tile's A gathered and split as in v15, then its
- * three products on the warpgroup's tensor cores, one group a tile. A's registers alternate
- * between two buffers, tile r using (r + P) & 1 (P: the step's parity, so that consecutive
- * tiles, across steps too, use different ones); before a buffer is rewritten, the group that
- * read it two tiles back must be done: wait_group 1 (all but the newest). */
+/* v16's step st over the warp's 7 tiles: each tile's A gathered as in v15 and split by
+ * truncation (step 3), then its three products on the warpgroup's tensor cores, one group a
+ * tile. A's registers alternate between two buffers, tile r using (r + P) & 1 (P: the step's
+ * parity, so that consecutive tiles, across steps too, use different ones); before a buffer is
+ * rewritten, the group that read it two tiles back must be done: wait_group 1 (all but the
+ * newest). */
 template <int P>
 __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_hi[2][4],
                                          uint32_t a_lo[2][4], const v15_smem &sw,
@@ -367,7 +391,7 @@ __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_
         wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            split_fast(a[e], &a_hi[b][e], &a_lo[b][e]);
+            split_trunc(a[e], &a_hi[b][e], &a_lo[b][e]);
         wgmma_fence(a_hi[b], a_lo[b]);
         wgmma_tf32(&acc[r][0][0], a_lo[b], dhi);
         wgmma_tf32(&acc[r][0][0], a_hi[b], dlo);
