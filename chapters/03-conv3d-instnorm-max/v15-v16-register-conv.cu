@@ -72,7 +72,7 @@
  * Defect of v15: its first stall is the tensor pipe (above). mma.sync is a warp's instruction of
  * 16 x 8 x 8: a tile and step takes six of them (two channel halves, three products), 462 a
  * sample in each warp, and the pipe throttles their issue.
- * Change, in three steps, each measured:
+ * Change, in five steps, each measured:
  * 1. wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
  *    Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one
  *    instruction that runs asynchronously. A comes from registers, each warp its 16 rows in
@@ -158,11 +158,50 @@
  *    instructions went, the waits between them stayed. y's error in make test: rel_l2 3.0e-7 at
  *    1x3x16x32x32 and 3.0e-7 at 2x3x4x35x37 (before: 3.3e-7, 2.9e-7), no larger than the
  *    differences between forms that round alike.
- * Recorded (the README's table, the same call): 0.1276 ms [0.1269 - 0.1284], 32.8 TFLOP/s, 3.85x
- * torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.28x. What is left: 9 rounds of
- * 13.3 us for 8.53 samples a cluster, and in each round the phases outside the conv (step 1's
- * timeline: 6.7 us of the window's wait, the statistics, the exchange and y, before step 2 cut
- * the exchange), which nothing overlaps.
+ *    Recorded (the README's table then, the same call): 0.1276 ms [0.1269 - 0.1284].
+ * A timeline of that form (an instrumented build, not committed: thread 0 of each block writing
+ * %globaltimer at the phase boundaries; medians over the samples after each block's first, two
+ * runs) put a round at 1.18 - 1.34 us from its start to the conv (the window's wait, the
+ * barrier, the next window's copies issued), 7.84 - 7.94 of conv, 1.25 - 1.28 of statistics,
+ * 0.80 - 0.86 of exchange and 1.76 of y. The first phase's tenth percentile, 0.10 us, is the
+ * last round, which issues no copies: issuing them took about 1.1 us a round.
+ * 4. The window's copies 8 bytes wide. Defect: 11,718 cp.async of 4 bytes a block and sample
+ *    (the 3 channels' 3906 floats), 23 a thread, issued while the warps wait to start the conv.
+ *    Change: wstride 2 mod 4 instead of 1 mod 4, so that where D H W is even every channel's
+ *    source and destination start 8-byte aligned and each cp.async moves 8 bytes (issue_window<2>):
+ *    half the copy instructions. The price: 6 of the 22 column groups conflict in shared memory
+ *    where 5 did (the launcher's comment). Predicted: half of the 1.1 us, about 4 us over the 8
+ *    rounds that copy. Measured in two calls, in a form with a tail copy for an odd window,
+ *    which cannot occur (the window and the channel past an even c_lo are both even; ptxas
+ *    spilled 44 bytes with it, 32 without): alone, 0.1258, 0.1261, 0.1259 ms against step 3's
+ *    0.1278, 0.1279, 0.1277; in the call that also timed step 5, 0.1269, 0.1273, 0.1273
+ *    against 0.1283, 0.1290, 0.1290: 1.4 to 2.0 us. Its timeline: the first phase 0.93 us, and
+ *    the conv 8.06 - 8.10 (the sixth conflicting group).
+ * 5. y by a reduce-scatter. Defect: y took 1.76 us a round, each lane's 14 maxima of its 4
+ *    channels reduced over the group's 4 lanes by 28 shuffles in dependent pairs, and one lane in
+ *    four storing. Change: lanes t and t ^ 1 each keep one of every pair of items and send the
+ *    other, then lanes t and t ^ 2 the same: 11 shuffles, and every lane stores 3 or 4 of the 14
+ *    (the positions from the block's table, 4 LDS, instead of 14 registers). Predicted, if y's
+ *    time were its shuffles': up to 1 us a round. Measured (the tail-copy form, the same call as
+ *    step 4's figures): 0.1250, 0.1246, 0.1248 ms against step 4's 0.1269, 0.1273, 0.1273, 1.9
+ *    to 2.7 us.
+ * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call):
+ * 0.1223, 0.1223, 0.1224 ms against step 3's 0.1289, 0.1288, 0.1287, 6.5 us (5.0%) less, more
+ * than steps 4 and 5 measured with the tail copy (3.3 to 4.4 us); the sweep puts a round at 12.6
+ * us.
+ * ncu (the kernel alone, same call): 148.7 us against 154.0, 47.1 million instructions against
+ * 50.5, issue slots 48.9% busy against 50.5%, 8.19 cycles between a warp's instructions against
+ * 7.91. ptxas: 128 registers, 32 bytes spilled (step 3: 48), none in the conv's loop. y's error
+ * in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37.
+ * Tried (the README's list): the next window's copies issued in six parts, one at each pair of
+ * the conv's steps, so that no warp waits on them before the conv: the first phase fell to 0.13
+ * us, but the conv rose to 9.95 us and the statistics to 1.98 (the copies and the gathers share
+ * the load pipe): 0.1392, 0.1393, 0.1389 ms against 0.1288, 0.1288, 0.1290.
+ * Recorded (the README's table, the recording call): 0.1219 ms [0.1216 - 0.1223], 34.3 TFLOP/s,
+ * 4.03x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.22x. What is left: 9 rounds
+ * of 12.6 us for 8.53 samples a cluster, and in each round the phases outside the conv (the
+ * copies' issue, the statistics, the exchange and y: 5.1 us in step 3's timeline), which
+ * nothing overlaps.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -253,6 +292,23 @@ __device__ static inline void lane_sums(const float acc[V15_TILES][2][4],
                 }
 }
 
+/* y's candidates at a lane's corner hh (row g or g + 8) of a tile: u = m clamp(c (m rstd) -
+ * mean rstd) for its four channels (c = acc[h][2 hh + e]: channel 8 h + 2 t + e), and their
+ * maximum, the first on ties */
+__device__ static inline float lane_max(const float acc[2][4], int hh, const float k1[2][2],
+                                        const float k0[2][2], const float mult[2][2])
+{
+    float best = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float u = clampf1(fmaf(acc[h][2 * hh + e], k1[h][e], k0[h][e])) * mult[h][e];
+            best = (h == 0 && e == 0) || u > best ? u : best;
+        }
+    return best;
+}
+
 /* a lane's sums of its four channels (s[h][e]: channel 8 h + 2 t + e) added over the warp's 8
  * lanes of its t (lanes 4, 8, 16 apart), and the warp's 16 sums into sw->part[warp] */
 __device__ static inline void warp_part(v15_smem *sw, float s[2][2])
@@ -273,18 +329,22 @@ __device__ static inline void warp_part(v15_smem *sw, float s[2][2])
 }
 
 /* sample n's window of x for the block whose span starts at corner c_lo, into dst (channel ci
- * at dst + ci * wstride): its first `in` floats a channel, by cp.async (4 bytes each: wstride
- * is 1 mod 4, so 16-byte copies would be misaligned), committed as one group. The rest of the
- * window, past the end of x's channel, is the same zeros for every sample: the kernel writes
- * them once into each buffer, and only corners that are not positions read them. */
+ * at dst + ci * wstride): its first `in` floats a channel, by cp.async of V floats each,
+ * committed as one group. v15: V = 1 (wstride is 1 mod 4, so wider copies would be
+ * misaligned). v16 (step 4): V = 2 where D H W is even, wstride 2 mod 4: every channel's source
+ * and destination then start 8-byte aligned, and `in` is even (the window's length is, and so
+ * is the rest of the channel past an even c_lo). The rest of the window, past the end of x's
+ * channel, is the same zeros for every sample: the kernel writes them once into each buffer,
+ * and only corners that are not positions read them. */
+template <int V>
 __device__ static inline void issue_window(float *dst, const float *__restrict__ x, int n, int c_lo,
                                            int in, int dhw, unsigned wstride)
 {
     const float *src = x + ((size_t)n * C_IN * dhw + c_lo);
     for (int ci = 0; ci < C_IN; ci++, src += dhw, dst += wstride) {
-        const float *s = src + threadIdx.x, *end = src + in;
-        for (float *d = dst + threadIdx.x; s < end; s += CL_THREADS, d += CL_THREADS)
-            __pipeline_memcpy_async(d, s, 4);
+        const float *s = src + V * threadIdx.x, *end = src + in;
+        for (float *d = dst + V * threadIdx.x; s < end; s += V * CL_THREADS, d += V * CL_THREADS)
+            __pipeline_memcpy_async(d, s, 4 * V);
     }
     __pipeline_commit();
 }
@@ -459,7 +519,10 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     /* 1. the first sample's window; while it lands, the zeros past x's end (both buffers), B
      * split from the weights, the columns' offsets, and the corners' positions, for every
      * sample */
-    issue_window(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
+    if (WGMMA && (dhw & 1) == 0)
+        issue_window<2>(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
+    else
+        issue_window<1>(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
     for (int i = threadIdx.x; i < 2 * C_IN * (len - in); i += CL_THREADS) {
         int w = i / (len - in); /* window w: buffer w / C_IN, channel w % C_IN */
         xs[w * wstride + in + (i - w * (len - in))] = 0.0f;
@@ -523,8 +586,13 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         const float *xw = xs + (it & 1) * win;
         __pipeline_wait_prior(0); /* this sample's window has landed (each thread its own) */
         __syncthreads();          /* (everyone's), and every warp is done with the last one */
-        if (n + (int)gridDim.y < sh.n) /* the next sample's window, while this one computes */
-            issue_window(xs + ((it + 1) & 1) * win, x, n + gridDim.y, c_lo, in, dhw, wstride);
+        if (n + (int)gridDim.y < sh.n) { /* the next sample's window, while this one computes */
+            float *nd = xs + ((it + 1) & 1) * win;
+            if (WGMMA && (dhw & 1) == 0)
+                issue_window<2>(nd, x, n + gridDim.y, c_lo, in, dhw, wstride);
+            else
+                issue_window<1>(nd, x, n + gridDim.y, c_lo, in, dhw, wstride);
+        }
 
         /* 2. the conv, from the bias */
         float acc[V15_TILES][2][4];
@@ -592,25 +660,53 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 k0[h][e] = -cs.mean[co] * cs.rstd[co];
             }
         float *yn = y + (size_t)n * sh.s;
+        if (WGMMA) {
+            /* v16 (step 5): the lane's 14 maxima of its 4 channels, items q = 2 r + hh, then a
+             * reduce-scatter over the group's 4 lanes: 7 + 4 shuffles where v15 takes 28, and
+             * lane t stores items t, 4 + t, 8 + t and (lanes 0, 1) 12 + t */
+            static_assert(V15_TILES % 2 == 1, "the reduce-scatter takes an odd count of tiles");
+            float v[2 * V15_TILES];
 #pragma unroll
-        for (int r = 0; r < V15_TILES; r++)
+            for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                float best = 0.0f;
+                for (int hh = 0; hh < 2; hh++)
+                    v[2 * r + hh] = lane_max(acc[r], hh, k1, k0, mult);
+            /* lanes t and t ^ 1: each keeps one item of a pair and sends the other, so w[i] is
+             * item 2 i + (t & 1) over both; then lanes t and t ^ 2 the same over w's pairs, so
+             * z is item 4 j + t over all four (fmaxf drops a NaN, torch.max keeps it; finite x
+             * has none) */
+            int b0 = t & 1, b1 = t >> 1;
+            float w[V15_TILES];
 #pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float v = fmaf(acc[r][h][2 * hh + e], k1[h][e], k0[h][e]);
-                        float u = clampf1(v) * mult[h][e];
-                        best = (h == 0 && e == 0) || u > best ? u : best;
-                    }
-                /* fmaxf across lanes drops a NaN (torch.max keeps it); finite x has none */
-                best = fmaxf(best, __shfl_xor_sync(FULL, best, 1));
-                best = fmaxf(best, __shfl_xor_sync(FULL, best, 2));
-                if (t == 0 && pos[r][hh] >= 0)
-                    yn[pos[r][hh]] = best;
+            for (int i = 0; i < V15_TILES; i++) {
+                float send = b0 ? v[2 * i] : v[2 * i + 1], keep = b0 ? v[2 * i + 1] : v[2 * i];
+                w[i] = fmaxf(keep, __shfl_xor_sync(FULL, send, 1));
             }
+#pragma unroll
+            for (int j = 0; j < V15_TILES / 2; j++) {
+                float send = b1 ? w[2 * j] : w[2 * j + 1], keep = b1 ? w[2 * j + 1] : w[2 * j];
+                float z = fmaxf(keep, __shfl_xor_sync(FULL, send, 2));
+                int p = ptab[base + 256 * (2 * j + b1) + 32 * b0]; /* item 4 j + t's corner */
+                if (p >= 0)
+                    yn[p] = z;
+            }
+            float z = fmaxf(w[V15_TILES - 1], __shfl_xor_sync(FULL, w[V15_TILES - 1], 2));
+            int p = ptab[base + 256 * (V15_TILES - 1) + 32 * b0]; /* the last pair's item */
+            if (b1 == 0 && p >= 0)
+                yn[p] = z;
+        } else {
+#pragma unroll
+            for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    float best = lane_max(acc[r], hh, k1, k0, mult);
+                    /* fmaxf across lanes drops a NaN (torch.max keeps it); finite x has none */
+                    best = fmaxf(best, __shfl_xor_sync(FULL, best, 1));
+                    best = fmaxf(best, __shfl_xor_sync(FULL, best, 2));
+                    if (t == 0 && pos[r][hh] >= 0)
+                        yn[pos[r][hh]] = best;
+                }
+        }
         if (rank == 0 && threadIdx.x < C_OUT)
             mean[n * C_OUT + threadIdx.x] = cs.mean[threadIdx.x],
             rstd[n * C_OUT + threadIdx.x] = cs.rstd[threadIdx.x];
@@ -623,15 +719,17 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
 /* persistent clusters, as many as fit at once, each taking samples blockIdx.y, + gridDim.y, ...;
  * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v14
  * where a sample needs more than CL blocks, the two windows do not fit shared memory, or no
- * cluster fits the GPU. wstride: the window's length rounded up to 1 mod 4, so that channel
- * ci's offsets shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three
- * classes of 27 and 15 of the 22 column groups conflict; at 1 mod 4, 5 do). The columns and the
- * clusters that fit are cached by shape (the harness runs on one device). */
+ * cluster fits the GPU. wstride: the window's length rounded up to 1 mod 4 (v15), so that
+ * channel ci's offsets shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in
+ * three classes of 27 and 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4
+ * (v16, step 4: 6 groups conflict, and the window's copies can be 8 bytes wide). The columns and
+ * the clusters that fit are cached by shape (the harness runs on one device). */
 template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int scope)
 {
     const shape *sh = &r->sh;
     int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, V15_SPAN);
-    unsigned len = V15_SPAN + 2 * hw + 2 * sh->w + 2, wstride = len + ((1u - len) & 3u);
+    unsigned len = V15_SPAN + 2 * hw + 2 * sh->w + 2;
+    unsigned wstride = WGMMA ? len + ((2u - len) & 3u) : len + ((1u - len) & 3u);
     size_t smem = 8 * (size_t)C_IN * wstride + 4 * (size_t)V15_SPAN;
     if (ncl > CL || smem > r->smem_optin) {
         v14_launch(r, scope);
