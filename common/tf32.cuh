@@ -23,7 +23,8 @@
  * 2x32x32x128x128 on the H100.) Then
  *     a b = a_hi b_hi + a_hi b_lo + a_lo b_hi + a_lo b_lo
  * and the last product, about 2^-22 of a b, is left out: each product is then within about
- * 2^-21 of the exact one, a few times fp32's own rounding (2^-24), and a sum of many lands near
+ * 1.25 x 2^-20 of the exact one (2^-21 for each factor's truncated a_lo or b_lo, 2^-22 for the
+ * dropped term), 20 times fp32's own rounding (2^-24), and a sum of many lands near
  * fp32's accuracy (chapter 2's v8: rel_l2 2.1e-7). (NVIDIA's CUTLASS calls this "3xTF32"; the
  * split is the classic one of Dekker, "A floating-point technique for extending the available
  * precision", 1971.) The small products go first, so they are added while the accumulator is still small.
@@ -90,8 +91,8 @@ __device__ static inline void split_fast(float v, uint32_t *hi, uint32_t *lo)
  * one fewer on each value's dependent chain. The price is precision: |lo| < 2^-10 |v| instead
  * of 2^-11, so the core's truncation of lo costs up to 2^-20 of v instead of 2^-21, and a
  * product with a B split by split_tf32 is within about 2^-19 of the exact one (the three
- * terms: 2^-20, 2^-21 and the dropped lo lo's 2^-21) where two split_fast factors give about
- * 1.25 x 2^-20: 32 times fp32's rounding at most. Finite inputs; an infinity gives lo = NaN. */
+ * terms: 2^-20, 2^-21 and the dropped lo lo's 2^-21; 32 times fp32's rounding 2^-24) where two
+ * rounded splits give 1.25 x 2^-20 (20 times). Finite inputs; an infinity gives lo = NaN. */
 __device__ static inline void split_trunc(float v, uint32_t *hi, uint32_t *lo)
 {
     *hi = __float_as_uint(v) & 0xffffe000u;

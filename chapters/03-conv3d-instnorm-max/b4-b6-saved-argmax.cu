@@ -67,8 +67,8 @@
 #define B4_THREADS 256 /* every kernel's blocks */
 #define B4_H 8         /* the stream: rows a thread has in flight at once */
 
-/* *p; L2ONLY (b6): through L2 only (__ldcg), for data a kernel still running wrote, which this
- * SM's L1 may hold stale */
+/* returns *p; with L2ONLY (b6), read through L2 only (__ldcg), for data a kernel still running
+ * wrote, which this SM's L1 may hold stale */
 template <bool L2ONLY, typename T>
 __device__ static inline T load_from(const T *p)
 {
@@ -162,8 +162,9 @@ __device__ static inline void winner_sums(float (*bin)[C_OUT][B4_THREADS],
 }
 
 /* The sums: block (p, n), P = gridDim.x. WAIT (b6): the block first waits until the CL forward
- * blocks of sample n have published (done[n] = CL, an acquire load, a nap between tries), then
- * reads y and the bytes through L2; b4 and b5 pass done = NULL. */
+ * blocks of sample n (CL: v10's cluster size, its blocks a sample) have published (done[n] =
+ * CL, an acquire load, a nap between tries), then reads y and the bytes through L2; b4 and b5
+ * pass done = NULL. */
 template <bool OUT, bool WAIT = false>
 __global__ void __launch_bounds__(B4_THREADS)
 k_winner_sums(const unsigned char *__restrict__ win, const float *__restrict__ g,
@@ -392,12 +393,12 @@ void b4_launch(const run_ctx *r, int scope)
  *   dm_c = (1 / m_c) sum over n of [(1 + eps rstd^2) sum_in g y + sum_out g y],
  * sum_in and sum_out over the positions c wins inside and outside the clamp. k_winner_sums<true>
  * adds sum_out as a third bin; the stream computes no dm; and one block of the stream's launch
- * (k_stream_dm: block 0 of the grid, dispatched first, so with the first wave) adds the N P
- * partials of each channel in a fixed order while the stream runs. m_c = 0 gives a = 0, xh = 0
+ * (k_stream_dm: block 0 of the grid, in practice dispatched first, with the first wave) adds the N
+ * P partials of each channel in a fixed order while the stream runs. m_c = 0 gives a = 0, xh = 0
  * and dm_c = 0 exactly, so it is set to 0, not divided by. The test "m 0, 1e-3" plants both: m =
  * 1e-3 on c = 50 +- 1, where var = 3.3e-7 and eps rstd^2 = 0.97: the first use is 0.97 of the
- * second's inside part there. y / m_c is inexact only where y = clamp(xh) m_c is subnormal
- * (below 1.2e-38): the error it adds to dm_c is at most |g| 1.4e-45 / |m_c| a position,
+ * second's inside part there. y / m_c is inexact only where y = clamp(xh) m_c is subnormal (below
+ * 1.2e-38): the error it adds to dm_c is at most |g| 1.4e-45 / |m_c| a position,
  * negligible unless |m_c| itself nears that range, where var = m_c^2 var(c) has long since
  * underflowed and the forward is degenerate anyway.
  * Change 2: the forward keeps the bit with the winning channel as its loop goes: xh is inside
@@ -429,7 +430,7 @@ void b4_launch(const run_ctx *r, int scope)
  *     the same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of
  *     the 0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
  *   - with the stream's grid revised (b6's comment): rounds 0.1520, 0.1515, 0.1515; recorded
- *     at 0.1508 ms [0.1488 - 0.1543], 5.80x torch.compile, the same within the spread between
+ *     at 0.1507 ms [0.1488 - 0.1543], 5.80x torch.compile, the same within the spread between
  *     calls; 0.15 ms missed by 0.5%.
  * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 54% of
  * the copy ceiling), and the sums' 10 us for 14.5 MB, 4.9 us at the copy ceiling. ncu on the
@@ -465,9 +466,10 @@ __device__ static void dm_from_sums(const float4 *part, int count, int P, const 
         dm[co] = mc != 0.0f ? a / mc : 0.0f;
 }
 
-/* b5's (and b6's) stream, a grid of 1 + N B blocks in one dimension (B a sample; no grid limit
- * on N): block 0 writes dm, dispatched first so that it runs beside the stream; block 1 + n B + b
- * streams block b of sample n. RESET (b6): block 0 also sets b6's per-sample counters back to 0
+/* b5's (and b6's) stream, a grid of 1 + N B blocks in one dimension (B blocks a sample: no limit
+ * on N beyond the sums' grid's, N <= 65535 as in b4, the program's own limit): block 0 writes dm,
+ * in practice dispatched first, so that it runs beside the stream; block 1 + n B + b streams
+ * block b of sample n. RESET (b6): block 0 also sets b6's per-sample counters back to 0
  * (done, N of them; NULL for b5) */
 template <int V, bool RESET = false>
 __global__ void __launch_bounds__(B4_THREADS, 3)
@@ -557,7 +559,7 @@ void b5_launch(const run_ctx *r, int scope)
  * Three interleaved rounds of one call: 0.1476, 0.1474, 0.1475 ms against b5's 0.1520, 0.1515,
  * 0.1515 and b4's 0.1565, 0.1564, 0.1571, the same as before within the spread between calls.
  * Recorded in the next call: 0.1471 ms [0.1438 - 0.1506], 73% of the floor, 5.95x
- * torch.compile; 0.15 ms met, by 1.9%.
+ * torch.compile; 0.15 ms met, by 2.0%.
  * A first form, every thread fencing before the block barrier and thread 0 adding without a
  * fence of its own (one fence a warp, and not formally a release of the other threads' writes),
  * measured 0.1477 - 0.1484 against b5's 0.1517 - 0.1520 in an earlier call (recorded there at

@@ -72,7 +72,7 @@
  * Defect of v15: its first stall is the tensor pipe (above). mma.sync is a warp's instruction of
  * 16 x 8 x 8: a tile and step takes six of them (two channel halves, three products), 462 a
  * sample in each warp, and the pipe throttles their issue.
- * Change, in five steps, each measured:
+ * Change, in six steps, each measured:
  * 1. wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
  *    Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one
  *    instruction that runs asynchronously. A comes from registers, each warp its 16 rows in
@@ -158,7 +158,7 @@
  *    instructions went, the waits between them stayed. y's error in make test: rel_l2 3.0e-7 at
  *    1x3x16x32x32 and 3.0e-7 at 2x3x4x35x37 (before: 3.3e-7, 2.9e-7), no larger than the
  *    differences between forms that round alike.
- *    Recorded (the README's table then, the same call): 0.1276 ms [0.1269 - 0.1284].
+ *    Recorded (the README's table then, the same call): 0.1276 ms [0.1268 - 0.1283].
  * A timeline of that form (an instrumented build, not committed: thread 0 of each block writing
  * %globaltimer at the phase boundaries; medians over the samples after each block's first, two
  * runs) put a round at 1.18 - 1.34 us from its start to the conv (the window's wait, the
@@ -167,45 +167,61 @@
  * last round, which issues no copies: issuing them took about 1.1 us a round.
  * 4. The window's copies 8 bytes wide. Defect: 11,718 cp.async of 4 bytes a block and sample
  *    (the 3 channels' 3906 floats), 23 a thread, issued while the warps wait to start the conv.
- *    Change: wstride 2 mod 4 instead of 1 mod 4, so that where D H W is even every channel's
- *    source and destination start 8-byte aligned and each cp.async moves 8 bytes (issue_window<2>):
- *    half the copy instructions. The price: 6 of the 22 column groups conflict in shared memory
- *    where 5 did (the launcher's comment). Predicted: half of the 1.1 us, about 4 us over the 8
- *    rounds that copy. Measured in two calls, in a form with a tail copy for an odd window,
- *    which cannot occur (the window and the channel past an even c_lo are both even; ptxas
- *    spilled 44 bytes with it, 32 without): alone, 0.1258, 0.1261, 0.1259 ms against step 3's
- *    0.1278, 0.1279, 0.1277; in the call that also timed step 5, 0.1269, 0.1273, 0.1273
- *    against 0.1283, 0.1290, 0.1290: 1.4 to 2.0 us. Its timeline: the first phase 0.93 us, and
- *    the conv 8.06 - 8.10 (the sixth conflicting group).
- * 5. y by a reduce-scatter. Defect: y took 1.76 us a round, each lane's 14 maxima of its 4
- *    channels reduced over the group's 4 lanes by 28 shuffles in dependent pairs, and one lane in
- *    four storing. Change: lanes t and t ^ 1 each keep one of every pair of items and send the
- *    other, then lanes t and t ^ 2 the same: 11 shuffles, and every lane stores 3 or 4 of the 14
- *    (the positions from the block's table, 4 LDS, instead of 14 registers). Predicted, if y's
- *    time were its shuffles': up to 1 us a round. Measured (the tail-copy form, the same call as
- *    step 4's figures): 0.1250, 0.1246, 0.1248 ms against step 4's 0.1269, 0.1273, 0.1273, 1.9
- *    to 2.7 us.
- * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call):
- * 0.1223, 0.1223, 0.1224 ms against step 3's 0.1289, 0.1288, 0.1287, 6.5 us (5.0%) less, more
- * than steps 4 and 5 measured with the tail copy (3.3 to 4.4 us); the sweep puts a round at 12.6
- * us.
- * ncu (the kernel alone, same call): 148.7 us against 154.0, 47.1 million instructions against
- * 50.5, issue slots 48.9% busy against 50.5%, 8.19 cycles between a warp's instructions against
- * 7.91. ptxas: 128 registers, 32 bytes spilled (step 3: 48), none in the conv's loop. y's error
- * in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37.
- * Tried (the README's list): the next window's copies issued in six parts, one at each pair of
- * the conv's steps, so that no warp waits on them before the conv: the first phase fell to 0.13
- * us, but the conv rose to 9.95 us and the statistics to 1.98 (the copies and the gathers share
- * the load pipe): 0.1392, 0.1393, 0.1389 ms against 0.1288, 0.1288, 0.1290.
- * Recorded (the README's table, the recording call): 0.1219 ms [0.1216 - 0.1223], 34.3 TFLOP/s,
- * 4.03x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.22x. What is left: 9 rounds
- * of 12.6 us for 8.53 samples a cluster, and in each round the phases outside the conv (the
- * copies' issue, the statistics, the exchange and y: 5.1 us in step 3's timeline), which
- * nothing overlaps. The conv's time follows the tensor cores' work: builds that compute wrong
- * results on purpose, timed only, took 0.1114 - 0.1125 ms with two products a tile and step,
- * 0.1215 - 0.1218 with three, 0.1348 - 0.1355 with four, and 0.1179 - 0.1180 with one of the
- * three at half width (m64n8k8) against 0.1211 - 0.1216: each product 10 to 13 us over the
- * run, half to two-thirds of it in proportion to its multiply-adds (the README).
+ *    Change: v16's wstride is 2 mod 4 instead of 1 mod 4, so that, where D H W is even, every
+ *    channel's source and destination start 8-byte aligned and each cp.async moves 8 bytes
+ *    (issue_window<2>): half the copy instructions. The price: 6 of the 22 column groups
+ *    conflict in shared memory where 5 did (the launcher's comment). Predicted: half of the 1.1
+ *    us, about 4 us over the 8 rounds that copy. Measured in two calls, in a form with a tail copy
+ *    for an odd window, which cannot occur (the window and the channel past an even c_lo are both
+ *    even; ptxas spilled 44 bytes with it, 32 without): alone, 0.1258, 0.1261, 0.1259 ms against
+ *    step 3's 0.1278, 0.1279, 0.1277; in the call that also timed step 5, 0.1269, 0.1273, 0.1273
+ *    against 0.1283, 0.1290, 0.1290: 1.4 to 2.0 us. Its timeline: the first phase 0.93 us, and the
+ *    conv 8.06 - 8.10 (the sixth conflicting group).
+ * 5. y by a reduce-scatter. Defect: y took 1.76 us a round, each lane's 14 maxima of its 4 channels
+ *    reduced over the group's 4 lanes by 28 shuffles in dependent pairs, and one lane in four
+ *    storing. Change: lanes t and t ^ 1 each keep one of every pair of items and send the other,
+ *    then lanes t and t ^ 2 the same: 11 shuffles, and every lane stores 3 or 4 of the 14 (the item
+ *    a lane stores depends on t, so its position comes from the block's table, 4 LDS, not from the
+ *    pos registers, which only a local-memory array could index). Predicted, if y's time were its
+ *    shuffles': up to 1 us a round. Measured (the tail-copy form, the same call as step 4's
+ *    figures): 0.1250, 0.1246, 0.1248 ms against step 4's 0.1269, 0.1273, 0.1273, 1.9 to 2.7 us.
+ *    Both steps, three interleaved rounds of their recording call: 0.1223, 0.1223, 0.1224 ms
+ *    against step 3's 0.1289, 0.1288, 0.1287, 6.5 us (5.0%), more than the 3.3 to 4.4 us they
+ *    measured with the tail copy; ncu 148.7 us against 154.0, 47.1 million instructions against
+ *    50.5; ptxas 32 bytes spilled (step 3: 48). Recorded then: 0.1219 ms. Tried (the README's
+ *    list): the next window's copies issued in six parts, one at each pair of the conv's
+ *    steps, so that no warp waits on them before the conv: the first phase fell to 0.13 us, but
+ *    the conv rose to 9.95 us and the statistics to 1.98 (the copies and the gathers share the
+ *    load pipe): 0.1392, 0.1393, 0.1389 ms against 0.1288, 0.1288, 0.1290.
+ * 6. Most of the window by the TMA unit. Defect: even 8 bytes wide, the copies are 5859
+ *    cp.async a block and sample that every warp issues before its conv. Change, where D H W is
+ *    a multiple of 4: channels 0 and 2 of the window, at offsets 0 and 2 wstride (multiples of
+ *    4 floats, and the buffer's stride win is rounded up to one), by two bulk copies that thread
+ *    0 asks of the TMA unit, completing on a barrier a buffer (issue_window_tma; hopper.cuh);
+ *    channel 1 (at 2 mod 4) and the two channels' last 2 floats by 8-byte cp.async as before:
+ *    a third of the copy instructions. Predicted: the 0.93 us a round of step 4's timeline to
+ *    about a third, 0.6 us less a round, about 5 us over the 8 rounds that copy. The first form
+ *    initialised the barriers and issued the first copies from thread 0 without a block
+ *    barrier between: racecheck reported the initialisation and first use as a hazard (4
+ *    warnings); a __syncthreads after the initialisation removed them.
+ * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call,
+ * 2026-11-26): 0.1157, 0.1160, 0.1156 ms against step 5's 0.1209, 0.1210, 0.1208, 5.0 to 5.2
+ * us (4.1 to 4.3%) less, as predicted (an earlier call: 0.1168, 0.1164, 0.1165 against 0.1221,
+ * 0.1217, 0.1222); the sweep puts a round at 12.0 us. ncu (the kernel alone, same call): 142.3
+ * us against 147.6, 44.7 million instructions against 47.1, issue slots 48.2% busy, 8.29
+ * cycles between a warp's instructions. ptxas: 128 registers, nothing spilled. y's error in
+ * make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37.
+ * Recorded (the README's table, the recording call): 0.1161 ms [0.1155 - 0.1171], 36.0 TFLOP/s,
+ * 4.23x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.16x. What is left: 9 rounds
+ * of 12.0 us for 8.53 samples a cluster (the ninth about half full), and in each round the
+ * phases outside the conv, which nothing overlaps (5.1 us in step 3's timeline, before steps 4
+ * to 6 shortened them; no timeline of the final form was taken). The conv's time follows the
+ * tensor cores' work: builds that compute wrong results on purpose, timed only (step 5's code,
+ * one call), took 0.1114 - 0.1125 ms with two of the three products a tile and step, 0.1215 -
+ * 0.1218 with all three, 0.1348 - 0.1355 with a fourth (a_lo b_lo); in another call, with one
+ * of the three at half width (m64n8k8), 0.1179 - 0.1180 against 0.1211 - 0.1216: a product
+ * costs about 10 us over the run (13.5 for the fourth), half to three-quarters of it in
+ * proportion to its multiply-adds (the README).
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -335,9 +351,9 @@ __device__ static inline void warp_part(v15_smem *sw, float s[2][2])
 /* sample n's window of x for the block whose span starts at corner c_lo, into dst (channel ci
  * at dst + ci * wstride): its first `in` floats a channel, by cp.async of V floats each,
  * committed as one group. v15: V = 1 (wstride is 1 mod 4, so wider copies would be
- * misaligned). v16 (step 4): V = 2 where D H W is even, wstride 2 mod 4: every channel's source
- * and destination then start 8-byte aligned, and `in` is even (the window's length is, and so
- * is the rest of the channel past an even c_lo). The rest of the window, past the end of x's
+ * misaligned). v16 (step 4): wstride 2 mod 4, and V = 2 where D H W is even: every channel's
+ * source and destination then start 8-byte aligned, and `in` is even (the window's length is,
+ * and so is the rest of the channel past an even c_lo). The rest of the window, past the end of x's
  * channel, is the same zeros for every sample: the kernel writes them once into each buffer,
  * and only corners that are not positions read them. */
 template <int V>
@@ -352,6 +368,36 @@ __device__ static inline void issue_window(float *dst, const float *__restrict__
     }
     __pipeline_commit();
 }
+
+#if __CUDA_ARCH__ >= 900
+/* v16 (step 6) where D H W is a multiple of 4: channels 0 and 2 of the window (offsets 0 and
+ * 2 wstride, both multiples of 4 floats, as is the buffer's stride win) by two bulk copies that
+ * thread 0 asks of the TMA unit, completing on bar, their first `in` rounded down to 4 floats;
+ * channel 1 (offset 2 mod 4) and the other two's last 0 or 2 floats by 8-byte cp.async,
+ * committed as one group. Both are waited for: the group, and bar's phase. */
+__device__ static inline void issue_window_tma(float *dst, const float *__restrict__ x, int n,
+                                               int c_lo, int in, int dhw, unsigned wstride,
+                                               unsigned long long *bar)
+{
+    const float *src = x + ((size_t)n * C_IN * dhw + c_lo);
+    int body = in & ~3;
+    if (threadIdx.x == 0) {
+        fence_proxy_async(); /* after the threads' last reads of this buffer (a barrier before) */
+        mbar_expect_tx(bar, 2u * 4u * body);
+        if (body) {
+            bulk_copy(dst, src, 4u * body, bar);
+            bulk_copy(dst + 2 * wstride, src + 2 * (size_t)dhw, 4u * body, bar);
+        }
+    }
+    for (int j = 2 * threadIdx.x; j < in; j += 2 * CL_THREADS)
+        __pipeline_memcpy_async(dst + wstride + j, src + dhw + j, 8);
+    if (threadIdx.x == 32 && body < in) {
+        __pipeline_memcpy_async(dst + body, src + body, 8);
+        __pipeline_memcpy_async(dst + 2 * wstride + body, src + 2 * (size_t)dhw + body, 8);
+    }
+    __pipeline_commit();
+}
+#endif
 
 /* v15's conv: step st (8 columns) over the warp's 7 tiles, each tile's A gathered (4 LDS) and
  * split, then 6 mma.sync (2 channel halves x 3 products); the next step's offsets read early */
@@ -506,16 +552,19 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     if (WGMMA)
         return;
 #endif
-    extern __shared__ float xs[]; /* two windows of x, then ptab */
+    extern __shared__ __align__(16) float xs[]; /* two windows of x, then ptab (v16: bulk copies) */
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
     __shared__ __align__(16) float4 pushed[WGMMA ? 2 * CL * C_OUT : 1]; /* v16: parity, rank */
     __shared__ unsigned long long pushed_bar[2];
+    __shared__ unsigned long long win_bar[2]; /* v16's bulk copies, a barrier a buffer */
     cg::cluster_group cluster = cg::this_cluster();
     const int span = V15_SPAN;
     int rank = (int)cluster.block_rank(), ncl = (int)cluster.num_blocks();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span, win = C_IN * wstride;
+    int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span;
+    int win = WGMMA ? (C_IN * wstride + 3) & ~3 : C_IN * wstride; /* a buffer (v16: 16 B aligned) */
+    const bool tma = WGMMA && (dhw & 3) == 0; /* v16's window by bulk copies (step 6) */
     int len = span + 2 * hw + 2 * sh.w + 2; /* the window: the span's corners and their taps */
     int in = min(len, dhw - c_lo);          /* of which inside x's channel */
     int *ptab = (int *)(xs + 2 * win);      /* corner i of the span: its position in y, or -1 */
@@ -523,13 +572,21 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     /* 1. the first sample's window; while it lands, the zeros past x's end (both buffers), B
      * split from the weights, the columns' offsets, and the corners' positions, for every
      * sample */
-    if (WGMMA && (dhw & 1) == 0)
+    if (tma) { /* the barriers first, seen by every thread before any use (racecheck) */
+        if (threadIdx.x == 0)
+            mbar_init(&win_bar[0]), mbar_init(&win_bar[1]), mbar_init_fence();
+        __syncthreads();
+    }
+    if (tma)
+        issue_window_tma(xs, x, blockIdx.y, c_lo, in, dhw, wstride, &win_bar[0]);
+    else if (WGMMA && (dhw & 1) == 0)
         issue_window<2>(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
     else
         issue_window<1>(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
     for (int i = threadIdx.x; i < 2 * C_IN * (len - in); i += CL_THREADS) {
         int w = i / (len - in); /* window w: buffer w / C_IN, channel w % C_IN */
-        xs[w * wstride + in + (i - w * (len - in))] = 0.0f;
+        int at = WGMMA ? (w / C_IN) * win + (w % C_IN) * wstride : w * wstride;
+        xs[at + in + (i - w * (len - in))] = 0.0f;
     }
     for (int i = threadIdx.x; i < V15_KSTEPS * 128; i += CL_THREADS) {
         int st = i >> 7, w = i & 127; /* word w of step st: channel co, column k (v15_smem) */
@@ -589,10 +646,15 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     for (int n = blockIdx.y; n < sh.n; n += gridDim.y, it++) {
         const float *xw = xs + (it & 1) * win;
         __pipeline_wait_prior(0); /* this sample's window has landed (each thread its own) */
+        if (tma)
+            mbar_wait(&win_bar[it & 1], (it >> 1) & 1);
         __syncthreads();          /* (everyone's), and every warp is done with the last one */
         if (n + (int)gridDim.y < sh.n) { /* the next sample's window, while this one computes */
             float *nd = xs + ((it + 1) & 1) * win;
-            if (WGMMA && (dhw & 1) == 0)
+            if (tma)
+                issue_window_tma(nd, x, n + gridDim.y, c_lo, in, dhw, wstride,
+                                 &win_bar[(it + 1) & 1]);
+            else if (WGMMA && (dhw & 1) == 0)
                 issue_window<2>(nd, x, n + gridDim.y, c_lo, in, dhw, wstride);
             else
                 issue_window<1>(nd, x, n + gridDim.y, c_lo, in, dhw, wstride);
@@ -638,7 +700,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
          * v15 publishes the block's triple of channel w and pulls the others' after a cluster
          * barrier; v16 sends it to every peer by st.async and waits on its own mbarrier for
          * theirs; then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four
-         * channels, then over the group's four lanes by shuffles; lane t = 0 writes it */
+         * channels, then over the group's four lanes by shuffles (v15: lane t = 0 writes it;
+         * v16: a reduce-scatter, below) */
         if (WGMMA) {
             float mc = cs.m[warp];
             float4 w = make_float4((float)bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc, 0.0f);
@@ -726,15 +789,17 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
  * cluster fits the GPU. wstride: the window's length rounded up to 1 mod 4 (v15), so that
  * channel ci's offsets shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in
  * three classes of 27 and 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4
- * (v16, step 4: 6 groups conflict, and the window's copies can be 8 bytes wide). The columns and
- * the clusters that fit are cached by shape (the harness runs on one device). */
+ * (v16, steps 4 and 6: 6 groups conflict, the window's copies can be 8 bytes wide, and channels
+ * 0 and 2 start 16-byte aligned for bulk copies). The columns and the clusters that fit are
+ * cached by shape (the harness runs on one device). */
 template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int scope)
 {
     const shape *sh = &r->sh;
     int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, V15_SPAN);
     unsigned len = V15_SPAN + 2 * hw + 2 * sh->w + 2;
     unsigned wstride = WGMMA ? len + ((2u - len) & 3u) : len + ((1u - len) & 3u);
-    size_t smem = 8 * (size_t)C_IN * wstride + 4 * (size_t)V15_SPAN;
+    size_t win = WGMMA ? (C_IN * wstride + 3) & ~3u : C_IN * wstride; /* the kernel's */
+    size_t smem = 8 * win + 4 * (size_t)V15_SPAN;
     if (ncl > CL || smem > r->smem_optin) {
         v14_launch(r, scope);
         return;
