@@ -90,8 +90,8 @@ __device__ static inline void split_fast(float v, uint32_t *hi, uint32_t *lo)
  * mantissa bits cleared, lo = v - hi (exact: hi and v share sign and exponent); 2 instructions,
  * one fewer on each value's dependent chain. The price is precision: |lo| < 2^-10 |v| instead
  * of 2^-11, so the core's truncation of lo costs up to 2^-20 of v instead of 2^-21, and a
- * product with a B split by split_tf32 is within about 2^-19 of the exact one (the three
- * terms: 2^-20, 2^-21 and the dropped lo lo's 2^-21; 32 times fp32's rounding 2^-24) where two
+ * product with a B split by split_tf32 is within about 2^-19 of the exact one (the three terms:
+ * 2^-20, 2^-21 and the dropped lo lo's 2^-21), 32 times fp32's rounding (2^-24), where two
  * rounded splits give 1.25 x 2^-20 (20 times). Finite inputs; an infinity gives lo = NaN. */
 __device__ static inline void split_trunc(float v, uint32_t *hi, uint32_t *lo)
 {

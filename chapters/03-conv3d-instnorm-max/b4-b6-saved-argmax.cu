@@ -466,8 +466,8 @@ __device__ static void dm_from_sums(const float4 *part, int count, int P, const 
         dm[co] = mc != 0.0f ? a / mc : 0.0f;
 }
 
-/* b5's (and b6's) stream, a grid of 1 + N B blocks in one dimension (B blocks a sample: no limit
- * on N beyond the sums' grid's, N <= 65535 as in b4, the program's own limit): block 0 writes dm,
+/* b5's (and b6's) stream, a grid of 1 + N B blocks in one dimension, B blocks a sample. N is
+ * limited only by the sums' grid, N <= 65535, which is also the program's limit. Block 0 writes dm,
  * in practice dispatched first, so that it runs beside the stream; block 1 + n B + b streams
  * block b of sample n. RESET (b6): block 0 also sets b6's per-sample counters back to 0
  * (done, N of them; NULL for b5) */

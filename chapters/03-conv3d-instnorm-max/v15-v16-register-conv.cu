@@ -151,7 +151,8 @@
  *    us a round, up to 15 us over the 9 rounds, and less, since issue slots were only 53% busy.
  *    Measured (H100, medians of 50, three interleaved rounds): 0.1284, 0.1280, 0.1285 ms against
  *    the form above's 0.1345, 0.1344, 0.1339 in the recording call (an earlier call: 0.1285,
- *    0.1285, 0.1286 against 0.1340, 0.1342, 0.1342), 5.6 to 6.0 us (4.2 to 4.5%) less; the
+ *    0.1285, 0.1286 against 0.1340, 0.1342, 0.1342), 5.4 to 6.4 us (4.0 to 4.8%) less round by
+ *    round; the
  *    batch sweep puts a round at 13.3 us against 14.1. ncu (the kernel alone, the recording
  *    call): 152.5 us against 159.2, 50.5 million instructions against 55.5, issue slots 50.5%
  *    busy against 53.3%, 7.92 cycles between a warp's instructions against 7.52: the
@@ -193,13 +194,14 @@
  *    steps, so that no warp waits on them before the conv: the first phase fell to 0.13 us, but
  *    the conv rose to 9.95 us and the statistics to 1.98 (the copies and the gathers share the
  *    load pipe): 0.1392, 0.1393, 0.1389 ms against 0.1288, 0.1288, 0.1290.
- * 6. Most of the window by the TMA unit. Defect: even 8 bytes wide, the copies are 5859
- *    cp.async a block and sample that every warp issues before its conv. Change, where D H W is
- *    a multiple of 4: channels 0 and 2 of the window, at offsets 0 and 2 wstride (multiples of
- *    4 floats, and the buffer's stride win is rounded up to one), by two bulk copies that thread
- *    0 asks of the TMA unit, completing on a barrier a buffer (issue_window_tma; hopper.cuh);
- *    channel 1 (at 2 mod 4) and the two channels' last 2 floats by 8-byte cp.async as before:
- *    a third of the copy instructions. Predicted: the 0.93 us a round of step 4's timeline to
+ * 6. Most of the window by the TMA unit (Hopper's copy engine). Defect: even 8 bytes wide, the
+ *    copies are 5859 cp.async a block and sample that every warp issues before its conv.
+ *    Change, where D H W is a multiple of 4: channels 0 and 2 of the window, at offsets 0 and 2
+ *    wstride (multiples of 4 floats, with the buffer's length win rounded up to a multiple of 4
+ *    floats), by two bulk copies that thread 0 asks of the TMA unit; each buffer has its own
+ *    mbarrier, on which both complete (issue_window_tma; hopper.cuh). Channel 1 (at 2 mod 4)
+ *    and the two channels' last 0 or 2 floats by 8-byte cp.async as before: a third of the
+ *    copy instructions. Predicted: the 0.93 us a round of step 4's timeline to
  *    about a third, 0.6 us less a round, about 5 us over the 8 rounds that copy. The first form
  *    initialised the barriers and issued the first copies from thread 0 without a block
  *    barrier between: racecheck reported the initialisation and first use as a hazard (4
@@ -221,7 +223,8 @@
  * 0.1218 with all three, 0.1348 - 0.1355 with a fourth (a_lo b_lo); in another call, with one
  * of the three at half width (m64n8k8), 0.1179 - 0.1180 against 0.1211 - 0.1216: a product
  * costs about 10 us over the run (13.5 for the fourth), half to three-quarters of it in
- * proportion to its multiply-adds (the README).
+ * proportion to its multiply-adds: merging two into one m64n32k8 would save about 3 to 4 us
+ * (the README).
  */
 #include <cuda_pipeline.h>
 #include <string.h>
