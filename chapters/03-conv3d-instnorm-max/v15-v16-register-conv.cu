@@ -240,6 +240,13 @@
 #define V15_TILES 7 /* 16-corner tiles a warp holds in registers */
 #define V15_SPAN (16 * 16 * V15_TILES) /* corners a block: 16 warps x V15_TILES tiles x 16 */
 
+/* a buffer of the window, floats: its C_IN channels wstride apart, rounded up to a multiple of 4
+ * for v16 (WGMMA), whose bulk copies need 16-byte aligned destinations (step 6) */
+__host__ __device__ static inline unsigned v15_buffer(unsigned wstride, bool wgmma)
+{
+    return wgmma ? (C_IN * wstride + 3) & ~3u : C_IN * wstride;
+}
+
 /* The GEMM's columns for one shape, computed on the host (v15_columns): column k reads x at
  * off[k] floats from a corner in the block's window (a tap's offset in x plus its channel's
  * place in the window), with the weights of tap[k] (PyTorch's ci * 27 + kd * 9 + kh * 3 + kw;
@@ -566,7 +573,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     int rank = (int)cluster.block_rank(), ncl = (int)cluster.num_blocks();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span;
-    int win = WGMMA ? (C_IN * wstride + 3) & ~3 : C_IN * wstride; /* a buffer (v16: 16 B aligned) */
+    int win = (int)v15_buffer(wstride, WGMMA);
     const bool tma = WGMMA && (dhw & 3) == 0; /* v16's window by bulk copies (step 6) */
     int len = span + 2 * hw + 2 * sh.w + 2; /* the window: the span's corners and their taps */
     int in = min(len, dhw - c_lo);          /* of which inside x's channel */
@@ -801,8 +808,7 @@ template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int sco
     int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, V15_SPAN);
     unsigned len = V15_SPAN + 2 * hw + 2 * sh->w + 2;
     unsigned wstride = WGMMA ? len + ((2u - len) & 3u) : len + ((1u - len) & 3u);
-    size_t win = WGMMA ? (C_IN * wstride + 3) & ~3u : C_IN * wstride; /* the kernel's */
-    size_t smem = 8 * win + 4 * (size_t)V15_SPAN;
+    size_t smem = 8 * (size_t)v15_buffer(wstride, WGMMA) + 4 * (size_t)V15_SPAN;
     if (ncl > CL || smem > r->smem_optin) {
         v14_launch(r, scope);
         return;
