@@ -123,13 +123,13 @@ static const char *unavailable(const hx_version *v)
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
     if (major < 9) {
-        snprintf(why, sizeof why, "needs thread-block clusters (sm_90); this GPU is sm_%d%d", major,
-                 minor);
+        snprintf(why, sizeof why, "needs Hopper (sm_90: clusters, TMA); this GPU is sm_%d%d",
+                 major, minor);
         return why;
     }
     int arch = gpu_code_arch();
     if (arch < 90) {
-        snprintf(why, sizeof why, "needs thread-block clusters (sm_90); this build's code is "
+        snprintf(why, sizeof why, "needs Hopper (sm_90: clusters, TMA); this build's code is "
                  "sm_%d (make ARCH=sm_90)", arch);
         return why;
     }
@@ -158,7 +158,7 @@ static void list_versions(const hx_chapter *ch)
                 printf("%s%s", sep, scope_name[s]);
                 sep = ",";
             }
-        printf("%s%s%s%s\n", v->needs & NEEDS_SM90 ? "  (sm_90: thread-block clusters)" : "",
+        printf("%s%s%s%s\n", v->needs & NEEDS_SM90 ? "  (sm_90: clusters, TMA)" : "",
                v->needs & NEEDS_SM90A ? "  (sm_90a: wgmma)" : "",
                v->needs & NEEDS_CUDNN ? "  (cuDNN)" : "", v->tf32 ? "  (TF32)" : "");
     }

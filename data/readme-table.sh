@@ -103,7 +103,7 @@ glance() {  # $1 chapter, $2 gpu
     nf == 1 { shape = $c["shape"]; n++; r[n] = $0; for (k in c) oc[k] = c[k]; next }
     { p[$c["shape"], $c["version"], $c["scope"]] = $c["median_ms"] }
     function fld(line, name,   a) { split(line, a, ","); return a[oc[name]] }
-    function ms(x) { return x == "" ? "-" : sprintf("%.4g ms", x) }
+    function ms(x) { return x == "" ? "-" : sprintf("%#.4g ms", x) }
     END {
         if (n == 0) { print "no rows in " ours > "/dev/stderr"; exit 2 }
         split("epilogue_fwd model_fwd epilogue_fwdbwd train_step stats", sc, " ")
@@ -118,7 +118,7 @@ glance() {  # $1 chapter, $2 gpu
                     (best == "" || fld(r[i], "median_ms") + 0 < fld(best, "median_ms") + 0)) best = r[i]
             if (best == "") continue
             med = fld(best, "median_ms"); e = p[shape, "eager", sc[j]]; t = p[shape, "compile", sc[j]]
-            printf "| %s | %s ms (%s: %s) | %.0f%% | %s | %s | %s |\n", title[j], sprintf("%.4g", med),
+            printf "| %s | %s ms (%s: %s) | %.0f%% | %s | %s | %s |\n", title[j], sprintf("%#.4g", med),
                 fld(best, "version"), fld(best, "name"), fld(best, "pct_floor"), ms(e), ms(t),
                 t == "" ? "-" : sprintf("%.2fx", t / med)
         }

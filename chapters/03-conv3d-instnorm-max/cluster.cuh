@@ -214,6 +214,26 @@ __device__ static inline void cluster_push(float4 *in, int slot, float4 v, unsig
                    cluster_addr(bar, dst));
 }
 
+/* the merge as two sums (v16, v17): lane r of warp w holds block r's triple of channel w (count,
+ * mean, M2; zeros in lanes past the sample's blocks); the sample's mean, then M2 as the sum of
+ * each block's M2 and count (mean_r - mean)^2, into cs->mean / cs->rstd of channel w; then a
+ * block barrier */
+__device__ static inline void merge_triples(cluster_shared *cs, float4 w, int S)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float n = w.x, sum = n * w.y;
+#pragma unroll
+    for (int o = CL / 2; o > 0; o >>= 1) /* lanes 0 .. CL - 1: the sample's blocks */
+        n += __shfl_xor_sync(FULL, n, o), sum += __shfl_xor_sync(FULL, sum, o);
+    float mean = n > 0.0f ? sum / n : 0.0f, d = w.y - mean, m2 = w.z + w.x * d * d;
+#pragma unroll
+    for (int o = CL / 2; o > 0; o >>= 1)
+        m2 += __shfl_xor_sync(FULL, m2, o);
+    if (lane == 0)
+        cs->mean[warp] = mean, cs->rstd[warp] = rsqrtf(m2 / S + (float)IN_EPS);
+    __syncthreads();
+}
+
 __device__ static inline void cluster_merge_pushed(cluster_shared *cs, const float4 *in,
                                                    unsigned long long *bar, unsigned phase, int S,
                                                    int ncl)
@@ -226,17 +246,7 @@ __device__ static inline void cluster_merge_pushed(cluster_shared *cs, const flo
     float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (lane < ncl)
         w = in[lane * C_OUT + warp];
-    float n = w.x, sum = n * w.y;
-#pragma unroll
-    for (int o = CL / 2; o > 0; o >>= 1) /* lanes 0 .. CL - 1: the cluster's blocks */
-        n += __shfl_xor_sync(FULL, n, o), sum += __shfl_xor_sync(FULL, sum, o);
-    float mean = n > 0.0f ? sum / n : 0.0f, d = w.y - mean, m2 = w.z + w.x * d * d;
-#pragma unroll
-    for (int o = CL / 2; o > 0; o >>= 1)
-        m2 += __shfl_xor_sync(FULL, m2, o);
-    if (lane == 0)
-        cs->mean[warp] = mean, cs->rstd[warp] = rsqrtf(m2 / S + (float)IN_EPS);
-    __syncthreads();
+    merge_triples(cs, w, S);
 #endif
 }
 

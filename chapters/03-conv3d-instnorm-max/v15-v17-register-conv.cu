@@ -1,10 +1,13 @@
 /*
- * v15, v16: the whole model with the conv's output in registers and x in shared memory (Hopper)
+ * v15, v16, v17: the whole model with the conv's output in registers and x in shared memory
+ * (Hopper)
  *
- * One kernel, k_register_conv, serves both. v16 differs where `WGMMA` says: the conv's inner loop
- * (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to it) and the exchange of
- * the statistics (pushed by st.async: cluster_push and cluster_merge_pushed, their buffer and
- * mbarriers, against v15's cluster_merge).
+ * One kernel, k_register_conv, serves all three. v16 differs where `WGMMA` says: the conv's
+ * inner loop (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to it) and the
+ * exchange of the statistics (pushed by st.async: cluster_push and cluster_merge_pushed, their
+ * buffer and mbarriers, against v15's cluster_merge). v17 is v16 where `TEAM` says: no cluster,
+ * the blocks of a sample in a team of a cooperative launch, the exchange through L2
+ * (team_publish and team_merge).
  *
  * v15: v14's tensor-core conv with its output in registers and x in shared memory
  *
@@ -214,7 +217,11 @@
  * cycles between a warp's instructions. ptxas: 128 registers, nothing spilled. y's error in
  * make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37.
  * Recorded (the README's table, the recording call): 0.1161 ms [0.1155 - 0.1171], 36.0 TFLOP/s,
- * 4.23x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.16x. What is left: 9 rounds
+ * 4.23x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.16x. (With v17 the merge
+ * moved into cluster.cuh's merge_triples, which both call: ptxas reordered 20 of v16's 7828 SASS
+ * lines, registers and one move, and v16 timed the same, 0.1168, 0.1175, 0.1173 ms against the
+ * recorded code's 0.1177, 0.1175, 0.1180 in three interleaved rounds of one call, so its row
+ * stands.) What is left: 9 rounds
  * of 12.0 us for 8.53 samples a cluster (the ninth about half full), and in each round the
  * phases outside the conv, which nothing overlaps (5.1 us in step 3's timeline, before steps 4
  * to 6 shortened them; no timeline of the final form was taken). The conv's time follows the
@@ -225,6 +232,66 @@
  * costs about 10 us over the run (13.5 for the fourth), half to three-quarters of it in
  * proportion to its multiply-adds: merging two into one m64n32k8 would save about 3 to 4 us
  * (the README).
+ *
+ * v17: v16 without clusters: a team of plain blocks a sample, on every SM, the statistics
+ * exchanged through L2
+ *
+ * Defect of v16: the blocks of a cluster must share a GPC (a graphics processing cluster, a
+ * group of about 16 to 18 SMs), and on this H100 only 15 clusters of 8 such blocks fit at once
+ * (cudaOccupancyMaxActiveClusters): 120 of its 132 SMs work, 12 stay idle the whole run, and the
+ * 128 samples take 9 rounds for 8.53 samples a cluster, the ninth with 8 of the 15 clusters busy.
+ * Change: the same kernel, launched without a cluster: 132 SMs hold one block each, so 16 teams
+ * of 8 blocks (128 SMs), team j taking samples j, j + 16, ...: 8 rounds of 16 samples. The
+ * cluster gave two things that must now come another way:
+ *   - distributed shared memory for the exchange. The triples go through L2 instead: lane 0 of
+ *     warp w stores its block's triple of channel w as three 8-byte words, each a float beside a
+ *     tag (the sample's number plus a base that grows by the batch at every launch), and the
+ *     team's blocks poll those words until all three carry the sample's tag. The data is its own
+ *     flag, so the exchange is one store and one load, with no fence between data and flag and
+ *     no counter (the form of NCCL's "LL", low-latency, protocol). This relies on the store and
+ *     the load being gpu-scope .relaxed accesses of the same aligned 8 bytes: "morally strong",
+ *     which the PTX memory model performs with single-copy atomicity (PTX ISA, "Memory
+ *     Consistency Model"), so a word read with the right tag has the right value; and gpu-scope
+ *     accesses do not stop at an SM's L1 (team_publish, team_merge). Each team alternates between two sets of
+ *     words, as v16's pushed triples alternate: a block writes sample n + 2's triples only after
+ *     every team-mate has published n + 1, which each does after it has read n's.
+ *   - the guarantee that a sample's blocks run at the same time, without which a block could
+ *     poll for a team-mate that waits for its SM. The launch is cooperative
+ *     (cudaLaunchAttributeCooperative), which fails rather than start a grid that cannot be
+ *     resident all at once (CUDA C++ Programming Guide, "Grid Synchronization"): the grid is
+ *     sized by the occupancy API.
+ * Predicted: 8 rounds instead of 9, the sweep's 12.0 us a round less, 0.104 ms, if the exchange
+ * through L2 costs what the push into shared memory costs (0.80 to 0.86 us a round in step 3's
+ * timeline); each 0.1 us it costs more a round adds 0.8 us.
+ * Measured (H100, medians of 50; each line three interleaved rounds of one call):
+ *   - the first form, each block's 48 words side by side and no nap between polls: 0.1165,
+ *     0.1165, 0.1163 ms against v16's 0.1177, 0.1179, 0.1178, 1%. The rounds were the
+ *     predicted ones (16 samples, one round: 0.0214 ms against v16's two, 0.0329), but each cost
+ *     more: at 120 samples, 8 rounds for both, 0.1150 against v16's 0.1058. The same form held to
+ *     v16's 15 teams, 9 rounds as v16's (layout below): 0.1268, 0.1253, 0.1259 against v16's
+ *     0.1182, 0.1168, 0.1172, about 0.9 us a round for the exchange through L2.
+ *   - the words of a channel side by side, so that a poll's three loads read 64 contiguous bytes
+ *     each, not 8 words 384 bytes apart: 0.1148, 0.1140, 0.1140 against the first form's 0.1187,
+ *     0.1178, 0.1183.
+ *   - a nap between polls (__nanosleep), in two calls: 20 ns 0.1134, 0.1126, 0.1125 (against no
+ *     nap's 0.1148, 0.1140, 0.1140); 20, 60 and 150 ns 0.1126 - 0.1114, 0.1125 - 0.1114 and
+ *     0.1099, 0.1099, 0.1086 (no nap 0.1142, 0.1145, 0.1132); 150, 400 and 1000 ns 0.1081 -
+ *     0.1087, 0.1076 - 0.1082 and 0.1074 - 0.1076 (v16 0.1160 - 0.1163): 2048 warps polling
+ *     back to back slow the rest of the run through L2, and beyond 150 ns the nap's length no
+ *     longer shows. 150 ns kept.
+ * Measured, the final code (the recording call): 0.1105, 0.1104, 0.1100 ms against v16's 0.1178,
+ * 0.1178, 0.1179, 6.2 to 6.7% less time. The batch sweep: one round (16 samples) 0.0205 ms, 8
+ * rounds (128) 0.1098, 12.8 us a round against v16's 12.0: the exchange through L2 and its polls
+ * cost about 0.8 us a round more than v16's push, which is where the prediction's 0.104 went.
+ * ncu (the kernel alone, same call): 133.3 us against v16's 142.4. ptxas: 128 registers, nothing
+ * spilled. y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37, 3.2e-7
+ * at 140x3x4x35x37 (v16's merge, the same bits where the triples are).
+ * Recorded (the README's table, the recording call): 0.1100 ms [0.1080 - 0.1155], 38.0 TFLOP/s,
+ * 4.47x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.10x. Tried (the README's
+ * list): polling only the last of the three words, then reading the other two: 0.1106 - 0.1125
+ * ms with a 150 ns nap, 0.1110 - 0.1120 with 400, 0.1088 - 0.1099 with 1000 (all three words
+ * polled: 0.1077 - 0.1087, 0.1076 - 0.1082, 0.1074 - 0.1076, same call): the second load's round
+ * trip lands on the critical path.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -548,14 +615,77 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
 }
 #endif
 
-/* v15 (WGMMA false) and v16 (true). v16's body exists only in sm_90a code; the harness runs it
- * nowhere else (NEEDS_SM90A). */
-template <bool WGMMA>
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+/* v17's exchange through L2 (the comment at the top). A word: a float in its low half, its tag
+ * in the high half, stored and loaded at gpu scope (PTX ISA, "st" and "ld", .relaxed.gpu: the
+ * access is coherent across SMs, so it does not stop at the SM's own L1). rec: a team's words for
+ * one parity, 3 x CL x C_OUT of them (TEAM_WORD). */
+__device__ static inline void st_tagged(unsigned long long *p, float v, unsigned tag)
+{
+    unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+__device__ static inline unsigned long long ld_tagged(const unsigned long long *p)
+{
+    unsigned long long w;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+    return w;
+}
+
+/* word k of block r's triple of channel co: word k of a channel's CL blocks side by side, so
+ * that each of the polling warp's three loads reads 64 contiguous bytes (a first form, block r's
+ * 48 words side by side, read 8 words 384 bytes apart at each load: 0.1178 - 0.1187 ms against
+ * 0.1140 - 0.1148 for this layout, both without team_merge's nap; H100, three interleaved rounds
+ * of one call) */
+#define TEAM_WORD(co, r, k) ((3 * (co) + (k)) * CL + (r))
+
+/* lane 0 of warp w: block `rank`'s triple of channel w (count, mean, M2) */
+__device__ static inline void team_publish(unsigned long long *rec, int rank, float4 v,
+                                           unsigned tag)
+{
+    int co = threadIdx.x >> 5;
+    st_tagged(rec + TEAM_WORD(co, rank, 0), v.x, tag);
+    st_tagged(rec + TEAM_WORD(co, rank, 1), v.y, tag);
+    st_tagged(rec + TEAM_WORD(co, rank, 2), v.z, tag);
+}
+
+/* every thread of the block: lane r of warp w polls block r's three words of channel w until
+ * all carry the tag, the warp until all its lanes < ncl have theirs; then v16's merge. Between
+ * polls a nap (__nanosleep, about 150 ns): 2048 warps polling back to back load L2 enough to
+ * slow the rest of the run (naps of 0, 20, 60, 150, 400 and 1000 ns measured, in the text at the
+ * top). */
+__device__ static inline void team_merge(cluster_shared *cs, const unsigned long long *rec,
+                                         unsigned tag, int S, int ncl)
+{
+    int lane = threadIdx.x & 31, co = threadIdx.x >> 5;
+    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bool have = lane >= ncl;
+    while (!__all_sync(FULL, have))
+        if (!have) {
+            __nanosleep(150);
+            unsigned long long a = ld_tagged(rec + TEAM_WORD(co, lane, 0)),
+                               b = ld_tagged(rec + TEAM_WORD(co, lane, 1)),
+                               c = ld_tagged(rec + TEAM_WORD(co, lane, 2));
+            have = (unsigned)(a >> 32) == tag && (unsigned)(b >> 32) == tag &&
+                   (unsigned)(c >> 32) == tag;
+            w = make_float4(__uint_as_float((unsigned)a), __uint_as_float((unsigned)b),
+                            __uint_as_float((unsigned)c), 0.0f);
+        }
+    merge_triples(cs, w, S);
+}
+#endif
+
+/* v15 (WGMMA false), v16 (true) and v17 (WGMMA and TEAM). v16's and v17's bodies exist only in
+ * sm_90a code; the harness runs them nowhere else (NEEDS_SM90A). v17: xch, the teams' words
+ * (2 parities x CL blocks x C_OUT channels x 3 a team), tag0, the launch's base tag. */
+template <bool WGMMA, bool TEAM = false>
 __global__ void __launch_bounds__(CL_THREADS, 1)
 k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 const float *__restrict__ bias, const float *__restrict__ m,
                 float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
-                const shape sh, const __grid_constant__ v15_cols cols, unsigned wstride)
+                const shape sh, const __grid_constant__ v15_cols cols, unsigned wstride,
+                unsigned long long *__restrict__ xch, unsigned tag0)
 {
 #if __CUDA_ARCH__ >= 900
 #ifndef __CUDA_ARCH_FEAT_SM90_ALL
@@ -565,12 +695,14 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     extern __shared__ __align__(16) float xs[]; /* two windows of x, then ptab (v16: bulk copies) */
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
-    __shared__ __align__(16) float4 pushed[WGMMA ? 2 * CL * C_OUT : 1]; /* v16: parity, rank */
+    /* v16's pushed triples, by parity and rank */
+    __shared__ __align__(16) float4 pushed[WGMMA && !TEAM ? 2 * CL * C_OUT : 1];
     __shared__ unsigned long long pushed_bar[2];
     __shared__ unsigned long long win_bar[2]; /* v16's bulk copies, a barrier a buffer */
     cg::cluster_group cluster = cg::this_cluster();
     const int span = V15_SPAN;
-    int rank = (int)cluster.block_rank(), ncl = (int)cluster.num_blocks();
+    int rank = TEAM ? (int)blockIdx.x : (int)cluster.block_rank();
+    int ncl = TEAM ? (int)gridDim.x : (int)cluster.num_blocks();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span;
     int win = (int)v15_buffer(wstride, WGMMA);
@@ -641,9 +773,10 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         cnt += __shfl_xor_sync(FULL, cnt, o);
     if (lane == 0)
         sw.count[warp] = cnt;
-    if (WGMMA && threadIdx.x == 0)
+    if (WGMMA && !TEAM && threadIdx.x == 0)
         mbar_init(&pushed_bar[0]), mbar_init(&pushed_bar[1]), mbar_init_fence();
-    if (WGMMA) /* v16 pushes into its peers' shared memory: they must have started (racecheck) */
+    if (WGMMA && !TEAM) /* v16 pushes into its peers' shared memory: they must have started
+                         * (racecheck) */
         cluster.sync();
     else
         __syncthreads();
@@ -712,7 +845,14 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
          * theirs; then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four
          * channels, then over the group's four lanes by shuffles (v15: lane t = 0 writes it;
          * v16: a reduce-scatter, below) */
-        if (WGMMA) {
+        if (TEAM) {
+            float mc = cs.m[warp];
+            unsigned long long *rec = xch + (size_t)(2 * blockIdx.y + (it & 1)) * CL * C_OUT * 3;
+            if (lane == 0)
+                team_publish(rec, rank, make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f),
+                             tag0 + n);
+            team_merge(&cs, rec, tag0 + n, sh.s, ncl);
+        } else if (WGMMA) {
             float mc = cs.m[warp];
             float4 w = make_float4((float)bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc, 0.0f);
             float4 *in = pushed + (it & 1) * CL * C_OUT;
@@ -788,21 +928,26 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             mean[n * C_OUT + threadIdx.x] = cs.mean[threadIdx.x],
             rstd[n * C_OUT + threadIdx.x] = cs.rstd[threadIdx.x];
     }
-    cluster.sync(); /* no block may exit while another still reads its partials (v15), nor while
-                     * its own st.async stores may still be on their way to a peer (v16) */
+    if (!TEAM)
+        cluster.sync(); /* no block may exit while another still reads its partials (v15),
+                         * nor while its own st.async stores may still be on their way to a
+                         * peer (v16) */
 #endif
 }
 
 /* persistent clusters, as many as fit at once, each taking samples blockIdx.y, + gridDim.y, ...;
- * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v14
- * where a sample needs more than CL blocks, the two windows do not fit shared memory, or no
- * cluster fits the GPU. wstride: the window's length rounded up to 1 mod 4 (v15), so that
- * channel ci's offsets shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in
- * three classes of 27 and 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4
- * (v16, steps 4 and 6: 6 groups conflict, the window's copies can be 8 bytes wide, and channels
- * 0 and 2 start 16-byte aligned for bulk copies). The columns and the clusters that fit are
- * cached by shape (the harness runs on one device). */
-template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int scope)
+ * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v17
+ * (TEAM): the same grid without the cluster, as many teams as the occupancy API says fit at once
+ * (one block an SM: 16 teams of 8 on 132 SMs), launched cooperatively. v14 where a sample needs
+ * more than CL blocks, the two windows do not fit shared memory, or no cluster (no team) fits the
+ * GPU. wstride: the window's length rounded up to 1 mod 4 (v15), so that channel ci's offsets
+ * shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three classes of 27 and
+ * 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4 (v16, v17; v16's steps 4
+ * and 6: 6 groups conflict, the window's copies can be 8 bytes wide, and channels 0 and 2 start
+ * 16-byte aligned for bulk copies). The columns and the clusters that fit are cached by shape
+ * (the harness runs on one device). */
+template <bool WGMMA, bool TEAM = false>
+static void register_conv_launch(const run_ctx *r, int scope)
 {
     const shape *sh = &r->sh;
     int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, V15_SPAN);
@@ -815,13 +960,27 @@ template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int sco
     }
     static int opted;   /* the kernel's shared-memory opt-in is set (cluster_launch_make) */
     static shape last;  /* the shape of the cache below */
-    static int resident; /* clusters that fit at once */
+    static int resident; /* clusters (v17: teams) that fit at once */
     static v15_cols cols;
+    static unsigned tag0 = 1; /* v17: the next launch's base tag (0 is the words' initial tag) */
+    auto kernel = k_register_conv<WGMMA, TEAM>;
     cluster_launch L;
-    cluster_launch_make(&L, (const void *)k_register_conv<WGMMA>, &opted, r->smem_optin, ncl,
-                        dim3(ncl, sh->n), CL_THREADS, smem);
+    cluster_launch_make(&L, (const void *)kernel, &opted, r->smem_optin, ncl, dim3(ncl, sh->n),
+                        CL_THREADS, smem);
+    if (TEAM) /* the same launch, cooperative instead of clustered */
+        L.attr.id = cudaLaunchAttributeCooperative, L.attr.val.cooperative = 1;
     if (resident == 0 || memcmp(&last, sh, sizeof last) != 0) {
-        resident = resident_clusters(&L, (const void *)k_register_conv<WGMMA>), last = *sh;
+        if (TEAM) {
+            int per_sm = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, CL_THREADS,
+                                                                     smem));
+            resident = per_sm * r->sm_count / ncl;
+            if (resident > r->sm_count) /* r->xch holds sm_count teams' words */
+                resident = r->sm_count;
+        } else {
+            resident = resident_clusters(&L, (const void *)kernel);
+        }
+        last = *sh;
         v15_columns(sh, wstride, &cols);
     }
     if (resident == 0) {
@@ -829,9 +988,12 @@ template <bool WGMMA> static void register_conv_launch(const run_ctx *r, int sco
         return;
     }
     L.cfg.gridDim = dim3(ncl, resident < sh->n ? resident : sh->n);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_register_conv<WGMMA>, r->x, r->weight, r->bias, r->m,
-                                  r->y, r->mean, r->rstd, r->sh, cols, wstride));
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->x, r->weight, r->bias, r->m, r->y, r->mean,
+                                  r->rstd, r->sh, cols, wstride, r->xch, tag0));
+    if (TEAM)
+        tag0 += (unsigned)sh->n;
 }
 
 void v15_launch(const run_ctx *r, int scope) { register_conv_launch<false>(r, scope); }
 void v16_launch(const run_ctx *r, int scope) { register_conv_launch<true>(r, scope); }
+void v17_launch(const run_ctx *r, int scope) { register_conv_launch<true, true>(r, scope); }
