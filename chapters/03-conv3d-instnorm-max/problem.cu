@@ -605,7 +605,7 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {2, 3, 4, 35, 37},  /* S = 2310, not a multiple of 4: cp.async instead of bulk copies */
     {1, 3, 16, 32, 32}, /* S = 12600: the KernelBench sample */
     {17, 3, 16, 32, 32}, /* 17 samples: more than the 15 clusters of v15 or v16 (v17: 16 teams)
-                          * that fit an H100 at once, so one takes two samples */
+                          * that fit an H100 at once, so some take two samples */
     {140, 3, 4, 35, 37}, /* 140 samples of S = 2310: 66 two-block clusters (teams) fit an H100,
                           * so v15 to v17 take three rounds and reuse their first parity */
     {1, 3, 27, 27, 34}, /* S = 20000: a multiple of 4, but b3's slices over 4 x 512 positions */

@@ -60,6 +60,7 @@
  * The steps that led here, each measured, and the pipelined forms that lost to it, are in the
  * README's "tried" list.
  */
+#include "barrier.cuh" /* team_arrive */
 #include "cluster.cuh"
 #include "model.h"
 
@@ -67,7 +68,8 @@
  * its inside-the-clamp bit kept as the channel loop goes (cluster_apply); SIGNAL (b6): each
  * block lets the next launch start (griddepcontrol.launch_dependents) as it starts, and, once
  * its y, bytes and statistics are written, a block barrier, then thread 0 fences and adds 1 to
- * done[n] (the fence after the barrier makes the pair a release of the whole block's writes) */
+ * done[n] (team_arrive, common/barrier.cuh: the fence after the barrier makes the pair a release
+ * of the whole block's writes) */
 template <bool SAVE, bool TRACK = false, bool SIGNAL = false>
 __global__ void __launch_bounds__(CL_THREADS, 2)
 k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
@@ -108,13 +110,8 @@ k_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, flo
     cluster_stats(&cs, vals, cap, len, S, 0, bulk ? row_bars : NULL);
     cluster_apply<SAVE, TRACK>(&cs, vals, cap, len, y + (size_t)n * S + lo, mean, rstd, n, rank,
                                SAVE ? win + (size_t)n * S + lo : NULL); /* step 3 */
-    if (SIGNAL) {
-        __syncthreads(); /* every thread's y, bytes and (rank 0) statistics written */
-        if (threadIdx.x == 0) {
-            __threadfence(); /* cumulative: all of them ordered before the count (a release) */
-            atomicAdd(done + n, 1u);
-        }
-    }
+    if (SIGNAL) /* every thread's y, bytes and (rank 0) statistics written, then counted */
+        team_arrive(done + n);
     cluster.sync(); /* no block may exit while another still reads its partials */
 #endif
 }

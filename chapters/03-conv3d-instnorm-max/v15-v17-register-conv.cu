@@ -237,8 +237,9 @@
  * exchanged through L2
  *
  * Defect of v16: the blocks of a cluster must share a GPC (a graphics processing cluster, a
- * group of about 16 to 18 SMs), and on this H100 only 15 clusters of 8 such blocks fit at once
- * (cudaOccupancyMaxActiveClusters): 120 of its 132 SMs work, 12 stay idle the whole run, and the
+ * group of SMs), and the H100's 132 SMs are spread unevenly over its GPCs, some of which hold
+ * fewer than 16: only 15 clusters of 8 such blocks fit at once (cudaOccupancyMaxActiveClusters).
+ * 120 of its 132 SMs work, 12 stay idle the whole run, and the
  * 128 samples take 9 rounds for 8.53 samples a cluster, the ninth with 8 of the 15 clusters busy.
  * Change: the same kernel, launched without a cluster: 132 SMs hold one block each, so 16 teams
  * of 8 blocks (128 SMs), team j taking samples j, j + 16, ...: 8 rounds of 16 samples. The
@@ -252,9 +253,12 @@
  *     the load being gpu-scope .relaxed accesses of the same aligned 8 bytes: "morally strong",
  *     which the PTX memory model performs with single-copy atomicity (PTX ISA, "Memory
  *     Consistency Model"), so a word read with the right tag has the right value; and gpu-scope
- *     accesses do not stop at an SM's L1 (team_publish, team_merge). Each team alternates between two sets of
+ *     accesses are coherent across the SMs (in practice served by L2, not the SM's L1;
+ *     team_publish, team_merge). Each team alternates between two sets of
  *     words, as v16's pushed triples alternate: a block writes sample n + 2's triples only after
- *     every team-mate has published n + 1, which each does after it has read n's.
+ *     every team-mate has published n + 1, which each does after it has read n's (a block
+ *     barrier ends its merge). Were that order broken, a poller would wait for a tag that never
+ *     comes, not read a wrong value: each word names its sample.
  *   - the guarantee that a sample's blocks run at the same time, without which a block could
  *     poll for a team-mate that waits for its SM. The launch is cooperative
  *     (cudaLaunchAttributeCooperative), which fails rather than start a grid that cannot be
@@ -263,35 +267,41 @@
  * Predicted: 8 rounds instead of 9, the sweep's 12.0 us a round less, 0.104 ms, if the exchange
  * through L2 costs what the push into shared memory costs (0.80 to 0.86 us a round in step 3's
  * timeline); each 0.1 us it costs more a round adds 0.8 us.
- * Measured (H100, medians of 50; each line three interleaved rounds of one call):
+ * Measured (H100, medians of 50, three interleaved rounds a call):
  *   - the first form, each block's 48 words side by side and no nap between polls: 0.1165,
  *     0.1165, 0.1163 ms against v16's 0.1177, 0.1179, 0.1178, 1%. The rounds were the
  *     predicted ones (16 samples, one round: 0.0214 ms against v16's two, 0.0329), but each cost
- *     more: at 120 samples, 8 rounds for both, 0.1150 against v16's 0.1058. The same form held to
- *     v16's 15 teams, 9 rounds as v16's (layout below): 0.1268, 0.1253, 0.1259 against v16's
- *     0.1182, 0.1168, 0.1172, about 0.9 us a round for the exchange through L2.
+ *     more: at 120 samples, 8 rounds for both, 0.1150 against v16's 0.1058.
  *   - the words of a channel side by side, so that a poll's three loads read 64 contiguous bytes
  *     each, not 8 words 384 bytes apart: 0.1148, 0.1140, 0.1140 against the first form's 0.1187,
- *     0.1178, 0.1183.
- *   - a nap between polls (__nanosleep), in two calls: 20 ns 0.1134, 0.1126, 0.1125 (against no
- *     nap's 0.1148, 0.1140, 0.1140); 20, 60 and 150 ns 0.1126 - 0.1114, 0.1125 - 0.1114 and
- *     0.1099, 0.1099, 0.1086 (no nap 0.1142, 0.1145, 0.1132); 150, 400 and 1000 ns 0.1081 -
- *     0.1087, 0.1076 - 0.1082 and 0.1074 - 0.1076 (v16 0.1160 - 0.1163): 2048 warps polling
- *     back to back slow the rest of the run through L2, and beyond 150 ns the nap's length no
- *     longer shows. 150 ns kept.
+ *     0.1178, 0.1183 (a second call). This form held to v16's 15 teams, 9 rounds as v16's
+ *     (same call): 0.1268, 0.1253, 0.1259 against v16's 0.1182, 0.1168, 0.1172, (0.1260 -
+ *     0.1174) / 9, about 1 us a round for the exchange through L2 over v16's push.
+ *   - a nap (__nanosleep) before each poll, in three calls: 20 ns 0.1134, 0.1126, 0.1125
+ *     (against no nap's 0.1148, 0.1140, 0.1140); 20, 60 and 150 ns 0.1126 - 0.1114, 0.1125 -
+ *     0.1114 and 0.1099, 0.1099, 0.1086 (no nap 0.1142, 0.1145, 0.1132); 150, 400 and 1000 ns
+ *     0.1077 - 0.1087, 0.1076 - 0.1082 and 0.1074 - 0.1076 (v16 0.1160 - 0.1163). Presumably
+ *     2048 warps polling back to back load L2 enough to slow the other teams' copies and stores
+ *     (not profiled). Past 150 ns the gain is under 0.3%, less than the spread between calls;
+ *     150 ns kept, the shortest nap at that level.
+ * Predicted against the recorded v16 (0.1161 - 0.0120 = 0.104 ms) or against v16 in the
+ * recording call below (0.1178 - 0.0120 = 0.1058 ms).
  * Measured, the final code (the recording call): 0.1105, 0.1104, 0.1100 ms against v16's 0.1178,
- * 0.1178, 0.1179, 6.2 to 6.7% less time. The batch sweep: one round (16 samples) 0.0205 ms, 8
- * rounds (128) 0.1098, 12.8 us a round against v16's 12.0: the exchange through L2 and its polls
- * cost about 0.8 us a round more than v16's push, which is where the prediction's 0.104 went.
- * ncu (the kernel alone, same call): 133.3 us against v16's 142.4. ptxas: 128 registers, nothing
- * spilled. y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37, 3.2e-7
- * at 140x3x4x35x37 (v16's merge, the same bits where the triples are).
+ * 0.1178, 0.1179, 6.2 to 6.7% less time, 4.5 us more than that call's 0.1058: about 0.6 us a round
+ * more than v16's push over the 8 rounds, the exchange through L2 and its polls (the batch sweeps,
+ * from different calls: 12.8 us a round, one round at 16 samples 0.0205 ms and 8 at 128 0.1098,
+ * against v16's 12.0). ncu (the kernel alone, same call): 133.3 us against v16's 142.4. ptxas:
+ * 128 registers, nothing spilled. y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7
+ * at 2x3x4x35x37, 3.2e-7 at 140x3x4x35x37 (v16's: the same figures where both ran; v17 merges
+ * the same triples with the same code).
  * Recorded (the README's table, the recording call): 0.1100 ms [0.1080 - 0.1155], 38.0 TFLOP/s,
  * 4.47x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.10x. Tried (the README's
- * list): polling only the last of the three words, then reading the other two: 0.1106 - 0.1125
+ * list): polling only the last of the three words, then loading the other two: 0.1106 - 0.1125
  * ms with a 150 ns nap, 0.1110 - 0.1120 with 400, 0.1088 - 0.1099 with 1000 (all three words
- * polled: 0.1077 - 0.1087, 0.1076 - 0.1082, 0.1074 - 0.1076, same call): the second load's round
- * trip lands on the critical path.
+ * polled: 0.1077 - 0.1087, 0.1076 - 0.1082, 0.1074 - 0.1076, same call), presumably the second
+ * load's round trip on the critical path; and polling first, napping only when a word is not
+ * there yet: 0.1144, 0.1138, 0.1140 against the nap first's 0.1100, 0.1099, 0.1089 (a later
+ * call), not explained.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -618,7 +628,7 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 /* v17's exchange through L2 (the comment at the top). A word: a float in its low half, its tag
  * in the high half, stored and loaded at gpu scope (PTX ISA, "st" and "ld", .relaxed.gpu: the
- * access is coherent across SMs, so it does not stop at the SM's own L1). rec: a team's words for
+ * access is coherent across the SMs, in practice served by L2, not the SM's own L1). rec: a team's words for
  * one parity, 3 x CL x C_OUT of them (TEAM_WORD). */
 __device__ static inline void st_tagged(unsigned long long *p, float v, unsigned tag)
 {
@@ -651,10 +661,10 @@ __device__ static inline void team_publish(unsigned long long *rec, int rank, fl
 }
 
 /* every thread of the block: lane r of warp w polls block r's three words of channel w until
- * all carry the tag, the warp until all its lanes < ncl have theirs; then v16's merge. Between
- * polls a nap (__nanosleep, about 150 ns): 2048 warps polling back to back load L2 enough to
- * slow the rest of the run (naps of 0, 20, 60, 150, 400 and 1000 ns measured, in the text at the
- * top). */
+ * all carry the tag, the warp until all its lanes < ncl have theirs; then v16's merge. Before
+ * each poll a nap (__nanosleep, about 150 ns): without it the run is 4% slower, presumably 2048
+ * warps polling back to back loading L2 (naps of 0, 20, 60, 150, 400 and 1000 ns, and polling
+ * before the nap, measured in the text at the top). */
 __device__ static inline void team_merge(cluster_shared *cs, const unsigned long long *rec,
                                          unsigned tag, int S, int ncl)
 {

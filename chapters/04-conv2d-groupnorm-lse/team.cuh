@@ -10,10 +10,10 @@
  * two the team has read only its current samples, so they are still in L2. The teams do not
  * wait for one another: while one waits at its barrier or reads L2, the others read DRAM.
  *
- * The team barrier is a counter in global memory, one a sample (zeroed before the launch):
- * each block, once its writes are done, fences them (__threadfence: visible to the whole GPU
- * before the increment is) and adds 1; a waiting block's thread 0 polls until all `ctas`
- * blocks have arrived. Polling only works if every block of the team is running, not waiting
+ * The team barrier is a counter in global memory, one a sample (zeroed before the launch;
+ * common/barrier.cuh, which chapter 3 shares): each block, once its writes are done, fences them
+ * (__threadfence: visible to the whole GPU before the increment is) and adds 1; a waiting
+ * block's thread 0 polls until all `ctas` blocks have arrived. Polling only works if every block of the team is running, not waiting
  * for a slot behind a block that polls: the launch is cooperative (cudaLaunchCooperativeKernel
  * fails rather than start a grid that cannot all be resident; CUDA C Programming Guide, "Grid
  * Synchronization"). Partial results written by other blocks are read after the barrier with
@@ -26,43 +26,10 @@
 #define CH04_TEAM_CUH
 
 #include "model.h"
+#include "barrier.cuh" /* common/: team_signal, team_poll, team_arrive, team_wait */
 
 #define TEAM_BLOCK 512 /* threads a block: 16 warps */
 static_assert(TEAM_BLOCK / 32 == GROUPS, "b3 gives each warp one group");
-
-/* one thread's side of the team barrier, once the threads whose writes it stands for have met
- * it at a block or named barrier: team_signal fences those writes and adds 1, returning the
- * count before; team_poll waits for the count to reach `target`, then fences, so that what
- * the others fenced before adding is seen */
-__device__ static inline unsigned team_signal(unsigned *ctr)
-{
-    __threadfence();
-    return atomicAdd(ctr, 1u);
-}
-
-__device__ static inline void team_poll(const unsigned *ctr, unsigned target)
-{
-    while (*(const volatile unsigned *)ctr < target)
-        __nanosleep(32);
-    __threadfence();
-}
-
-/* the team barrier for whole blocks, in two halves, so that a block can do other work between
- * them (b3's look-ahead): team_arrive once the block's writes for the sample are done,
- * team_wait until all `ctas` blocks have arrived */
-__device__ static inline void team_arrive(unsigned *ctr)
-{
-    __syncthreads(); /* the block's writes are done */
-    if (threadIdx.x == 0)
-        team_signal(ctr);
-}
-
-__device__ static inline void team_wait(const unsigned *ctr, unsigned ctas)
-{
-    if (threadIdx.x == 0)
-        team_poll(ctr, ctas);
-    __syncthreads();
-}
 
 /* a barrier for `threads` threads of the block (a multiple of 32), id 1..15: __syncthreads is
  * id 0 for all of them (PTX ISA, "bar.sync"); v6's producer and consumer warps each have one */
