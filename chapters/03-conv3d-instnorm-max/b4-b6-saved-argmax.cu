@@ -201,8 +201,8 @@ __device__ static inline void store_v(float *p, const float *v)
 /* The stream, one block: positions [b V B4_THREADS, (b + 1) V B4_THREADS) of sample n, all 16
  * channels; V = 4 when S is a multiple of 4 (aligned float4 rows), else 1. k: 5 x 16 floats of
  * shared memory. DM (b4): part holds float2 (winner_sums<false>), and the block's dm partial of
- * channel c goes to dm_out[c][n B + b] (N = gridDim.y samples, B blocks a sample), red: 8 x 16
- * floats of shared memory. Not DM (b5): part holds float4, and no dm here. */
+ * channel c goes to dm_out[c][n B + b] (N samples, B blocks a sample), red: 8 x 16 floats of
+ * shared memory. Not DM (b5): part holds float4, and no dm here. */
 template <int V, bool DM>
 __device__ static inline void stream_dc(float (*k)[C_OUT], float (*red)[C_OUT],
                                         const float *__restrict__ c, const float *__restrict__ g,
@@ -212,7 +212,7 @@ __device__ static inline void stream_dc(float (*k)[C_OUT], float (*red)[C_OUT],
                                         const float *__restrict__ rstd,
                                         const float *__restrict__ part, int P,
                                         float *__restrict__ dc, float *__restrict__ dm_out, int S,
-                                        int n, int b, int B)
+                                        int n, int b, int B, unsigned N)
 {
     int t = threadIdx.x, warp = t >> 5, lane = t & 31;
     int j = (b * B4_THREADS + t) * V;
@@ -292,7 +292,7 @@ __device__ static inline void stream_dc(float (*k)[C_OUT], float (*red)[C_OUT],
             float a = 0.0f;
             for (int w = 0; w < B4_THREADS / 32; w++)
                 a += red[w][t];
-            dm_out[(size_t)t * gridDim.y * B + (size_t)n * B + b] = a;
+            dm_out[(size_t)t * N * B + (size_t)n * B + b] = a;
         }
     }
 }
@@ -310,7 +310,7 @@ k_stream_dc(const float *__restrict__ c, const float *__restrict__ g,
     __shared__ float k[5][C_OUT]; /* m, mean, rstd, mean(dxh), mean(dxh xh) */
     __shared__ float red[B4_THREADS / 32][C_OUT];
     stream_dc<V, true>(k, red, c, g, win, m, mean, rstd, part, P, dc, dm_part, S, blockIdx.y,
-                       blockIdx.x, gridDim.x);
+                       blockIdx.x, gridDim.x, gridDim.y);
 }
 
 /* the backward from the saved winner bytes (r->win), the forward's statistics and y */
@@ -479,7 +479,8 @@ k_stream_dm(const float *__restrict__ c, const float *__restrict__ g,
         return;
     }
     int q = blockIdx.x - 1;
-    stream_dc<V, false>(k, NULL, c, g, win, m, mean, rstd, part, P, dc, NULL, S, q / B, q % B, B);
+    stream_dc<V, false>(k, NULL, c, g, win, m, mean, rstd, part, P, dc, NULL, S, q / B, q % B, B,
+                        (gridDim.x - 1) / B);
 }
 
 template <int V>
