@@ -223,8 +223,11 @@
  * recorded code's 0.1177, 0.1175, 0.1180 in three interleaved rounds of one call, so its row
  * stands.) What is left: 9 rounds
  * of 12.0 us for 8.53 samples a cluster (the ninth about half full), and in each round the
- * phases outside the conv, which nothing overlaps (5.1 us in step 3's timeline, before steps 4
- * to 6 shortened them; no timeline of the final form was taken). The conv's time follows the
+ * phases outside the conv, which nothing overlaps: a timeline of the final form (an
+ * instrumented build, not committed, taken with v17's, below: thread 0 of each block,
+ * medians over the rounds after each block's first, two runs) puts a round at 12.2 us, 8.2 of
+ * conv, 0.45 from the round's start to the conv, 1.12 of statistics, 0.74 of exchange and 1.50
+ * of y: 3.8 us outside the conv (5.1 in step 3's). The conv's time follows the
  * tensor cores' work: builds that compute wrong results on purpose, timed only (step 5's code,
  * one call), took 0.1114 - 0.1125 ms with two of the three products a tile and step, 0.1215 -
  * 0.1218 with all three, 0.1348 - 0.1355 with a fourth (a_lo b_lo); in another call, with one
@@ -294,6 +297,14 @@
  * 128 registers, nothing spilled. y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7
  * at 2x3x4x35x37, 3.2e-7 at 140x3x4x35x37 (v16's: the same figures where both ran; v17 merges
  * the same triples with the same code).
+ * A timeline (an instrumented build, not committed; thread 0 of each block writing %globaltimer
+ * at the phase boundaries, medians over the rounds after each block's first, two runs, the same
+ * call as v16's above): a round 12.7 us (v16: 12.2), of which 0.45 from its start to the conv,
+ * 8.2 of conv, 1.12 of statistics, 0.99 of exchange (v16: 0.74; tenth to ninetieth percentile
+ * 0.86 - 1.47 against 0.64 - 0.83) and 1.57 of y (v16: 1.50); the kernel's blocks span 102.3 -
+ * 102.7 us from the first start to the last end (v16: 110.3 - 110.8). What is left for 0.10 ms,
+ * 10 us, is 1.25 us a round: the conv is two-thirds of a round (8.2 of 12.7), and the 4.1 us
+ * outside it (statistics, exchange, y) run with the tensor cores idle.
  * Recorded (the README's table, the recording call): 0.1100 ms [0.1080 - 0.1155], 38.0 TFLOP/s,
  * 4.47x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.10x. Tried (the README's
  * list): polling only the last of the three words, then loading the other two: 0.1106 - 0.1125
@@ -630,8 +641,8 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 /* v17's exchange through L2 (the comment at the top). A word: a float in its low half, its tag
  * in the high half, stored and loaded at gpu scope (PTX ISA, "st" and "ld", .relaxed.gpu: the
- * access is coherent across the SMs, in practice served by L2, not the SM's own L1). rec: a team's words for
- * one parity, 3 x CL x C_OUT of them (TEAM_WORD). */
+ * access is coherent across the SMs, in practice served by L2, not the SM's own L1). rec: a
+ * team's words for one parity, 3 x CL x C_OUT of them (TEAM_WORD). */
 __device__ static inline void st_tagged(unsigned long long *p, float v, unsigned tag)
 {
     unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
