@@ -244,9 +244,9 @@
  * fewer than 16: only 15 clusters of 8 such blocks fit at once (cudaOccupancyMaxActiveClusters).
  * 120 of its 132 SMs work, 12 stay idle the whole run, and the
  * 128 samples take 9 rounds for 8.53 samples a cluster, the ninth with 8 of the 15 clusters busy.
- * Change: the same kernel, launched without a cluster: 132 SMs hold one block each, so 16 teams
- * of 8 blocks (128 SMs), team j taking samples j, j + 16, ...: 8 rounds of 16 samples. The
- * cluster gave two things that must now come another way:
+ * Change, in two steps, each measured. 1. The same kernel, launched without a cluster: 132 SMs hold
+ * one block each, so 16 teams of 8 blocks (128 SMs), team j taking samples j, j + 16, ...: 8 rounds
+ * of 16 samples. The cluster gave two things that must now come another way:
  *   - distributed shared memory for the exchange. The triples go through L2 instead: lane 0 of
  *     warp w stores its block's triple of channel w as three 8-byte words, each a float beside a
  *     tag (the sample's number plus a base that grows by the batch at every launch), and the
@@ -289,7 +289,7 @@
  *     150 ns kept, the shortest nap at that level.
  * Predicted against the recorded v16 (0.1161 - 0.0120 = 0.104 ms) or against v16 in the
  * recording call below (0.1178 - 0.0120 = 0.1058 ms).
- * Measured, the final code (the recording call): 0.1105, 0.1104, 0.1100 ms against v16's 0.1178,
+ * Measured, this code (its recording call): 0.1105, 0.1104, 0.1100 ms against v16's 0.1178,
  * 0.1178, 0.1179, 6.2 to 6.7% less time, 4.5 us more than that call's 0.1058: about 0.6 us a round
  * more than v16's push over the 8 rounds, the exchange through L2 and its polls (the batch sweeps,
  * from different calls: 12.8 us a round, one round at 16 samples 0.0205 ms and 8 at 128 0.1098,
@@ -305,16 +305,37 @@
  * 102.7 us from the first start to the last end (v16: 110.3 - 110.8). What is left for 0.10 ms,
  * 10 us, is 1.25 us a round: the conv is two-thirds of a round (8.2 of 12.7), and the 4.1 us
  * outside it (statistics, exchange, y) run with the tensor cores idle.
- * Recorded (the README's table, the recording call): 0.1100 ms [0.1080 - 0.1155], 38.0 TFLOP/s,
- * 4.47x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.10x. Tried (the README's
- * list): polling only the last of the three words, then loading the other two: 0.1106 - 0.1125
- * ms with a 150 ns nap, 0.1110 - 0.1120 with 400, 0.1088 - 0.1099 with 1000 (all three words
+ * Recorded then: 0.1100 ms [0.1080 - 0.1155], 38.0 TFLOP/s, 4.47x torch.compile. Tried (the
+ * README's list): polling only the last of the three words, then loading the other two: 0.1106 -
+ * 0.1125 ms with a 150 ns nap, 0.1110 - 0.1120 with 400, 0.1088 - 0.1099 with 1000 (all three words
  * polled: 0.1077 - 0.1087, 0.1076 - 0.1082, 0.1074 - 0.1076, same call), presumably the second
- * load's round trip on the critical path; and polling first, napping only when a word is not
- * there yet: 0.1144, 0.1138, 0.1140 against the nap first's 0.1100, 0.1099, 0.1089 (a later
- * call), not explained; and one poller a block (warp 0 polling all 384 words, 12 a lane, into
- * shared memory, the other warps at a block barrier): 0.1237 - 0.1240 ms without a nap, 0.1262 -
- * 0.1266 with 100 ns, against 0.1083 - 0.1093 (a third call).
+ * load's round trip on the critical path; and polling first, napping only when a word is not there
+ * yet: 0.1144, 0.1138, 0.1140 against the nap first's 0.1100, 0.1099, 0.1089 (a later call), not
+ * explained; and one poller a block (warp 0 polling all 384 words, 12 a lane, into shared memory,
+ * the other warps at a block barrier): 0.1237 - 0.1240 ms without a nap, 0.1262 - 0.1266 with 100
+ * ns, against 0.1083 - 0.1093 (a third call).
+ * 2. y with the multiply by m folded into the clamp (lane_max_folded). Defect: the timeline
+ *    above gives y 1.57 us a round, and its 14 maxima of 4 channels a lane are 6 instructions a
+ *    channel: an FMA, the clamp's two FMNMX, the multiply by m, and the first-on-ties maximum's
+ *    compare and select. Change: m clamp(z, -1, 1) = clamp(m z, -|m|, |m|) for either sign of m,
+ *    and m z = c (m k1) + m k0, so a channel is an FMA and two FMNMX, and the maximum an FMNMX
+ *    (fmaxf: the same value as the first-on-ties select, since y is a value, not an index). SASS
+ *    (nvcc 13.0): 98 FSETP, 98 FSEL and 48 FMUL fewer, 112 FMNMX more, 128 instructions fewer
+ *    a thread and round; v15's and v16's kernels unchanged (lane_max stays theirs). Predicted:
+ *    if y were issue-bound, 128 of its about 390 instructions a thread, up to a third of its
+ *    1.57 us, 0.5 us a round, 4 us over the 8 rounds; less, since y's issue slots are not full
+ *    (16 warps of 390 instructions on 4 schedulers are 0.85 us of issue at 1.83 GHz).
+ *    Measured (H100, medians of 50, interleaved rounds of two calls): 0.1087, 0.1084 ms against
+ *    step 1's 0.1104, 0.1099, and 0.1088, 0.1088, 0.1081 against 0.1099, 0.1094: 0.6 to 1.5% less,
+ *    in every clean pair; each call's third pair had one run disturbed (its maximum 0.19 and 0.15
+ *    ms, its median 0.1172 and 0.1177), left out. ncu (the kernel alone): 125.8 us against step
+ *    1's 133.3 (another call). y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at
+ *    2x3x4x35x37 (step 1: the same).
+ * Recorded (the README's table, the recording call of step 2): 0.1079 ms [0.1048 - 0.1129], 38.8
+ * TFLOP/s, 4.55x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.08x. The batch sweep
+ * of that call: 0.0200 ms for one round (16 samples), 0.1074 for 8, 12.5 us a round. What is
+ * left for 0.10 ms: 7.9 us, about 1 us a round, against a round that is two-thirds conv (step 1's
+ * timeline) and a third statistics, exchange and y with the tensor cores idle.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -426,6 +447,25 @@ __device__ static inline float lane_max(const float acc[2][4], int hh, const flo
             float u = clampf1(fmaf(acc[h][2 * hh + e], k1[h][e], k0[h][e])) * mult[h][e];
             best = (h == 0 && e == 0) || u > best ? u : best;
         }
+    return best;
+}
+
+/* v17 (step 2): the same maxima with the multiply by m folded into the clamp. m clamp(z, -1, 1)
+ * = clamp(m z, -|m|, |m|) for either sign of m, and m z = c (m k1) + m k0, so u is an FMA and
+ * two FMNMX: a1 = m k1, a0 = m k0, lim = |m|; the maximum over the channels is fmaxf, which
+ * gives the same value as the first-on-ties select (a NaN is dropped, where clampf1 keeps it:
+ * finite x has none) */
+__device__ static inline float lane_max_folded(const float acc[2][4], int hh, const float a1[2][2],
+                                               const float a0[2][2], const float lim[2][2])
+{
+    float best = -INFINITY;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            best = fmaxf(best, fminf(fmaxf(fmaf(acc[h][2 * hh + e], a1[h][e], a0[h][e]),
+                                           -lim[h][e]),
+                                     lim[h][e]));
     return best;
 }
 
@@ -898,6 +938,9 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 int co = 8 * h + 2 * t + e;
                 mult[h][e] = cs.m[co], k1[h][e] = cs.m[co] * cs.rstd[co],
                 k0[h][e] = -cs.mean[co] * cs.rstd[co];
+                if (TEAM) /* v17 (step 2): lane_max_folded's a1, a0 and lim */
+                    k1[h][e] *= mult[h][e], k0[h][e] *= mult[h][e],
+                        mult[h][e] = fabsf(mult[h][e]);
             }
         float *yn = y + (size_t)n * sh.s;
         if (WGMMA) {
@@ -910,7 +953,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
-                    v[2 * r + hh] = lane_max(acc[r], hh, k1, k0, mult);
+                    v[2 * r + hh] = TEAM ? lane_max_folded(acc[r], hh, k1, k0, mult)
+                                         : lane_max(acc[r], hh, k1, k0, mult);
             /* lanes t and t ^ 1: each keeps one item of a pair and sends the other, so w[i] is
              * item 2 i + (t & 1) over both; then lanes t and t ^ 2 the same over w's pairs, so
              * z is item 4 j + t over all four (fmaxf drops a NaN, torch.max keeps it; finite x
