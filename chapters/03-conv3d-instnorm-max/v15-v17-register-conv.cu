@@ -320,17 +320,18 @@
  *    compare and select. Change: m clamp(z, -1, 1) = clamp(m z, -|m|, |m|) for either sign of m,
  *    and m z = c (m k1) + m k0, so a channel is an FMA and two FMNMX, and the maximum an FMNMX
  *    (fmaxf: the same value as the first-on-ties select, since y is a value, not an index). SASS
- *    (nvcc 13.0): 98 FSETP, 98 FSEL and 48 FMUL fewer, 112 FMNMX more, 128 instructions fewer
+ *    (nvcc 13.0): 98 FSETP, 98 FSEL and 48 FMUL fewer, 112 FMNMX more, 132 instructions fewer
  *    a thread and round; v15's and v16's kernels unchanged (lane_max stays theirs). Predicted:
- *    if y were issue-bound, 128 of its about 390 instructions a thread, up to a third of its
+ *    if y were issue-bound, 132 of its about 390 instructions a thread, up to a third of its
  *    1.57 us, 0.5 us a round, 4 us over the 8 rounds; less, since y's issue slots are not full
  *    (16 warps of 390 instructions on 4 schedulers are 0.85 us of issue at 1.83 GHz).
- *    Measured (H100, medians of 50, interleaved rounds of two calls): 0.1087, 0.1084 ms against
- *    step 1's 0.1104, 0.1099, and 0.1088, 0.1088, 0.1081 against 0.1099, 0.1094: 0.6 to 1.5% less,
- *    in every clean pair; each call's third pair had one run disturbed (its maximum 0.19 and 0.15
- *    ms, its median 0.1172 and 0.1177), left out. ncu (the kernel alone): 125.8 us against step
- *    1's 133.3 (another call). y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at
- *    2x3x4x35x37 (step 1: the same).
+ *    Measured (H100, medians of 50, interleaved pairs in two calls): 0.1087 ms against step 1's
+ *    0.1104, 0.1084 against 0.1099, then 0.1088 against 0.1099 and 0.1088 against 0.1094: 0.6 to
+ *    1.7 us (0.5 to 1.5%) less in each clean pair; each call's third pair had one disturbed run
+ *    (step 2's in the first call, median 0.1172 ms, maximum 0.19; step 1's in the second, 0.1177
+ *    and 0.15), left out. ncu (the kernel alone): 125.8 us against step 1's 133.3 (another
+ *    call). y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (step
+ *    1: the same).
  * Recorded (the README's table, the recording call of step 2): 0.1079 ms [0.1048 - 0.1129], 38.8
  * TFLOP/s, 4.55x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.08x. The batch sweep
  * of that call: 0.0200 ms for one round (16 samples), 0.1074 for 8, 12.5 us a round. What is
@@ -450,10 +451,10 @@ __device__ static inline float lane_max(const float acc[2][4], int hh, const flo
     return best;
 }
 
-/* v17 (step 2): the same maxima with the multiply by m folded into the clamp. m clamp(z, -1, 1)
- * = clamp(m z, -|m|, |m|) for either sign of m, and m z = c (m k1) + m k0, so u is an FMA and
- * two FMNMX: a1 = m k1, a0 = m k0, lim = |m|; the maximum over the channels is fmaxf, which
- * gives the same value as the first-on-ties select (a NaN is dropped, where clampf1 keeps it:
+/* v17 (step 2): the same maxima, up to rounding, with the multiply by m folded into the clamp. m
+ * clamp(z, -1, 1) = clamp(m z, -|m|, |m|) for either sign of m, and m z = c (m k1) + m k0, so u is
+ * an FMA and two FMNMX: a1 = m k1, a0 = m k0, lim = |m|; the maximum over the channels is fmaxf,
+ * which gives the same value as the first-on-ties select (a NaN is dropped, where clampf1 keeps it:
  * finite x has none) */
 __device__ static inline float lane_max_folded(const float acc[2][4], int hh, const float a1[2][2],
                                                const float a0[2][2], const float lim[2][2])
