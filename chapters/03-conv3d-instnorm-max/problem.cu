@@ -207,7 +207,8 @@ static void problem_destroy(problem *pb)
     lib_conv3d_destroy(&pb->lib);
     const void *dev[] = {r->x, r->weight, r->bias, r->m, r->g, r->c, r->y, r->t[0], r->t[1],
                          r->t[2], r->t[3], r->t[4], r->idx, r->win, r->fwd_done, r->xch,
-                         r->mean, r->rstd, r->part2, r->means, r->wpart, r->bpart, r->dm_part1, r->dm_part2,
+                         r->mean, r->rstd, r->part2, r->means, r->wpart, r->bpart, r->dm_part1,
+                         r->dm_part2,
                          r->db_part, r->dw_part, r->dc, r->dx, r->dw, r->dbias, r->dm};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));

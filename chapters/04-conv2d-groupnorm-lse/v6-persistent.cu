@@ -137,9 +137,10 @@ __device__ static inline void publish_stats(const float *__restrict__ c, const f
 }
 
 /* the producers: each of the team's samples in turn, at most LOOKAHEAD ahead of this block's
- * consumers (so a team has at most LOOKAHEAD + 1 samples in L2); then the arrival (team.cuh's
- * team_arrive, for the producers' threads only); the last to arrive publishes the statistics
- * and moves the counter on to ctas + 1, which is what the consumers wait for */
+ * consumers (so a team has at most LOOKAHEAD + 1 samples in L2); then the arrival (team_arrive
+ * done by hand, for the producers' threads only: their named barrier, then common/barrier.cuh's
+ * team_signal, whose count tells the last); the last to arrive publishes the statistics and moves
+ * the counter on to ctas + 1, which is what the consumers wait for */
 __device__ static inline void producer(const float *__restrict__ c, float2 *__restrict__ part,
                                        unsigned *arrived, const volatile int *consumed,
                                        float *__restrict__ mean, float *__restrict__ rstd, int team,
@@ -154,18 +155,15 @@ __device__ static inline void producer(const float *__restrict__ c, float2 *__re
         produce_sums(c, part, n, S, rank, ctas);
         named_barrier(BAR_PRODUCERS, PRODUCERS);
         if (threadIdx.x == 0) {
-            __threadfence();
-            last = atomicAdd(arrived + n, 1u) == (unsigned)ctas - 1;
+            last = team_signal(arrived + n) == (unsigned)ctas - 1;
             __threadfence(); /* the last one then reads what the others fenced before adding */
         }
         named_barrier(BAR_PRODUCERS, PRODUCERS);
         if (last) {
             publish_stats(c, part, mean, rstd, n, S, ctas);
             named_barrier(BAR_PRODUCERS, PRODUCERS);
-            if (threadIdx.x == 0) {
-                __threadfence();
-                atomicAdd(arrived + n, 1u);
-            }
+            if (threadIdx.x == 0)
+                team_signal(arrived + n);
         }
     }
 }
