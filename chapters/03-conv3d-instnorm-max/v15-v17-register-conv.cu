@@ -7,7 +7,8 @@
  * exchange of the statistics (pushed by st.async: cluster_push and cluster_merge_pushed, their
  * buffer and mbarriers, against v15's cluster_merge). v17 is v16 where `TEAM` says: no cluster,
  * the blocks of a sample in a team of a cooperative launch, the exchange through L2
- * (team_publish and team_merge).
+ * (team_publish and team_merge), y folded (lane_max_folded), and the conv in 10 steps with its
+ * 81st column by FFMA.
  *
  * v15: v14's tensor-core conv with its output in registers and x in shared memory
  *
@@ -332,11 +333,45 @@
  *    and 0.15), left out. ncu (the kernel alone): 125.8 us against step 1's 133.3 (another
  *    call). y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (step
  *    1: the same).
- * Recorded (the README's table, the recording call of step 2): 0.1079 ms [0.1048 - 0.1129], 38.8
- * TFLOP/s, 4.55x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.08x. The batch sweep
- * of that call: 0.0200 ms for one round (16 samples), 0.1074 for 8, 12.5 us a round. What is
- * left for 0.10 ms: 7.9 us, about 1 us a round, against a round that is two-thirds conv (step 1's
- * timeline) and a third statistics, exchange and y with the tensor cores idle.
+ * Recorded then (the README's table, the recording call of step 2): 0.1079 ms [0.1048 - 0.1129],
+ * 38.8 TFLOP/s, 4.55x torch.compile's 0.491 ms; issue 15's 0.10 ms was missed by 1.08x. The batch
+ * sweep of that call: 0.0200 ms for one round (16 samples), 0.1074 for 8, 12.5 us a round. What
+ * was left for 0.10 ms: 7.9 us, about 1 us a round, against a round that is two-thirds conv (step
+ * 1's timeline) and a third statistics, exchange and y with the tensor cores idle.
+ * 3. The conv's 81st column by FFMA. Defect: the GEMM's k is C_IN x 27 = 81 taps, 11 steps of 8
+ *    columns, so the eleventh step is a whole step's wgmma work (7 tiles x 3 products) for one
+ *    tap and 7 padding columns. Change: taps 0 to 79 in 10 steps (V17_KSTEPS), dealt over 20
+ *    column groups; tap 80 (ci 2, kd kh kw 2 2 2) by FFMA in fp32 after the conv: a lane's 14
+ *    corners, an LDS each (the 4 lanes of one g read the same word: a broadcast), times its 4
+ *    channels' weights, 56 FFMA. The price: with no padding columns to fill them, 11 of the 20
+ *    groups conflict in shared memory where 6 of 22 did. (At the KernelBench shape, with wstride
+ *    2 mod 4, the 80 taps' offsets fall in classes of 27, 18, 26 and 9 mod 4, so every group
+ *    without one of the 9 holds two taps of one class: 11 at least, which the round-robin
+ *    dealing reaches; 31 wavefronts for a tile's 20 gathers against 28 for 22.) ptxas: 124
+ *    registers, nothing spilled; v15's and v16's kernels unchanged.
+ *    Predicted: one step of 11 is 0.75 us of the 8.2 us conv a round; the FFMA column is about
+ *    76 instructions a thread, 0.16 us of issue for 16 warps on 4 schedulers at 1.9 GHz; less
+ *    the conflicts, about 0.5 us a round, 4 us over the 8 rounds.
+ *    Measured (H100, medians of 50, three interleaved rounds a call, three calls): 0.1058,
+ *    0.1061, 0.1057 ms against step 2's 0.1084, 0.1081, 0.1088; 0.1044, 0.1050, 0.1049 against
+ *    0.1064, 0.1080, 0.1080; and in the recording call 0.1053, 0.1051, 0.1059 against 0.1081,
+ *    0.1078, 0.1081: 2.0 to 3.1 us (1.9 to 2.9%) less, about 0.3 us a round, short of the
+ *    prediction. ncu (the kernel alone; step 2 in the second call, step 3 in the recording
+ *    call): 41.4 million instructions against 43.5, and 11.3 million shared-memory load
+ *    wavefronts against 10.3, of which 2.9 million bank conflicts against 1.8; 125.1 us against
+ *    130.0 (step 2 took 125.8 in an earlier session's call: ncu's durations move that much
+ *    between calls, its counts do not). What the conflicts cost: a build that deals the columns
+ *    as if wstride were 3 mod 4 (classes of 26, 18, 18 and 18: 6 groups conflict, 26
+ *    wavefronts; the window left as it is, so its results are wrong, timed only) took 0.1052,
+ *    0.1046, 0.1040 ms against the same code's 0.1066, 0.1060, 0.1061 (the first call), 1.4 to
+ *    2.1 us, most of the shortfall. A wstride that deals them so would put channel 1 at an odd
+ *    offset (4-byte copies only) and channel 2 at 2 mod 4 (no bulk copy): it would undo part of
+ *    steps 4 and 6 (2 and 5 us), so it was not tried. y's error in make test: rel_l2 3.0e-7 at
+ *    1x3x16x32x32, 3.1e-7 at 2x3x4x35x37 and at 140x3x4x35x37 (step 2: 3.0e-7, 2.9e-7, 3.2e-7).
+ * Recorded (the README's table, the recording call of step 3): 0.1054 ms [0.1027 - 0.1087], 39.7
+ * TFLOP/s, 4.66x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.05x. The batch sweep
+ * of that call: 0.0199 ms for one round, 0.1052 for 8, 12.2 us a round. What is left for 0.10 ms:
+ * 5.4 us, about 0.7 us a round.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -349,6 +384,7 @@
 #define V15_KSTEPS ((C_IN * KVOL + 7) / 8) /* steps of 8 over the GEMM's k (81 taps): 11 */
 #define V15_K (8 * V15_KSTEPS)             /* k padded to whole steps: 88 */
 #define V15_GROUPS (V15_K / 4)             /* groups of 4 columns that one LDS reads: 22 */
+#define V17_KSTEPS (C_IN * KVOL / 8) /* v17 (step 3): whole steps only, 10; tap 80 by FFMA */
 #define V15_TILES 7 /* 16-corner tiles a warp holds in registers */
 #define V15_SPAN (16 * 16 * V15_TILES) /* corners a block: 16 warps x V15_TILES tiles x 16 */
 
@@ -389,28 +425,32 @@ struct v15_smem {
 
 /* the column order: groups of four columns (k = 4 j .. 4 j + 3) are read by one LDS each, lane
  * (g, t) at corner + 4 g + off[4 j + t], so the 32 words fall in 32 banks when the four offsets
- * differ mod 4. The taps are sorted by offset mod 4 and dealt round-robin over the 22 groups:
- * a residue class of at most 22 taps never lands twice in one group. A padding column reads the
- * same word as its group's first column (a broadcast, no conflict). */
-static void v15_columns(const shape *sh, unsigned wstride, v15_cols *c)
+ * differ mod 4. The taps are sorted by offset mod 4 and dealt round-robin over the 2 ksteps
+ * groups (v15, v16: 22; v17: 20): a residue class of at most that many taps never lands twice
+ * in one group. A padding column reads the same word as its group's first column (a broadcast,
+ * no conflict). v17 (ksteps 10): taps 0 .. 79 in the steps, tap 80 at k = 80, for the FFMA
+ * column (its step 3). */
+static void v15_columns(const shape *sh, unsigned wstride, int ksteps, v15_cols *c)
 {
-    int hw = sh->h * sh->w, next = 0;
+    int hw = sh->h * sh->w, next = 0, groups = 2 * ksteps, taps = min(C_IN * KVOL, 8 * ksteps);
     unsigned off[C_IN * KVOL];
     for (int j = 0; j < C_IN * KVOL; j++) {
         int ci = j / KVOL, r = j % KVOL;
         off[j] = ci * wstride + (r / 9) * hw + (r / 3 % 3) * sh->w + r % 3;
     }
     for (int res = 0; res < 4; res++)
-        for (int j = 0; j < C_IN * KVOL; j++)
+        for (int j = 0; j < taps; j++)
             if ((off[j] & 3) == (unsigned)res) {
-                int k = 4 * (next % V15_GROUPS) + next / V15_GROUPS;
+                int k = 4 * (next % groups) + next / groups;
                 c->off[k] = off[j], c->tap[k] = (signed char)j;
                 next++;
             }
-    for (; next < V15_K; next++) {
-        int k = 4 * (next % V15_GROUPS) + next / V15_GROUPS;
+    for (; next < 8 * ksteps; next++) {
+        int k = 4 * (next % groups) + next / groups;
         c->off[k] = c->off[k & ~3], c->tap[k] = -1;
     }
+    for (int j = taps; j < C_IN * KVOL; j++) /* v17: the taps past the steps, after them */
+        c->off[j] = off[j], c->tap[j] = (signed char)j;
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900 /* the kernel's helpers: Hopper, as it is */
@@ -654,6 +694,7 @@ __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_
 /* v16's conv: the steps two at a time (the buffers' parity), then a wait for the last group.
  * The accumulators are pinned on both sides: the bias written before the first wgmma, and no
  * use moved above the final wait. */
+template <int NST>
 __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_smem &sw,
                                          const float *xb, int t)
 {
@@ -665,9 +706,9 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
         for (int e = 0; e < 8; e++)
             pin((&acc[r][0][0])[e]);
 #pragma unroll 1
-    for (int st = 0; st < V15_KSTEPS; st += 2) {
+    for (int st = 0; st < NST; st += 2) {
         wgmma_step<0>(acc, a_hi, a_lo, sw, xb, st, t, dhi, dlo);
-        if (st + 1 < V15_KSTEPS)
+        if (st + 1 < NST)
             wgmma_step<1>(acc, a_hi, a_lo, sw, xb, st + 1, t, dhi, dlo);
     }
     wgmma_wait<0>();
@@ -763,6 +804,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     __shared__ __align__(16) float4 pushed[WGMMA && !TEAM ? 2 * CL * C_OUT : 1];
     __shared__ unsigned long long pushed_bar[2];
     __shared__ unsigned long long win_bar[2]; /* v16's bulk copies, a barrier a buffer */
+    __shared__ float wcol[TEAM ? C_OUT : 1];  /* v17 (step 3): tap 80's weights */
+    constexpr int NST = TEAM ? V17_KSTEPS : V15_KSTEPS; /* the conv's steps of 8 columns */
     cg::cluster_group cluster = cg::this_cluster();
     const int span = V15_SPAN;
     int rank = TEAM ? (int)blockIdx.x : (int)cluster.block_rank();
@@ -794,17 +837,19 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         int at = WGMMA ? (w / C_IN) * win + (w % C_IN) * wstride : w * wstride;
         xs[at + in + (i - w * (len - in))] = 0.0f;
     }
-    for (int i = threadIdx.x; i < V15_KSTEPS * 128; i += CL_THREADS) {
+    for (int i = threadIdx.x; i < NST * 128; i += CL_THREADS) {
         int st = i >> 7, w = i & 127; /* word w of step st: channel co, column k (v15_smem) */
         int co = 8 * (w >> 6) + ((w >> 2) & 7), k = 8 * st + 4 * ((w >> 5) & 1) + (w & 3);
         int tap = cols.tap[k];
         float v = tap >= 0 ? __ldg(weight + co * C_IN * KVOL + tap) : 0.0f;
         split_tf32(v, &sw.b_hi[st][w], &sw.b_lo[st][w]);
     }
-    for (int k = threadIdx.x; k < V15_K; k += CL_THREADS)
+    for (int k = threadIdx.x; k < 8 * NST; k += CL_THREADS)
         ((unsigned *)&sw.off[k / 8][k % 4])[(k % 8) / 4] = cols.off[k];
     if (threadIdx.x < C_OUT)
         sw.b[threadIdx.x] = __ldg(bias + threadIdx.x), cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+    if (TEAM && threadIdx.x < C_OUT) /* step 3: the weights of the tap past the steps */
+        wcol[threadIdx.x] = __ldg(weight + threadIdx.x * C_IN * KVOL + cols.tap[8 * NST]);
     {
         unsigned mw = 0xffffffffu / (unsigned)sh.w, mh = 0xffffffffu / (unsigned)sh.h;
         for (int i = threadIdx.x; i < span; i += CL_THREADS) {
@@ -877,10 +922,25 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 acc[r][h][1] = acc[r][h][3] = sw.b[8 * h + 2 * t + 1];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
         if (WGMMA)
-            conv_wgmma(acc, sw, xw + base, t);
+            conv_wgmma<NST>(acc, sw, xw + base, t);
         else
 #endif
             conv_mma_sync(acc, sw, xw + base, lane);
+        if (TEAM) { /* step 3: tap 80, the column past the steps, by FFMA in fp32 */
+            const float *xc = xw + base + cols.off[8 * NST];
+            float wc[2][2] = {{wcol[2 * t], wcol[2 * t + 1]}, {wcol[8 + 2 * t], wcol[9 + 2 * t]}};
+#pragma unroll
+            for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    float xv = xc[256 * r + 32 * hh];
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++)
+                            acc[r][h][2 * hh + e] = fmaf(xv, wc[h][e], acc[r][h][2 * hh + e]);
+                }
+        }
 
         /* 3. the block's mean of each channel's conv, then its centred squares: the values are
          * in registers, so the second pass costs no memory. Lane (g, t) holds channels 2 t,
@@ -1012,8 +1072,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
  * shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three classes of 27 and
  * 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4 (v16, v17; v16's steps 4
  * and 6: 6 groups conflict, the window's copies can be 8 bytes wide, and channels 0 and 2 start
- * 16-byte aligned for bulk copies). The columns and the clusters that fit are cached by shape
- * (the harness runs on one device). */
+ * 16-byte aligned for bulk copies; v17's 20 groups of 80 taps: 11 conflict, step 3). The columns
+ * and the clusters that fit are cached by shape (the harness runs on one device). */
 template <bool WGMMA, bool TEAM = false>
 static void register_conv_launch(const run_ctx *r, int scope)
 {
@@ -1049,7 +1109,7 @@ static void register_conv_launch(const run_ctx *r, int scope)
             resident = resident_clusters(&L, (const void *)kernel);
         }
         last = *sh;
-        v15_columns(sh, wstride, &cols);
+        v15_columns(sh, wstride, TEAM ? V17_KSTEPS : V15_KSTEPS, &cols);
     }
     if (resident == 0) {
         v14_launch(r, scope);
