@@ -347,27 +347,31 @@
  *    groups conflict in shared memory where 6 of 22 did. (At the KernelBench shape, with wstride
  *    2 mod 4, the 80 taps' offsets fall in classes of 27, 18, 26 and 9 mod 4, so every group
  *    without one of the 9 holds two taps of one class: 11 at least, which the round-robin
- *    dealing reaches; 31 wavefronts for a tile's 20 gathers against 28 for 22.) ptxas: 124
+ *    dealing reaches; 62 wavefronts for a tile's 40 gathers against 56 for 44.) ptxas: 124
  *    registers, nothing spilled; v15's and v16's kernels unchanged.
  *    Predicted: one step of 11 is 0.75 us of the 8.2 us conv a round; the FFMA column is about
- *    76 instructions a thread, 0.16 us of issue for 16 warps on 4 schedulers at 1.9 GHz; less
- *    the conflicts, about 0.5 us a round, 4 us over the 8 rounds.
+ *    76 instructions a thread, 0.17 us of issue for 16 warps on 4 schedulers at 1.83 GHz: 0.75 -
+ *    0.17, about 0.6 us a round before the conflicts (11% more wavefronts for the gathers), say
+ *    0.5 with them, 4 us over the 8 rounds.
  *    Measured (H100, medians of 50, three interleaved rounds a call, three calls): 0.1058,
  *    0.1061, 0.1057 ms against step 2's 0.1084, 0.1081, 0.1088; 0.1044, 0.1050, 0.1049 against
  *    0.1064, 0.1080, 0.1080; and in the recording call 0.1053, 0.1051, 0.1059 against 0.1081,
  *    0.1078, 0.1081: 2.0 to 3.1 us (1.9 to 2.9%) less, about 0.3 us a round, short of the
- *    prediction. ncu (the kernel alone; step 2 in the second call, step 3 in the recording
- *    call): 41.4 million instructions against 43.5, and 11.3 million shared-memory load
- *    wavefronts against 10.3, of which 2.9 million bank conflicts against 1.8; 125.1 us against
- *    130.0 (step 2 took 125.8 in an earlier session's call: ncu's durations move that much
- *    between calls, its counts do not). What the conflicts cost: a build that deals the columns
- *    as if wstride were 3 mod 4 (classes of 26, 18, 18 and 18: 6 groups conflict, 26
- *    wavefronts; the window left as it is, so its results are wrong, timed only) took 0.1052,
- *    0.1046, 0.1040 ms against the same code's 0.1066, 0.1060, 0.1061 (the first call), 1.4 to
- *    2.1 us, most of the shortfall. A wstride that deals them so would put channel 1 at an odd
+ *    prediction. ncu (the kernel alone, from two calls: step 2 in the second, step 3 in the
+ *    recording call): 41.4 million instructions against 43.5, and 11.3 million shared-memory
+ *    load wavefronts against 10.3, of which 2.9 million bank conflicts against 1.8 (1.15 million
+ *    more, the 5 more conflicting groups' count); 125.1 us against 130.0 (step 2 took 125.8 in an
+ *    earlier session's call, and the instruction count includes the exchange's polls, which vary
+ *    with timing). What the conflicts cost: a build of the Tried list's barrier-free form (the
+ *    README) that deals the columns as if wstride were 3 mod 4 (classes of 26, 18, 18 and 18: 6
+ *    groups conflict, 52 wavefronts a tile; the window left as it is, so its results are wrong,
+ *    timed only) took 0.1052, 0.1046, 0.1040 ms against that form's 0.1066, 0.1060, 0.1061, 1.4
+ *    to 2.1 us, and step 3's 0.1058, 0.1061, 0.1057, 0.6 to 1.7 us (the first call): about the
+ *    shortfall. A wstride that deals them so would put channel 1 at an odd
  *    offset (4-byte copies only) and channel 2 at 2 mod 4 (no bulk copy): it would undo part of
  *    steps 4 and 6 (2 and 5 us), so it was not tried. y's error in make test: rel_l2 3.0e-7 at
- *    1x3x16x32x32, 3.1e-7 at 2x3x4x35x37 and at 140x3x4x35x37 (step 2: 3.0e-7, 2.9e-7, 3.2e-7).
+ *    1x3x16x32x32, 3.1e-7 at 2x3x4x35x37 and at 140x3x4x35x37 (step 2: 3.0e-7 and 2.9e-7 at the
+ *    first two; step 1: 3.2e-7 at 140x3x4x35x37).
  * Recorded (the README's table, the recording call of step 3): 0.1054 ms [0.1027 - 0.1087], 39.7
  * TFLOP/s, 4.66x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.05x. The batch sweep
  * of that call: 0.0199 ms for one round, 0.1052 for 8, 12.2 us a round. What is left for 0.10 ms:
@@ -425,11 +429,11 @@ struct v15_smem {
 
 /* the column order: groups of four columns (k = 4 j .. 4 j + 3) are read by one LDS each, lane
  * (g, t) at corner + 4 g + off[4 j + t], so the 32 words fall in 32 banks when the four offsets
- * differ mod 4. The taps are sorted by offset mod 4 and dealt round-robin over the 2 ksteps
+ * differ mod 4. The taps are sorted by offset mod 4 and dealt round-robin over the 2 x ksteps
  * groups (v15, v16: 22; v17: 20): a residue class of at most that many taps never lands twice
- * in one group. A padding column reads the same word as its group's first column (a broadcast,
- * no conflict). v17 (ksteps 10): taps 0 .. 79 in the steps, tap 80 at k = 80, for the FFMA
- * column (its step 3). */
+ * in one group (the KernelBench shape's classes of 27 do: v15's and v17's comments). A padding
+ * column reads the same word as its group's first column (a broadcast, no conflict). v17 (ksteps
+ * 10): taps 0 .. 79 in the steps, tap 80 at k = 80, for the FFMA column (its step 3). */
 static void v15_columns(const shape *sh, unsigned wstride, int ksteps, v15_cols *c)
 {
     int hw = sh->h * sh->w, next = 0, groups = 2 * ksteps, taps = min(C_IN * KVOL, 8 * ksteps);
@@ -848,8 +852,9 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         ((unsigned *)&sw.off[k / 8][k % 4])[(k % 8) / 4] = cols.off[k];
     if (threadIdx.x < C_OUT)
         sw.b[threadIdx.x] = __ldg(bias + threadIdx.x), cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-    if (TEAM && threadIdx.x < C_OUT) /* step 3: the weights of the tap past the steps */
-        wcol[threadIdx.x] = __ldg(weight + threadIdx.x * C_IN * KVOL + cols.tap[8 * NST]);
+    if constexpr (TEAM) /* step 3: the weights of the tap past the steps */
+        if (threadIdx.x < C_OUT)
+            wcol[threadIdx.x] = __ldg(weight + threadIdx.x * C_IN * KVOL + cols.tap[8 * NST]);
     {
         unsigned mw = 0xffffffffu / (unsigned)sh.w, mh = 0xffffffffu / (unsigned)sh.h;
         for (int i = threadIdx.x; i < span; i += CL_THREADS) {
@@ -926,7 +931,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         else
 #endif
             conv_mma_sync(acc, sw, xw + base, lane);
-        if (TEAM) { /* step 3: tap 80, the column past the steps, by FFMA in fp32 */
+        if constexpr (TEAM) { /* step 3: tap 80, the column past the steps, by FFMA in fp32 */
             const float *xc = xw + base + cols.off[8 * NST];
             float wc[2][2] = {{wcol[2 * t], wcol[2 * t + 1]}, {wcol[8 + 2 * t], wcol[9 + 2 * t]}};
 #pragma unroll
