@@ -20,9 +20,9 @@
 # runs the READMEs quote (it has a README.md), chapter-N and bench write data/<gpu>-mine/.
 # ARCH: the visible GPU's own (native), sm_90 when none is visible; e.g. make ARCH=sm_80.
 # sm_90 (or native on a compute capability 9.0 GPU: H100, H200) builds sm_90a code, Hopper's own
-# target, which adds the warpgroup MMA (wgmma, chapter 3's v16 and v17) and runs on compute
+# target, which adds the warpgroup MMA (wgmma, chapter 3's v16 to v18) and runs on compute
 # capability 9.0 only, plus compute_90 PTX, which a newer GPU compiles when it loads the program
-# (without wgmma: v16 and v17 are skipped there).
+# (without wgmma: v16 to v18 are skipped there).
 # Versions that need Hopper (thread-block clusters) are compiled only for sm_90 and are skipped,
 # with the reason, on other GPUs and builds.
 # CUDNN: cuDNN is optional. Found (cudnn.h and libcudnn.so in CUDNN_HOME, in nvcc's toolkit, or

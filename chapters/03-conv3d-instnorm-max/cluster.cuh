@@ -214,21 +214,30 @@ __device__ static inline void cluster_push(float4 *in, int slot, float4 v, unsig
                    cluster_addr(bar, dst));
 }
 
-/* the merge as two sums (v16, v17): lane r of warp w holds block r's triple of channel w (count,
- * mean, M2; zeros in lanes past the sample's blocks); the sample's mean, then M2 as the sum of
- * each block's M2 and count (mean_r - mean)^2, into cs->mean / cs->rstd of channel w; then a
- * block barrier */
-__device__ static inline void merge_triples(cluster_shared *cs, float4 w, int S)
+/* the merge as two sums (v16 to v18): lane r of warp w holds block r's triple of channel w
+ * (count, mean, M2; zeros in lanes past the sample's blocks); the sample's mean, then M2 as the
+ * sum of each block's M2 and count (mean_r - mean)^2 (merge_sums: over each R aligned lanes, into
+ * every lane of them); merge_triples: R = CL, into cs->mean / cs->rstd of channel w, then a block
+ * barrier */
+template <int R>
+__device__ static inline void merge_sums(float4 w, float *mean_out, float *m2_out)
 {
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float n = w.x, sum = n * w.y;
 #pragma unroll
-    for (int o = CL / 2; o > 0; o >>= 1) /* lanes 0 .. CL - 1: the sample's blocks */
+    for (int o = R / 2; o > 0; o >>= 1) /* each R aligned lanes: the sample's blocks */
         n += __shfl_xor_sync(FULL, n, o), sum += __shfl_xor_sync(FULL, sum, o);
     float mean = n > 0.0f ? sum / n : 0.0f, d = w.y - mean, m2 = w.z + w.x * d * d;
 #pragma unroll
-    for (int o = CL / 2; o > 0; o >>= 1)
+    for (int o = R / 2; o > 0; o >>= 1)
         m2 += __shfl_xor_sync(FULL, m2, o);
+    *mean_out = mean, *m2_out = m2;
+}
+
+__device__ static inline void merge_triples(cluster_shared *cs, float4 w, int S)
+{
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float mean, m2;
+    merge_sums<CL>(w, &mean, &m2); /* lanes 0 .. CL - 1: the sample's blocks */
     if (lane == 0)
         cs->mean[warp] = mean, cs->rstd[warp] = rsqrtf(m2 / S + (float)IN_EPS);
     __syncthreads();

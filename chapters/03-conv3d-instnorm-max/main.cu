@@ -39,11 +39,13 @@
  *   v12-conv-two-pass.cu        v12 whole model: conv + statistics, then conv again + output
  *   v13-cluster-conv.cu         v13 whole model: v10's cluster computing the conv once
  *   v14-tensor-core-conv.cu     v14 v13 with the conv on tensor cores (3xTF32)
- *   v15-v17-register-conv.cu    v15 v14 with the conv's output in registers, x in shared memory,
+ *   v15-v18-register-conv.cu    v15 v14 with the conv's output in registers, x in shared memory,
  *                                   persistent clusters
  *                               v16 v15 with the conv on Hopper's wgmma (sm_90a)
  *                               v17 v16 without clusters: teams of blocks on every SM of a
  *                                   cooperative launch, the statistics exchanged through L2
+ *                               v18 v17 in half blocks: two samples an SM, one's conv while
+ *                                   the other's statistics, exchange and y run
  *   b1-autograd.cu              b1  autograd-like backward: v1 saving a, xh, t, the argmax
  *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
  *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
@@ -57,14 +59,14 @@
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
- * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 to v17 are whole-
+ * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 to v18 are whole-
  * model only. Each backward version runs as epilogue forward + backward and as a training step
- * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v17 and b3 .. b6 need Hopper
- * (sm_90: clusters, TMA), v16 and v17 also sm_90a code (wgmma: H100, H200, built with ARCH=sm_90
+ * (cuDNN's conv, the pair, then dx, dw and dbias). v10, v11, v13 .. v18 and b3 .. b6 need Hopper
+ * (sm_90: clusters, TMA), v16 to v18 also sm_90a code (wgmma: H100, H200, built with ARCH=sm_90
  * or native); elsewhere they are skipped with one line. On a sample too large for a cluster's
  * shared memory (S above about 27000) they run v9, v10, v12 and b2 instead (the notes say; b4 to
- * b6 run b2); v15 to v17 run v14 where a sample has more than 14336 corners (D-2) H W or its two
- * windows of x do not fit shared memory.
+ * b6 run b2); v15 to v18 run v14 where a sample has more than 14336 corners (D-2) H W or its two
+ * windows of x (v18: four) do not fit shared memory.
  *
  *   make chapter-3                 verify and time every version at the KernelBench shape
  *   build/ch03 --version v10       one version
@@ -94,6 +96,8 @@ static const hx_version versions[] = {
     {"v15", SC(SCOPE_MODEL_FWD), "model: v14, conv output in registers", v15_launch, NEEDS_SM90},
     {"v16", SC(SCOPE_MODEL_FWD), "model: v15, conv on wgmma", v16_launch, NEEDS_SM90 | NEEDS_SM90A},
     {"v17", SC(SCOPE_MODEL_FWD), "model: v16 in teams: no cluster, all SMs", v17_launch,
+     NEEDS_SM90 | NEEDS_SM90A},
+    {"v18", SC(SCOPE_MODEL_FWD), "model: v17 in half blocks, two samples an SM", v18_launch,
      NEEDS_SM90 | NEEDS_SM90A},
     {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
     {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0},

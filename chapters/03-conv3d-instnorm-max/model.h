@@ -116,7 +116,7 @@ struct run_ctx {
     int *idx;                           /* b1's saved argmax */
     unsigned char *win;                 /* b4's .. b6's saved winner byte a position (WIN_INSIDE) */
     unsigned *fwd_done;                 /* b6: per sample, its forward blocks done (0 between runs) */
-    unsigned long long *xch;            /* v17: the teams' tagged words, sm_count x 2 x 3 CL C_OUT */
+    unsigned long long *xch; /* v17, v18: the teams' tagged words, sm_count x 2 x 3 CL C_OUT */
     float *mean, *rstd;                 /* per (n, c): every forward writes them, the backward reads */
     float2 *part2, *means;              /* v2..v5 partials; the instance-norm backward's two means */
     struct welford *wpart;              /* v12's tile statistics */
@@ -180,6 +180,7 @@ void v14_launch(const run_ctx *r, int scope);               /* v15's fallback */
 void v15_launch(const run_ctx *r, int scope);
 void v16_launch(const run_ctx *r, int scope);
 void v17_launch(const run_ctx *r, int scope);
+void v18_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);  /* b3's fallback (b4 .. b6 fall back to b2_launch) */
 void b2_launch(const run_ctx *r, int scope);

@@ -164,7 +164,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->fwd_done = (unsigned *)gpu_alloc(4 * (size_t)s->n, "b6's per-sample counters");
     CUDA_CHECK(cudaMemset(r->fwd_done, 0, 4 * (size_t)s->n));
     size_t nxch = (size_t)r->sm_count * 2 * CL * C_OUT * 3;
-    r->xch = (unsigned long long *)gpu_alloc(8 * nxch, "v17's exchange words");
+    r->xch = (unsigned long long *)gpu_alloc(8 * nxch, "v17's and v18's exchange words");
     CUDA_CHECK(cudaMemset(r->xch, 0, 8 * nxch)); /* tag 0: no launch's */
     r->mean = (float *)gpu_alloc(4 * ns, "mean"), r->rstd = (float *)gpu_alloc(4 * ns, "rstd");
     r->part2 = (float2 *)gpu_alloc(8 * ns * ceil_div(s->s, RED_BLOCK), "reduction partials");
@@ -605,12 +605,13 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {2, 3, 3, 3, 259},  /* S = 257: a prime, one past the reduction block */
     {2, 3, 4, 35, 37},  /* S = 2310, not a multiple of 4: cp.async instead of bulk copies */
     {1, 3, 16, 32, 32}, /* S = 12600: the KernelBench sample */
-    {17, 3, 16, 32, 32}, /* 17 samples: more than the 15 clusters of v15 or v16 (v17: 16 teams)
-                          * that fit an H100 at once, so some take two samples */
-    {140, 3, 4, 35, 37}, /* 140 samples of S = 2310: 66 two-block clusters (teams) fit an H100,
-                          * so v15 to v17 take three rounds and reuse their first parity */
+    {17, 3, 16, 32, 32}, /* 17 samples: more than the 15 clusters of v15 or v16 (v17, v18: 16
+                          * teams) that fit an H100 at once, so some take two samples */
+    {140, 3, 4, 35, 37}, /* 140 samples of S = 2310: 66 two-block clusters (teams; v18: 66
+                          * teams of three half blocks) fit an H100, so v15 to v18 take three
+                          * rounds and reuse their first parity */
     {1, 3, 27, 27, 34}, /* S = 20000: a multiple of 4, but b3's slices over 4 x 512 positions */
-    {1, 3, 33, 33, 33}, /* S = 29791: too big for a cluster, v10, v11, v13 .. v17, b3 fall back */
+    {1, 3, 33, 33, 33}, /* S = 29791: too big for a cluster, v10, v11, v13 .. v18, b3 fall back */
 };
 #define EXTREME_SHAPE 5 /* the extreme values run on 2x3x4x35x37 */
 
@@ -792,11 +793,11 @@ const hx_chapter chapter_machinery = {
     "  --dump DIR writes x.npy, conv_weight.npy (16,3,3,3,3), conv_bias.npy (16), m.npy\n"
     "  (16,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
     "  grad_output.npy; then out_v1.npy .. out_v11.npy (the epilogue from conv_out),\n"
-    "  out_v12_model.npy .. out_v17_model.npy (the whole model from x), and from each backward\n"
+    "  out_v12_model.npy .. out_v18_model.npy (the whole model from x), and from each backward\n"
     "  version's training step (b1 .. b6) grad_conv_out_bK.npy, grad_m_bK.npy,\n"
     "  grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy. With --version, only that\n"
-    "  version's; a version this GPU or build cannot run (v10, v11, v13 .. v17, b3 .. b6 need\n"
-    "  sm_90, v16 and v17 sm_90a code) writes nothing. Check a dump: python3\n"
+    "  version's; a version this GPU or build cannot run (v10, v11, v13 .. v18, b3 .. b6 need\n"
+    "  sm_90, v16 to v18 sm_90a code) writes nothing. Check a dump: python3\n"
     "  data/pytorch_peer.py check DIR --chapter 3\n",
     5,
     {128, 3, 16, 32, 32},

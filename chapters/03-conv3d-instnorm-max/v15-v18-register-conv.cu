@@ -1,14 +1,15 @@
 /*
- * v15, v16, v17: the whole model with the conv's output in registers and x in shared memory
+ * v15 to v18: the whole model with the conv's output in registers and x in shared memory
  * (Hopper)
  *
- * One kernel, k_register_conv, serves all three. v16 differs where `WGMMA` says: the conv's
+ * One kernel, k_register_conv, serves all four. v16 differs where `WGMMA` says: the conv's
  * inner loop (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to it) and the
  * exchange of the statistics (pushed by st.async: cluster_push and cluster_merge_pushed, their
  * buffer and mbarriers, against v15's cluster_merge). v17 is v16 where `TEAM` says: no cluster,
  * the blocks of a sample in a team of a cooperative launch, the exchange through L2
  * (team_publish and team_merge), y folded (lane_max_folded), and the conv in 10 steps with its
- * 81st column by FFMA.
+ * 81st column by FFMA. v18 is v17 where `HALVES` says: each half of the block a member of its
+ * own team, so that one half's conv runs while the other's statistics, exchange and y do.
  *
  * v15: v14's tensor-core conv with its output in registers and x in shared memory
  *
@@ -376,6 +377,72 @@
  * TFLOP/s, 4.66x torch.compile's 0.491 ms; issue 15's 0.10 ms is missed by 1.05x. The batch sweep
  * of that call: 0.0199 ms for one round, 0.1052 for 8, 12.2 us a round. What is left for 0.10 ms:
  * 5.4 us, about 0.7 us a round.
+ *
+ * v18: v17 in half blocks: two teams an SM, one half's conv beside the other's statistics,
+ * exchange and y
+ *
+ * Defect of v17: in each round the block's 16 warps finish the conv together, then compute the
+ * statistics, exchange them and write y together, 4 us of 12 (step 1's timeline) in which the
+ * SM's tensor cores idle; no other block on the SM has work for them (one block an SM: 512
+ * threads x 128 registers).
+ * Change: the block's two halves of 8 warps (256 threads, two warpgroups) are members of two
+ * teams. A warp keeps its 7 tiles, so a half's span is 896 corners (TS = 128 between a warp's
+ * tiles) and a sample takes 16 halves: block row j's half 0 is a member of team 2 j, its half 1
+ * of team 2 j + 1, 16 teams on 128 SMs, 8 rounds as v17's. Each half has its own two window
+ * buffers (four in all, 148 KB of shared memory at the KernelBench shape), mbarriers, partials,
+ * statistics and block barrier (bar.sync 1 + half over its 256 threads, named_sync, in place of
+ * __syncthreads); B, the columns and the corners' table are the block's (both halves have the
+ * same rank, so the same span). A warp reduces two channels of its half's statistics; a team's
+ * words hold up to 16 members' triples (team_publish<16>, team_merge16, lane r of a half-warp
+ * polling member r). Half 1 starts its first conv when half 0 has finished its own (half 0
+ * arrives at named barrier 3, half 1 waits there): from then on the halves are half a round
+ * apart, each one's statistics, exchange and y beside the other one's conv.
+ * Predicted, from a measurement: builds of v17 that leave warpgroups out of the conv (wrong
+ * results, timed only; H100, medians of 50, three interleaved rounds) took 0.1041 - 0.1050 ms
+ * with all 4 warpgroups in the conv, 0.0941 - 0.0947 with 3, 0.0832 - 0.0834 with 2 and 0.0430 -
+ * 0.0434 with none: over 8 rounds, the conv is 7.7 us a round and 5.0 us with 2 warpgroups doing
+ * half of it, so 8 warps alone run the conv at 77% of the 16 warps' rate, and the rest of a round
+ * takes 4.3 us (the sweep at 16 and 128 samples without the conv: 0.0128, 0.0430 ms). If the
+ * halves run in antiphase, half A's conv, 3.85 us of work at the 16 warps' rate, goes at 0.77 of
+ * that rate while B is outside its conv (4.3 us) and at half of it while both convs run: 0.77 x
+ * 4.3 + 0.5 (P - 2 x 4.3) = 3.85 gives a period P of 9.7 us for each half's sample against v17's
+ * 12.2 us a round, about 0.084 ms.
+ * Measured (H100, medians of 50, three interleaved rounds a call): 0.1002, 0.1001, 0.1001 ms
+ * against v17's 0.1065, 0.1066, 0.1066 (its code in this commit, below); in the recording call
+ * 0.0995, 0.0996, 0.0997 against 0.1056, 0.1053, 0.1061; 5.7 to 6.0% less time, far from the
+ * prediction (a third call, v18 alone: 0.1003, 0.1003, 0.1000). The batch sweep: 0.0222 ms for
+ * one round (16 samples; v17 0.0199: half 1 waits for half 0's conv), 11.1 us a round after. ncu
+ * (the kernel alone, the recording call): 117.9 us (v17: 125.1, another call), 42.7 million
+ * instructions, the tensor pipe 32.1% busy, 7.85 cycles between a warp's instructions.
+ * A timeline (an instrumented build, not committed: thread 0 of each half writing %globaltimer at
+ * its phase boundaries, a barrier added at the end of each round; medians over the rounds after
+ * the first, two runs): a round 11.0 us; half 0's first conv, alone on the SM, 4.5 us (86% of the
+ * 16 warps' rate), the later ones 5.5 - 5.7 us, beside the other half's statistics, exchange and
+ * y; the two halves' convs overlap by a fifth (medians 18% and 23% of half 0's conv time), half
+ * 1's starting 6.4 - 6.7 us after half 0's: the halves do run about half a round apart. But
+ * outside its conv a half takes 5.2 us where v17's block took 3.8 (step 1's timeline): 0.6 - 0.7
+ * from the round's start to the conv (issuing the next window's copies: 5.9 cp.async a thread
+ * where v17 has 3.8, the halo now around half as many corners), 1.2 - 1.5 of statistics, 1.5 -
+ * 1.7 of exchange (waiting for the slowest of 16 members, against 8) and 1.3 - 1.5 of y with the
+ * added barrier. So a round is a half's conv
+ * plus the rest, 5.7 + 5.2 us, and the rest, not the tensor cores, now sets it. Two forms
+ * measured beside (three interleaved rounds of one call; this form 0.1003, 0.1003, 0.1000):
+ * both halves starting together, 0.1086, 0.1090, 0.1093 (their convs then stay in step); half 1
+ * starting after half 0's first exchange, 0.1116, 0.1118, 0.1116; and team_poll's nap at 50
+ * and 400 ns, 0.1009 - 0.1010 and 0.0999 - 0.1003 (150 kept, v17's). ptxas: 128 registers, 24
+ * bytes spilled (7 loads a round, outside the conv's loop), 16 barriers (the named ones'
+ * ids are registers).
+ * Recorded (the README's table, the recording call): 0.0994 ms [0.0979 - 0.1054], 42.1 TFLOP/s,
+ * 4.94x torch.compile's 0.491 ms: issue 15's 0.10 ms met by 0.6% in that call, but the other
+ * calls' 0.1000 - 0.1003 put v18 at the target rather than clearly under it.
+ * v16's and v17's kernels changed with it only in integer instructions (the address arithmetic
+ * of the shared team_poll, merge_sums and the member's thread index; SASS, nvcc 13.0). Timed
+ * against their committed code in interleaved pairs: v17 0.1065, 0.1066, 0.1066 ms against
+ * 0.1061, 0.1060, 0.1065 (the first call) and 0.1056, 0.1053, 0.1061 against 0.1044, 0.1049,
+ * 0.1054 (the recording call), 0.1 to 1.2 us (0.1 to 1.1%) more in each pair, about the spread
+ * between rounds of one binary (1.0 us in the recording call); v16 0.1178, 0.1177, 0.1161
+ * against 0.1175, 0.1178 and a disturbed 0.1269. Their rows stand, recorded with the code
+ * before.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -389,6 +456,8 @@
 #define V15_K (8 * V15_KSTEPS)             /* k padded to whole steps: 88 */
 #define V15_GROUPS (V15_K / 4)             /* groups of 4 columns that one LDS reads: 22 */
 #define V17_KSTEPS (C_IN * KVOL / 8) /* v17 (step 3): whole steps only, 10; tap 80 by FFMA */
+#define V18_WARPS 8 /* v18: the warps of a half block, a member of its team */
+#define V18_RANKS 16 /* v18: the most members a team */
 #define V15_TILES 7 /* 16-corner tiles a warp holds in registers */
 #define V15_SPAN (16 * 16 * V15_TILES) /* corners a block: 16 warps x V15_TILES tiles x 16 */
 
@@ -515,8 +584,8 @@ __device__ static inline float lane_max_folded(const float acc[2][4], int hh, co
 }
 
 /* a lane's sums of its four channels (s[h][e]: channel 8 h + 2 t + e) added over the warp's 8
- * lanes of its t (lanes 4, 8, 16 apart), and the warp's 16 sums into sw->part[warp] */
-__device__ static inline void warp_part(v15_smem *sw, float s[2][2])
+ * lanes of its t (lanes 4, 8, 16 apart), and the warp's 16 sums into part[warp] */
+__device__ static inline void warp_part(float (*part)[C_OUT], int warp, float s[2][2])
 {
     int lane = threadIdx.x & 31, t = lane & 3;
 #pragma unroll
@@ -529,8 +598,7 @@ __device__ static inline void warp_part(v15_smem *sw, float s[2][2])
     if (lane < 4)
 #pragma unroll
         for (int h = 0; h < 2; h++)
-            sw->part[threadIdx.x >> 5][8 * h + 2 * t] = s[h][0],
-            sw->part[threadIdx.x >> 5][8 * h + 2 * t + 1] = s[h][1];
+            part[warp][8 * h + 2 * t] = s[h][0], part[warp][8 * h + 2 * t + 1] = s[h][1];
 }
 
 /* sample n's window of x for the block whose span starts at corner c_lo, into dst (channel ci
@@ -541,14 +609,14 @@ __device__ static inline void warp_part(v15_smem *sw, float s[2][2])
  * and so is the rest of the channel past an even c_lo). The rest of the window, past the end of x's
  * channel, is the same zeros for every sample: the kernel writes them once into each buffer,
  * and only corners that are not positions read them. */
-template <int V>
+template <int V, int NT = CL_THREADS>
 __device__ static inline void issue_window(float *dst, const float *__restrict__ x, int n, int c_lo,
-                                           int in, int dhw, unsigned wstride)
+                                           int in, int dhw, unsigned wstride, unsigned tid)
 {
     const float *src = x + ((size_t)n * C_IN * dhw + c_lo);
     for (int ci = 0; ci < C_IN; ci++, src += dhw, dst += wstride) {
-        const float *s = src + V * threadIdx.x, *end = src + in;
-        for (float *d = dst + V * threadIdx.x; s < end; s += V * CL_THREADS, d += V * CL_THREADS)
+        const float *s = src + V * tid, *end = src + in;
+        for (float *d = dst + V * tid; s < end; s += V * NT, d += V * NT)
             __pipeline_memcpy_async(d, s, 4 * V);
     }
     __pipeline_commit();
@@ -560,13 +628,14 @@ __device__ static inline void issue_window(float *dst, const float *__restrict__
  * thread 0 asks of the TMA unit, completing on bar, their first `in` rounded down to 4 floats;
  * channel 1 (offset 2 mod 4) and the other two's last 0 or 2 floats by 8-byte cp.async,
  * committed as one group. Both are waited for: the group, and bar's phase. */
+template <int NT = CL_THREADS>
 __device__ static inline void issue_window_tma(float *dst, const float *__restrict__ x, int n,
                                                int c_lo, int in, int dhw, unsigned wstride,
-                                               unsigned long long *bar)
+                                               unsigned long long *bar, unsigned tid)
 {
     const float *src = x + ((size_t)n * C_IN * dhw + c_lo);
     int body = in & ~3;
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
         fence_proxy_async(); /* after the threads' last reads of this buffer (a barrier before) */
         mbar_expect_tx(bar, 2u * 4u * body);
         if (body) {
@@ -574,9 +643,9 @@ __device__ static inline void issue_window_tma(float *dst, const float *__restri
             bulk_copy(dst + 2 * wstride, src + 2 * (size_t)dhw, 4u * body, bar);
         }
     }
-    for (int j = 2 * threadIdx.x; j < in; j += 2 * CL_THREADS)
+    for (int j = 2 * tid; j < in; j += 2 * NT)
         __pipeline_memcpy_async(dst + wstride + j, src + dhw + j, 8);
-    if (threadIdx.x == 32 && body < in) {
+    if (tid == 32 && body < in) {
         __pipeline_memcpy_async(dst + body, src + body, 8);
         __pipeline_memcpy_async(dst + 2 * wstride + body, src + 2 * (size_t)dhw + body, 8);
     }
@@ -670,7 +739,7 @@ __device__ static inline void pin(float &v) { asm volatile("" : "+f"(v)); }
  * parity, so that consecutive tiles, across steps too, use different ones); before a buffer is
  * rewritten, the group that read it two tiles back must be done: wait_group 1 (all but the
  * newest). */
-template <int P>
+template <int P, int TS>
 __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_hi[2][4],
                                          uint32_t a_lo[2][4], const v15_smem &sw,
                                          const float *xb, int st, int t, uint64_t dhi,
@@ -682,7 +751,7 @@ __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_
 #pragma unroll
     for (int r = 0; r < V15_TILES; r++) {
         const int b = (r + P) & 1;
-        float a[4] = {px[256 * r], px[256 * r + 32], py[256 * r], py[256 * r + 32]};
+        float a[4] = {px[TS * r], px[TS * r + 32], py[TS * r], py[TS * r + 32]};
         wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < 4; e++)
@@ -698,7 +767,7 @@ __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_
 /* v16's conv: the steps two at a time (the buffers' parity), then a wait for the last group.
  * The accumulators are pinned on both sides: the bias written before the first wgmma, and no
  * use moved above the final wait. */
-template <int NST>
+template <int NST, int TS = 256>
 __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_smem &sw,
                                          const float *xb, int t)
 {
@@ -711,9 +780,9 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
             pin((&acc[r][0][0])[e]);
 #pragma unroll 1
     for (int st = 0; st < NST; st += 2) {
-        wgmma_step<0>(acc, a_hi, a_lo, sw, xb, st, t, dhi, dlo);
+        wgmma_step<0, TS>(acc, a_hi, a_lo, sw, xb, st, t, dhi, dlo);
         if (st + 1 < NST)
-            wgmma_step<1>(acc, a_hi, a_lo, sw, xb, st + 1, t, dhi, dlo);
+            wgmma_step<1, TS>(acc, a_hi, a_lo, sw, xb, st + 1, t, dhi, dlo);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -747,16 +816,37 @@ __device__ static inline unsigned long long ld_tagged(const unsigned long long *
  * 48 words side by side, read 8 words 384 bytes apart at each load: 0.1178 - 0.1187 ms against
  * 0.1140 - 0.1148 for this layout, both without team_merge's nap; H100, three interleaved rounds
  * of one call) */
-#define TEAM_WORD(co, r, k) ((3 * (co) + (k)) * CL + (r))
+#define TEAM_WORD(co, r, k) TEAM_WORD_R(co, r, k, CL)
+#define TEAM_WORD_R(co, r, k, R) ((3 * (co) + (k)) * (R) + (r)) /* v18: teams of R = 16 */
 
-/* lane 0 of warp w: block `rank`'s triple of channel w (count, mean, M2) */
-__device__ static inline void team_publish(unsigned long long *rec, int rank, float4 v,
+/* block `rank`'s triple of channel co (count, mean, M2), in a team of at most R blocks (v17:
+ * lane 0 of warp co; v18: lanes 0 and 8 of warp co / 2 of a half) */
+template <int R = CL>
+__device__ static inline void team_publish(unsigned long long *rec, int rank, int co, float4 v,
                                            unsigned tag)
 {
-    int co = threadIdx.x >> 5;
-    st_tagged(rec + TEAM_WORD(co, rank, 0), v.x, tag);
-    st_tagged(rec + TEAM_WORD(co, rank, 1), v.y, tag);
-    st_tagged(rec + TEAM_WORD(co, rank, 2), v.z, tag);
+    st_tagged(rec + TEAM_WORD_R(co, rank, 0, R), v.x, tag);
+    st_tagged(rec + TEAM_WORD_R(co, rank, 1, R), v.y, tag);
+    st_tagged(rec + TEAM_WORD_R(co, rank, 2, R), v.z, tag);
+}
+
+/* block r's triple of channel co, polled until its three words carry the tag; the warp until
+ * every lane has its own (lanes with `have` set poll nothing) */
+__device__ static inline float4 team_poll(const unsigned long long *rec, int word0, int stride,
+                                          unsigned tag, bool have)
+{
+    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    while (!__all_sync(FULL, have))
+        if (!have) {
+            __nanosleep(150);
+            unsigned long long a = ld_tagged(rec + word0), b = ld_tagged(rec + word0 + stride),
+                               c = ld_tagged(rec + word0 + 2 * stride);
+            have = (unsigned)(a >> 32) == tag && (unsigned)(b >> 32) == tag &&
+                   (unsigned)(c >> 32) == tag;
+            w = make_float4(__uint_as_float((unsigned)a), __uint_as_float((unsigned)b),
+                            __uint_as_float((unsigned)c), 0.0f);
+        }
+    return w;
 }
 
 /* every thread of the block: lane r of warp w polls block r's three words of channel w until
@@ -768,27 +858,42 @@ __device__ static inline void team_merge(cluster_shared *cs, const unsigned long
                                          unsigned tag, int S, int ncl)
 {
     int lane = threadIdx.x & 31, co = threadIdx.x >> 5;
-    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    bool have = lane >= ncl;
-    while (!__all_sync(FULL, have))
-        if (!have) {
-            __nanosleep(150);
-            unsigned long long a = ld_tagged(rec + TEAM_WORD(co, lane, 0)),
-                               b = ld_tagged(rec + TEAM_WORD(co, lane, 1)),
-                               c = ld_tagged(rec + TEAM_WORD(co, lane, 2));
-            have = (unsigned)(a >> 32) == tag && (unsigned)(b >> 32) == tag &&
-                   (unsigned)(c >> 32) == tag;
-            w = make_float4(__uint_as_float((unsigned)a), __uint_as_float((unsigned)b),
-                            __uint_as_float((unsigned)c), 0.0f);
-        }
-    merge_triples(cs, w, S);
+    merge_triples(cs, team_poll(rec, TEAM_WORD(co, lane, 0), CL, tag, lane >= ncl), S);
+}
+
+/* v18: warp w of a half merges channels 2 w (lanes 0 .. 15, lane r polling block r) and
+ * 2 w + 1 (lanes 16 .. 31) of a team of up to 16 blocks into C's mean and rstd; the caller's
+ * half then meets at its barrier */
+__device__ static inline void team_merge16(cluster_shared *C, const unsigned long long *rec,
+                                           int warp, unsigned tag, int S, int ncl)
+{
+    int lane = threadIdx.x & 31, co = 2 * warp + (lane >> 4), r = lane & 15;
+    float mean, m2;
+    merge_sums<16>(team_poll(rec, TEAM_WORD_R(co, r, 0, 16), 16, tag, r >= ncl), &mean, &m2);
+    if (r == 0)
+        C->mean[co] = mean, C->rstd[co] = rsqrtf(m2 / S + (float)IN_EPS);
 }
 #endif
 
-/* v15 (WGMMA false), v16 (true) and v17 (WGMMA and TEAM). v16's and v17's bodies exist only in
- * sm_90a code; the harness runs them nowhere else (NEEDS_SM90A). v17: xch, the teams' words
- * (2 parities x CL blocks x C_OUT channels x 3 a team), tag0, the launch's base tag. */
-template <bool WGMMA, bool TEAM = false>
+/* v18: a named barrier (PTX ISA, "bar.sync"): the `count` threads that reach barrier `id` wait
+ * for one another; bar.arrive counts a thread in without waiting. Ids 1 and 2: each half's own
+ * barrier, 256 threads; id 3: the halves' one meeting at the start (512). __syncthreads is id 0. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ static inline void named_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ static inline void named_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+#endif
+
+/* v15 (WGMMA false), v16 (true), v17 (WGMMA and TEAM) and v18 (the three and HALVES). v16's to
+ * v18's bodies exist only in sm_90a code; the harness runs them nowhere else (NEEDS_SM90A). v17:
+ * xch, the teams' words (2 parities x CL blocks x C_OUT channels x 3 a team; v18: 16 members),
+ * tag0, the launch's base tag. */
+template <bool WGMMA, bool TEAM = false, bool HALVES = false>
 __global__ void __launch_bounds__(CL_THREADS, 1)
 k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 const float *__restrict__ bias, const float *__restrict__ m,
@@ -804,39 +909,61 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     extern __shared__ __align__(16) float xs[]; /* two windows of x, then ptab (v16: bulk copies) */
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
+    /* v18: the second half's statistics, and both halves' partials, counts and means */
+    __shared__ cluster_shared cs1[HALVES ? 1 : 1];
+    __shared__ float part18[HALVES ? 2 : 1][V18_WARPS][C_OUT];
+    __shared__ int count18[HALVES ? 2 : 1][V18_WARPS];
+    __shared__ float bmean18[HALVES ? 2 : 1][C_OUT];
     /* v16's pushed triples, by parity and rank */
     __shared__ __align__(16) float4 pushed[WGMMA && !TEAM ? 2 * CL * C_OUT : 1];
     __shared__ unsigned long long pushed_bar[2];
-    __shared__ unsigned long long win_bar[2]; /* v16's bulk copies, a barrier a buffer */
+    __shared__ unsigned long long win_bar[HALVES ? 4 : 2]; /* v16's bulk copies, one a buffer */
     __shared__ float wcol[TEAM ? C_OUT : 1];  /* v17 (step 3): tap 80's weights */
     constexpr int NST = TEAM ? V17_KSTEPS : V15_KSTEPS; /* the conv's steps of 8 columns */
+    /* v18: a member of a team is half the block, NW warps; its tiles TS corners apart */
+    constexpr int NW = HALVES ? V18_WARPS : 16, NT = 32 * NW, TS = 16 * NW;
     cg::cluster_group cluster = cg::this_cluster();
-    const int span = V15_SPAN;
+    const int span = TS * V15_TILES;
+    const int hx = HALVES ? (int)threadIdx.x / NT : 0; /* v18: the half */
+    const unsigned tid = HALVES ? threadIdx.x % NT : threadIdx.x;
+    cluster_shared &C = HALVES && hx ? cs1[0] : cs;
     int rank = TEAM ? (int)blockIdx.x : (int)cluster.block_rank();
     int ncl = TEAM ? (int)gridDim.x : (int)cluster.num_blocks();
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int warp = tid >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span;
     int win = (int)v15_buffer(wstride, WGMMA);
     const bool tma = WGMMA && (dhw & 3) == 0; /* v16's window by bulk copies (step 6) */
     int len = span + 2 * hw + 2 * sh.w + 2; /* the window: the span's corners and their taps */
     int in = min(len, dhw - c_lo);          /* of which inside x's channel */
-    int *ptab = (int *)(xs + 2 * win);      /* corner i of the span: its position in y, or -1 */
+    float *xh = xs + 2 * hx * win;          /* the member's two buffers */
+    unsigned long long *wbar = win_bar + 2 * hx;
+    int *ptab = (int *)(xs + (HALVES ? 4 : 2) * win); /* corner i of the span: its position in y,
+                                                       * or -1 (v18: both halves' span) */
+    /* v18: team 2 blockIdx.y + hx, of 2 gridDim.y, takes samples team, team + teams, ... */
+    const int team = HALVES ? 2 * (int)blockIdx.y + hx : (int)blockIdx.y;
+    const int teams = HALVES ? 2 * (int)gridDim.y : (int)gridDim.y;
 
     /* 1. the first sample's window; while it lands, the zeros past x's end (both buffers), B
      * split from the weights, the columns' offsets, and the corners' positions, for every
      * sample */
     if (tma) { /* the barriers first, seen by every thread before any use (racecheck) */
-        if (threadIdx.x == 0)
-            mbar_init(&win_bar[0]), mbar_init(&win_bar[1]), mbar_init_fence();
+        if (threadIdx.x == 0) {
+            mbar_init(&win_bar[0]), mbar_init(&win_bar[1]);
+            if (HALVES)
+                mbar_init(&win_bar[2]), mbar_init(&win_bar[3]);
+            mbar_init_fence();
+        }
         __syncthreads();
     }
-    if (tma)
-        issue_window_tma(xs, x, blockIdx.y, c_lo, in, dhw, wstride, &win_bar[0]);
+    if (HALVES && team >= sh.n) /* v18: a half without a sample (tiny batches) */
+        ;
+    else if (tma)
+        issue_window_tma<NT>(xh, x, team, c_lo, in, dhw, wstride, &wbar[0], tid);
     else if (WGMMA && (dhw & 1) == 0)
-        issue_window<2>(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
+        issue_window<2, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
     else
-        issue_window<1>(xs, x, blockIdx.y, c_lo, in, dhw, wstride);
-    for (int i = threadIdx.x; i < 2 * C_IN * (len - in); i += CL_THREADS) {
+        issue_window<1, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
+    for (int i = threadIdx.x; i < (HALVES ? 4 : 2) * C_IN * (len - in); i += CL_THREADS) {
         int w = i / (len - in); /* window w: buffer w / C_IN, channel w % C_IN */
         int at = WGMMA ? (w / C_IN) * win + (w % C_IN) * wstride : w * wstride;
         xs[at + in + (i - w * (len - in))] = 0.0f;
@@ -852,6 +979,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         ((unsigned *)&sw.off[k / 8][k % 4])[(k % 8) / 4] = cols.off[k];
     if (threadIdx.x < C_OUT)
         sw.b[threadIdx.x] = __ldg(bias + threadIdx.x), cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
+    if (HALVES && threadIdx.x < C_OUT)
+        cs1[0].m[threadIdx.x] = __ldg(m + threadIdx.x);
     if constexpr (TEAM) /* step 3: the weights of the tap past the steps */
         if (threadIdx.x < C_OUT)
             wcol[threadIdx.x] = __ldg(weight + threadIdx.x * C_IN * KVOL + cols.tap[8 * NST]);
@@ -881,12 +1010,16 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++)
-            pos[r][hh] = ptab[base + 256 * r + 32 * hh], cnt += pos[r][hh] >= 0;
+            pos[r][hh] = ptab[base + TS * r + 32 * hh], cnt += pos[r][hh] >= 0;
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) /* over g: the 4 lanes of one g hold the same corners */
         cnt += __shfl_xor_sync(FULL, cnt, o);
-    if (lane == 0)
-        sw.count[warp] = cnt;
+    if (lane == 0) {
+        if (HALVES)
+            count18[hx][warp] = cnt;
+        else
+            sw.count[warp] = cnt;
+    }
     if (WGMMA && !TEAM && threadIdx.x == 0)
         mbar_init(&pushed_bar[0]), mbar_init(&pushed_bar[1]), mbar_init_fence();
     if (WGMMA && !TEAM) /* v16 pushes into its peers' shared memory: they must have started
@@ -894,27 +1027,35 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         cluster.sync();
     else
         __syncthreads();
-    int bc = lane < 16 ? sw.count[lane] : 0;
+    int bc = lane < NW ? (HALVES ? count18[hx][lane] : sw.count[lane]) : 0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) /* every lane gets the sum */
         bc += __shfl_xor_sync(FULL, bc, o);
+    /* v18: the second half starts its first conv when the first half has finished its own */
+    if (HALVES && hx == 0 && team >= sh.n)
+        named_arrive(3, 2 * NT);
+    if (HALVES && hx == 1)
+        named_sync(3, 2 * NT);
 
     int it = 0;
-    for (int n = blockIdx.y; n < sh.n; n += gridDim.y, it++) {
-        const float *xw = xs + (it & 1) * win;
+    for (int n = team; n < sh.n; n += teams, it++) {
+        const float *xw = xh + (it & 1) * win;
         __pipeline_wait_prior(0); /* this sample's window has landed (each thread its own) */
         if (tma)
-            mbar_wait(&win_bar[it & 1], (it >> 1) & 1);
-        __syncthreads();          /* (everyone's), and every warp is done with the last one */
-        if (n + (int)gridDim.y < sh.n) { /* the next sample's window, while this one computes */
-            float *nd = xs + ((it + 1) & 1) * win;
+            mbar_wait(&wbar[it & 1], (it >> 1) & 1);
+        if (HALVES) /* (everyone's), and every warp is done with the last one */
+            named_sync(1 + hx, NT);
+        else
+            __syncthreads();
+        if (n + teams < sh.n) { /* the next sample's window, while this one computes */
+            float *nd = xh + ((it + 1) & 1) * win;
             if (tma)
-                issue_window_tma(nd, x, n + gridDim.y, c_lo, in, dhw, wstride,
-                                 &win_bar[(it + 1) & 1]);
+                issue_window_tma<NT>(nd, x, n + teams, c_lo, in, dhw, wstride,
+                                     &wbar[(it + 1) & 1], tid);
             else if (WGMMA && (dhw & 1) == 0)
-                issue_window<2>(nd, x, n + gridDim.y, c_lo, in, dhw, wstride);
+                issue_window<2, NT>(nd, x, n + teams, c_lo, in, dhw, wstride, tid);
             else
-                issue_window<1>(nd, x, n + gridDim.y, c_lo, in, dhw, wstride);
+                issue_window<1, NT>(nd, x, n + teams, c_lo, in, dhw, wstride, tid);
         }
 
         /* 2. the conv, from the bias */
@@ -927,7 +1068,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 acc[r][h][1] = acc[r][h][3] = sw.b[8 * h + 2 * t + 1];
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
         if (WGMMA)
-            conv_wgmma<NST>(acc, sw, xw + base, t);
+            conv_wgmma<NST, TS>(acc, sw, xw + base, t);
         else
 #endif
             conv_mma_sync(acc, sw, xw + base, lane);
@@ -938,7 +1079,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    float xv = xc[256 * r + 32 * hh];
+                    float xv = xc[TS * r + 32 * hh];
 #pragma unroll
                     for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -947,26 +1088,54 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 }
         }
 
+        if (HALVES && hx == 0 && it == 0) /* v18: the second half may start its conv */
+            named_arrive(3, 2 * NT);
+
         /* 3. the block's mean of each channel's conv, then its centred squares: the values are
          * in registers, so the second pass costs no memory. Lane (g, t) holds channels 2 t,
          * 2 t + 1 (h = 0) and 8 + 2 t, 9 + 2 t (h = 1); lanes of one t sum over g by shuffles.
          * a = c m has mean m mean(c) and M2 m^2 M2(c). */
-        float s[2][2], zero[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        float s[2][2], zero[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bm, bq;
         lane_sums<false>(acc, pos, zero, s);
-        warp_part(&sw, s);
-        __syncthreads();
-        /* warp w: channel w's block sum */
-        float bs = __shfl_sync(FULL, warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f), 0);
-        float bm = bc > 0 ? bs / bc : 0.0f; /* every lane alike: no shuffle below a branch */
-        if (lane == 0)
-            sw.bmean[warp] = bm;
-        __syncthreads();
-        float cm[2][2] = {{sw.bmean[2 * t], sw.bmean[2 * t + 1]},
-                          {sw.bmean[8 + 2 * t], sw.bmean[9 + 2 * t]}};
-        lane_sums<true>(acc, pos, cm, s);
-        warp_part(&sw, s); /* every warp read sw.part before the barrier above */
-        __syncthreads();
-        float bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
+        if constexpr (HALVES) {
+            /* v18: warp w of a half reduces channels 2 w (lanes 0 .. 7, lane j warp j's
+             * partial) and 2 w + 1 (lanes 8 .. 15); the same steps on the half's barrier */
+            int co = 2 * warp + ((lane >> 3) & 1);
+            warp_part(part18[hx], warp, s);
+            named_sync(1 + hx, NT);
+            float bs = lane < 16 ? part18[hx][lane & 7][co] : 0.0f;
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1)
+                bs += __shfl_xor_sync(FULL, bs, o);
+            bm = bc > 0 ? bs / bc : 0.0f;
+            if ((lane & 23) == 0) /* lanes 0 and 8 */
+                bmean18[hx][co] = bm;
+            named_sync(1 + hx, NT);
+            float cm[2][2] = {{bmean18[hx][2 * t], bmean18[hx][2 * t + 1]},
+                              {bmean18[hx][8 + 2 * t], bmean18[hx][9 + 2 * t]}};
+            lane_sums<true>(acc, pos, cm, s);
+            warp_part(part18[hx], warp, s);
+            named_sync(1 + hx, NT);
+            bq = lane < 16 ? part18[hx][lane & 7][co] : 0.0f;
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1)
+                bq += __shfl_xor_sync(FULL, bq, o);
+        } else {
+            warp_part(sw.part, warp, s);
+            __syncthreads();
+            /* warp w: channel w's block sum */
+            float bs = __shfl_sync(FULL, warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f), 0);
+            bm = bc > 0 ? bs / bc : 0.0f; /* every lane alike: no shuffle below a branch */
+            if (lane == 0)
+                sw.bmean[warp] = bm;
+            __syncthreads();
+            float cm[2][2] = {{sw.bmean[2 * t], sw.bmean[2 * t + 1]},
+                              {sw.bmean[8 + 2 * t], sw.bmean[9 + 2 * t]}};
+            lane_sums<true>(acc, pos, cm, s);
+            warp_part(sw.part, warp, s); /* every warp read sw.part before the barrier above */
+            __syncthreads();
+            bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
+        }
 
         /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity):
          * v15 publishes the block's triple of channel w and pulls the others' after a cluster
@@ -974,12 +1143,21 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
          * theirs; then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four
          * channels, then over the group's four lanes by shuffles (v15: lane t = 0 writes it;
          * v16: a reduce-scatter, below) */
-        if (TEAM) {
+        if (HALVES) { /* v18: teams of up to 16, each warp two channels */
+            int co = 2 * warp + ((lane >> 3) & 1);
+            float mc = C.m[co];
+            unsigned long long *rec = xch + (size_t)(2 * team + (it & 1)) * 16 * C_OUT * 3;
+            if ((lane & 23) == 0) /* lanes 0 and 8 */
+                team_publish<16>(rec, rank, co,
+                                 make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f), tag0 + n);
+            team_merge16(&C, rec, warp, tag0 + n, sh.s, ncl);
+            named_sync(1 + hx, NT);
+        } else if (TEAM) {
             float mc = cs.m[warp];
             unsigned long long *rec = xch + (size_t)(2 * blockIdx.y + (it & 1)) * CL * C_OUT * 3;
             if (lane == 0)
-                team_publish(rec, rank, make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f),
-                             tag0 + n);
+                team_publish(rec, rank, warp,
+                             make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f), tag0 + n);
             team_merge(&cs, rec, tag0 + n, sh.s, ncl);
         } else if (WGMMA) {
             float mc = cs.m[warp];
@@ -1002,8 +1180,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int co = 8 * h + 2 * t + e;
-                mult[h][e] = cs.m[co], k1[h][e] = cs.m[co] * cs.rstd[co],
-                k0[h][e] = -cs.mean[co] * cs.rstd[co];
+                mult[h][e] = C.m[co], k1[h][e] = C.m[co] * C.rstd[co],
+                k0[h][e] = -C.mean[co] * C.rstd[co];
                 if (TEAM) /* v17 (step 2): lane_max_folded's a1, a0 and lim */
                     k1[h][e] *= mult[h][e], k0[h][e] *= mult[h][e],
                         mult[h][e] = fabsf(mult[h][e]);
@@ -1036,12 +1214,12 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             for (int j = 0; j < V15_TILES / 2; j++) {
                 float send = b1 ? w[2 * j] : w[2 * j + 1], keep = b1 ? w[2 * j + 1] : w[2 * j];
                 float z = fmaxf(keep, __shfl_xor_sync(FULL, send, 2));
-                int p = ptab[base + 256 * (2 * j + b1) + 32 * b0]; /* item 4 j + t's corner */
+                int p = ptab[base + TS * (2 * j + b1) + 32 * b0]; /* item 4 j + t's corner */
                 if (p >= 0)
                     yn[p] = z;
             }
             float z = fmaxf(w[V15_TILES - 1], __shfl_xor_sync(FULL, w[V15_TILES - 1], 2));
-            int p = ptab[base + 256 * (V15_TILES - 1) + 32 * b0]; /* the last pair's item */
+            int p = ptab[base + TS * (V15_TILES - 1) + 32 * b0]; /* the last pair's item */
             if (b1 == 0 && p >= 0)
                 yn[p] = z;
         } else {
@@ -1057,9 +1235,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                         yn[pos[r][hh]] = best;
                 }
         }
-        if (rank == 0 && threadIdx.x < C_OUT)
-            mean[n * C_OUT + threadIdx.x] = cs.mean[threadIdx.x],
-            rstd[n * C_OUT + threadIdx.x] = cs.rstd[threadIdx.x];
+        if (rank == 0 && tid < C_OUT)
+            mean[n * C_OUT + tid] = C.mean[tid], rstd[n * C_OUT + tid] = C.rstd[tid];
     }
     if (!TEAM)
         cluster.sync(); /* no block may exit while another still reads its partials (v15),
@@ -1077,17 +1254,24 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
  * shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three classes of 27 and
  * 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4 (v16, v17; v16's steps 4
  * and 6: 6 groups conflict, the window's copies can be 8 bytes wide, and channels 0 and 2 start
- * 16-byte aligned for bulk copies; v17's 20 groups of 80 taps: 11 conflict, step 3). The columns
- * and the clusters that fit are cached by shape (the harness runs on one device). */
-template <bool WGMMA, bool TEAM = false>
+ * 16-byte aligned for bulk copies; v17's 20 groups of 80 taps: 11 conflict, step 3). v18
+ * (HALVES): the same grid and launch as v17's with members of 896 corners, up to 16 a team, a row
+ * of blocks two teams, as many rows as fit but at most sm_count / 4 (r->xch holds sm_count x 2 CL
+ * teams' words, 2 x 16 a v18 row). The columns and the clusters that fit are cached by shape (the
+ * harness runs on one device). */
+static unsigned team_tag0 = 1; /* v17, v18: the next launch's base tag (0: the words' initial
+                                * tag); one count for both, since they share the words */
+
+template <bool WGMMA, bool TEAM = false, bool HALVES = false>
 static void register_conv_launch(const run_ctx *r, int scope)
 {
     const shape *sh = &r->sh;
-    int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, V15_SPAN);
-    unsigned len = V15_SPAN + 2 * hw + 2 * sh->w + 2;
+    const int span = HALVES ? 16 * V18_WARPS * V15_TILES : V15_SPAN;
+    int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, span);
+    unsigned len = span + 2 * hw + 2 * sh->w + 2;
     unsigned wstride = WGMMA ? len + ((2u - len) & 3u) : len + ((1u - len) & 3u);
-    size_t smem = 8 * (size_t)v15_buffer(wstride, WGMMA) + 4 * (size_t)V15_SPAN;
-    if (ncl > CL || smem > r->smem_optin) {
+    size_t smem = (HALVES ? 16 : 8) * (size_t)v15_buffer(wstride, WGMMA) + 4 * (size_t)span;
+    if (ncl > (HALVES ? V18_RANKS : CL) || smem > r->smem_optin) {
         v14_launch(r, scope);
         return;
     }
@@ -1095,8 +1279,7 @@ static void register_conv_launch(const run_ctx *r, int scope)
     static shape last;  /* the shape of the cache below */
     static int resident; /* clusters (v17: teams) that fit at once */
     static v15_cols cols;
-    static unsigned tag0 = 1; /* v17: the next launch's base tag (0 is the words' initial tag) */
-    auto kernel = k_register_conv<WGMMA, TEAM>;
+    auto kernel = k_register_conv<WGMMA, TEAM, HALVES>;
     cluster_launch L;
     cluster_launch_make(&L, (const void *)kernel, &opted, r->smem_optin, ncl, dim3(ncl, sh->n),
                         CL_THREADS, smem);
@@ -1110,6 +1293,8 @@ static void register_conv_launch(const run_ctx *r, int scope)
             resident = per_sm * r->sm_count / ncl;
             if (resident > r->sm_count) /* r->xch holds sm_count teams' words */
                 resident = r->sm_count;
+            if (HALVES && resident > r->sm_count * CL / (2 * V18_RANKS)) /* v18: 2 teams a */
+                resident = r->sm_count * CL / (2 * V18_RANKS); /* row of twice as many words */
         } else {
             resident = resident_clusters(&L, (const void *)kernel);
         }
@@ -1120,13 +1305,15 @@ static void register_conv_launch(const run_ctx *r, int scope)
         v14_launch(r, scope);
         return;
     }
-    L.cfg.gridDim = dim3(ncl, resident < sh->n ? resident : sh->n);
+    int rows = HALVES ? (sh->n + 1) / 2 : sh->n; /* v18: a row of blocks is two teams */
+    L.cfg.gridDim = dim3(ncl, resident < rows ? resident : rows);
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->x, r->weight, r->bias, r->m, r->y, r->mean,
-                                  r->rstd, r->sh, cols, wstride, r->xch, tag0));
+                                  r->rstd, r->sh, cols, wstride, r->xch, team_tag0));
     if (TEAM)
-        tag0 += (unsigned)sh->n;
+        team_tag0 += (unsigned)sh->n;
 }
 
 void v15_launch(const run_ctx *r, int scope) { register_conv_launch<false>(r, scope); }
 void v16_launch(const run_ctx *r, int scope) { register_conv_launch<true>(r, scope); }
 void v17_launch(const run_ctx *r, int scope) { register_conv_launch<true, true>(r, scope); }
+void v18_launch(const run_ctx *r, int scope) { register_conv_launch<true, true, true>(r, scope); }
