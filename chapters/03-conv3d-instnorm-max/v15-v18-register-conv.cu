@@ -400,49 +400,55 @@
  * Predicted, from a measurement: builds of v17 that leave warpgroups out of the conv (wrong
  * results, timed only; H100, medians of 50, three interleaved rounds) took 0.1041 - 0.1050 ms
  * with all 4 warpgroups in the conv, 0.0941 - 0.0947 with 3, 0.0832 - 0.0834 with 2 and 0.0430 -
- * 0.0434 with none: over 8 rounds, the conv is 7.7 us a round and 5.0 us with 2 warpgroups doing
- * half of it, so 8 warps alone run the conv at 77% of the 16 warps' rate, and the rest of a round
- * takes 4.3 us (the sweep at 16 and 128 samples without the conv: 0.0128, 0.0430 ms). If the
- * halves run in antiphase, half A's conv, 3.85 us of work at the 16 warps' rate, goes at 0.77 of
- * that rate while B is outside its conv (4.3 us) and at half of it while both convs run: 0.77 x
- * 4.3 + 0.5 (P - 2 x 4.3) = 3.85 gives a period P of 9.7 us for each half's sample against v17's
- * 12.2 us a round, about 0.084 ms.
+ * 0.0434 with none. With the middle rounds' 0.1044, 0.0833 and 0.0433 over 8 rounds, the conv is
+ * 7.6 us a round, and 5.0 us with 2 warpgroups doing half of it, so 8 warps alone run the conv at
+ * 76% of the 16 warps' rate; the rest of a round takes 4.3 us (the sweep at 16 and 128 samples
+ * without the conv: 0.0128, 0.0430 ms). If the halves run in antiphase, half A's conv, 3.8 us of
+ * work at the 16 warps' rate, goes at 0.76 of that rate while B is outside its conv (4.3 us) and
+ * at half of it while both convs run: 0.76 x 4.3 + 0.5 (P - 2 x 4.3) = 3.8 gives a period P of
+ * 9.7 us for each half's sample against v17's 12.2 us a round: 0.1054 x 9.7 / 12.2, about 0.084
+ * ms.
  * Measured (H100, medians of 50, three interleaved rounds a call): 0.1002, 0.1001, 0.1001 ms
  * against v17's 0.1065, 0.1066, 0.1066 (its code in this commit, below); in the recording call
- * 0.0995, 0.0996, 0.0997 against 0.1056, 0.1053, 0.1061; 5.7 to 6.0% less time, far from the
- * prediction (a third call, v18 alone: 0.1003, 0.1003, 0.1000). The batch sweep: 0.0222 ms for
- * one round (16 samples; v17 0.0199: half 1 waits for half 0's conv), 11.1 us a round after. ncu
- * (the kernel alone, the recording call): 117.9 us (v17: 125.1, another call), 42.7 million
- * instructions, the tensor pipe 32.1% busy, 7.85 cycles between a warp's instructions.
+ * 0.0995, 0.0996, 0.0997 against 0.1056, 0.1053, 0.1061; 5.4 to 6.1% less in each pair, far from
+ * the prediction (v18 in two more calls, beside the forms below: 0.1003, 0.1003, 0.1000; 0.1000,
+ * 0.0994, 0.0990, 0.0994). The batch sweep: 0.0222 ms for one round (16 samples; v17 0.0199:
+ * half 1 waits for half 0's conv), 11.1 us a round after. ncu (the kernel alone, the recording
+ * call): 117.9 us (v17: 125.1, another call), 42.7 million instructions, the tensor pipe 32.1%
+ * busy, 7.85 cycles between a warp's instructions.
  * A timeline (an instrumented build, not committed: thread 0 of each half writing %globaltimer at
  * its phase boundaries, a barrier added at the end of each round; medians over the rounds after
- * the first, two runs): a round 11.0 us; half 0's first conv, alone on the SM, 4.5 us (86% of the
- * 16 warps' rate), the later ones 5.5 - 5.7 us, beside the other half's statistics, exchange and
- * y; the two halves' convs overlap by a fifth (medians 18% and 23% of half 0's conv time), half
- * 1's starting 6.4 - 6.7 us after half 0's: the halves do run about half a round apart. But
- * outside its conv a half takes 5.2 us where v17's block took 3.8 (step 1's timeline): 0.6 - 0.7
- * from the round's start to the conv (issuing the next window's copies: 5.9 cp.async a thread
- * where v17 has 3.8, the halo now around half as many corners), 1.2 - 1.5 of statistics, 1.5 -
- * 1.7 of exchange (waiting for the slowest of 16 members, against 8) and 1.3 - 1.5 of y with the
- * added barrier. So a round is a half's conv
- * plus the rest, 5.7 + 5.2 us, and the rest, not the tensor cores, now sets it. Two forms
- * measured beside (three interleaved rounds of one call; this form 0.1003, 0.1003, 0.1000):
- * both halves starting together, 0.1086, 0.1090, 0.1093 (their convs then stay in step); half 1
- * starting after half 0's first exchange, 0.1116, 0.1118, 0.1116; and team_poll's nap at 50
- * and 400 ns, 0.1009 - 0.1010 and 0.0999 - 0.1003 (150 kept, v17's). ptxas: 128 registers, 24
- * bytes spilled (7 loads a round, outside the conv's loop), 16 barriers (the named ones'
- * ids are registers).
+ * the first, two runs): a round 10.9 - 11.0 us; half 0's first conv, alone on the SM, 4.5 us (86%
+ * of the 16 warps' rate), the later ones 5.5 - 5.7 us; the two halves' convs overlap for a fifth
+ * of their time (medians 18% and 23% of half 0's conv time), half 1's starting 6.4 - 6.7 us after
+ * half 0's: the halves run about half a round apart, and the offset holds. Two things missed the
+ * prediction. The conv slows beside the other half's statistics, exchange and y, though it
+ * rarely shares the tensor cores with the other conv (4.5 us alone, 5.5 - 5.7 beside them). And
+ * outside its conv a half takes 4.9 - 5.2 us where v17's block took 4.1 in the same four phases
+ * (step 1's timeline: 0.45, 1.12, 0.99 and 1.57): 0.6 - 0.7 from the round's start to the conv
+ * (issuing the next window's copies: 5.9 cp.async a thread where v17 has 3.8, the same 2114
+ * corners of halo around 896 corners instead of 1792), 1.2 - 1.5 of statistics, 1.5 - 1.7 of
+ * exchange (presumably waiting for the slowest of 16 members instead of 8) and 1.3 - 1.5 of y
+ * with the added barrier. So a round is a half's slowed conv plus the rest, 5.5 - 5.7 + 4.9 -
+ * 5.2 us. Other forms measured beside (three interleaved rounds of one call; this form 0.1003,
+ * 0.1003, 0.1000): both halves starting together, 0.1086, 0.1090, 0.1093 (their convs then
+ * presumably stay in step); half 1 starting after half 0's first exchange, 0.1116, 0.1118,
+ * 0.1116; team_poll's nap at 50 and 400 ns, 0.1009 - 0.1010 and 0.0999 - 0.1003 (150 kept,
+ * v17's); and in a later call, the next window's copies issued after the half publishes its
+ * triples, in its wait for the team's, 0.1042, 0.1029, 0.1029, 0.1031 against 0.1000, 0.0994,
+ * 0.0990, 0.0994. ptxas: 128 registers, 24 bytes spilled (7 loads a round, after the conv's
+ * last wgmma), 16 barriers (the named ones' ids are registers).
  * Recorded (the README's table, the recording call): 0.0994 ms [0.0979 - 0.1054], 42.1 TFLOP/s,
- * 4.94x torch.compile's 0.491 ms: issue 15's 0.10 ms met by 0.6% in that call, but the other
- * calls' 0.1000 - 0.1003 put v18 at the target rather than clearly under it.
+ * 4.94x torch.compile's 0.491 ms: issue 15's 0.10 ms at the target, 0.6% under it in that call,
+ * 0.0990 - 0.1000 in a later one and 0.1000 - 0.1003 in two earlier ones.
  * v16's and v17's kernels changed with it only in integer instructions (the address arithmetic
  * of the shared team_poll, merge_sums and the member's thread index; SASS, nvcc 13.0). Timed
  * against their committed code in interleaved pairs: v17 0.1065, 0.1066, 0.1066 ms against
  * 0.1061, 0.1060, 0.1065 (the first call) and 0.1056, 0.1053, 0.1061 against 0.1044, 0.1049,
- * 0.1054 (the recording call), 0.1 to 1.2 us (0.1 to 1.1%) more in each pair, about the spread
- * between rounds of one binary (1.0 us in the recording call); v16 0.1178, 0.1177, 0.1161
- * against 0.1175, 0.1178 and a disturbed 0.1269. Their rows stand, recorded with the code
- * before.
+ * 0.1054 (the recording call): slower in all six pairs, by 0.1 to 1.2 us, 0.5% on average, about
+ * the spread between rounds of one binary (1.0 us in the recording call); v16 0.1178, 0.1177,
+ * 0.1161 against 0.1175, 0.1178 and a disturbed 0.1269. Their rows stand, recorded with the code
+ * before, v17's perhaps 0.5% fast for this code.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -910,7 +916,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
     /* v18: the second half's statistics, and both halves' partials, counts and means */
-    __shared__ cluster_shared cs1[HALVES ? 1 : 1];
+    __shared__ cluster_shared cs1[1];
     __shared__ float part18[HALVES ? 2 : 1][V18_WARPS][C_OUT];
     __shared__ int count18[HALVES ? 2 : 1][V18_WARPS];
     __shared__ float bmean18[HALVES ? 2 : 1][C_OUT];
