@@ -822,8 +822,7 @@ __device__ static inline unsigned long long ld_tagged(const unsigned long long *
  * 48 words side by side, read 8 words 384 bytes apart at each load: 0.1178 - 0.1187 ms against
  * 0.1140 - 0.1148 for this layout, both without team_merge's nap; H100, three interleaved rounds
  * of one call) */
-#define TEAM_WORD(co, r, k) TEAM_WORD_R(co, r, k, CL)
-#define TEAM_WORD_R(co, r, k, R) ((3 * (co) + (k)) * (R) + (r)) /* v18: teams of R = 16 */
+#define TEAM_WORD_R(co, r, k, R) ((3 * (co) + (k)) * (R) + (r)) /* R: CL (v17), 16 (v18) */
 
 /* block `rank`'s triple of channel co (count, mean, M2), in a team of at most R blocks (v17:
  * lane 0 of warp co; v18: lanes 0 and 8 of warp co / 2 of a half) */
@@ -864,7 +863,7 @@ __device__ static inline void team_merge(cluster_shared *cs, const unsigned long
                                          unsigned tag, int S, int ncl)
 {
     int lane = threadIdx.x & 31, co = threadIdx.x >> 5;
-    merge_triples(cs, team_poll(rec, TEAM_WORD(co, lane, 0), CL, tag, lane >= ncl), S);
+    merge_triples(cs, team_poll(rec, TEAM_WORD_R(co, lane, 0, CL), CL, tag, lane >= ncl), S);
 }
 
 /* v18: warp w of a half merges channels 2 w (lanes 0 .. 15, lane r polling block r) and
@@ -892,6 +891,15 @@ __device__ static inline void named_sync(int id, int count)
 __device__ static inline void named_arrive(int id, int count)
 {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+/* the barrier of a team's member: the block's (__syncthreads), or v18's half's (id 1 + hx) */
+template <bool HALVES> __device__ static inline void member_sync(int hx)
+{
+    if (HALVES)
+        named_sync(1 + hx, 32 * V18_WARPS);
+    else
+        __syncthreads();
 }
 #endif
 
@@ -933,6 +941,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
     const int hx = HALVES ? (int)threadIdx.x / NT : 0; /* v18: the half */
     const unsigned tid = HALVES ? threadIdx.x % NT : threadIdx.x;
     cluster_shared &C = HALVES && hx ? cs1[0] : cs;
+    int *count = HALVES ? count18[hx] : sw.count; /* the member's count of positions a warp */
     int rank = TEAM ? (int)blockIdx.x : (int)cluster.block_rank();
     int ncl = TEAM ? (int)gridDim.x : (int)cluster.num_blocks();
     int warp = tid >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -961,14 +970,14 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         }
         __syncthreads();
     }
-    if (HALVES && team >= sh.n) /* v18: a half without a sample (tiny batches) */
-        ;
-    else if (tma)
-        issue_window_tma<NT>(xh, x, team, c_lo, in, dhw, wstride, &wbar[0], tid);
-    else if (WGMMA && (dhw & 1) == 0)
-        issue_window<2, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
-    else
-        issue_window<1, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
+    if (!HALVES || team < sh.n) { /* (v18: a half may have no sample in a tiny batch) */
+        if (tma)
+            issue_window_tma<NT>(xh, x, team, c_lo, in, dhw, wstride, &wbar[0], tid);
+        else if (WGMMA && (dhw & 1) == 0)
+            issue_window<2, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
+        else
+            issue_window<1, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
+    }
     for (int i = threadIdx.x; i < (HALVES ? 4 : 2) * C_IN * (len - in); i += CL_THREADS) {
         int w = i / (len - in); /* window w: buffer w / C_IN, channel w % C_IN */
         int at = WGMMA ? (w / C_IN) * win + (w % C_IN) * wstride : w * wstride;
@@ -1020,12 +1029,8 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
 #pragma unroll
     for (int o = 4; o < 32; o <<= 1) /* over g: the 4 lanes of one g hold the same corners */
         cnt += __shfl_xor_sync(FULL, cnt, o);
-    if (lane == 0) {
-        if (HALVES)
-            count18[hx][warp] = cnt;
-        else
-            sw.count[warp] = cnt;
-    }
+    if (lane == 0)
+        count[warp] = cnt;
     if (WGMMA && !TEAM && threadIdx.x == 0)
         mbar_init(&pushed_bar[0]), mbar_init(&pushed_bar[1]), mbar_init_fence();
     if (WGMMA && !TEAM) /* v16 pushes into its peers' shared memory: they must have started
@@ -1033,7 +1038,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         cluster.sync();
     else
         __syncthreads();
-    int bc = lane < NW ? (HALVES ? count18[hx][lane] : sw.count[lane]) : 0;
+    int bc = lane < NW ? count[lane] : 0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) /* every lane gets the sum */
         bc += __shfl_xor_sync(FULL, bc, o);
@@ -1049,10 +1054,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         __pipeline_wait_prior(0); /* this sample's window has landed (each thread its own) */
         if (tma)
             mbar_wait(&wbar[it & 1], (it >> 1) & 1);
-        if (HALVES) /* (everyone's), and every warp is done with the last one */
-            named_sync(1 + hx, NT);
-        else
-            __syncthreads();
+        member_sync<HALVES>(hx); /* (everyone's), and every warp is done with the last one */
         if (n + teams < sh.n) { /* the next sample's window, while this one computes */
             float *nd = xh + ((it + 1) & 1) * win;
             if (tma)
@@ -1108,7 +1110,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
              * partial) and 2 w + 1 (lanes 8 .. 15); the same steps on the half's barrier */
             int co = 2 * warp + ((lane >> 3) & 1);
             warp_part(part18[hx], warp, s);
-            named_sync(1 + hx, NT);
+            member_sync<HALVES>(hx);
             float bs = lane < 16 ? part18[hx][lane & 7][co] : 0.0f;
 #pragma unroll
             for (int o = 4; o > 0; o >>= 1)
@@ -1116,12 +1118,12 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             bm = bc > 0 ? bs / bc : 0.0f;
             if ((lane & 23) == 0) /* lanes 0 and 8 */
                 bmean18[hx][co] = bm;
-            named_sync(1 + hx, NT);
+            member_sync<HALVES>(hx);
             float cm[2][2] = {{bmean18[hx][2 * t], bmean18[hx][2 * t + 1]},
                               {bmean18[hx][8 + 2 * t], bmean18[hx][9 + 2 * t]}};
             lane_sums<true>(acc, pos, cm, s);
             warp_part(part18[hx], warp, s);
-            named_sync(1 + hx, NT);
+            member_sync<HALVES>(hx);
             bq = lane < 16 ? part18[hx][lane & 7][co] : 0.0f;
 #pragma unroll
             for (int o = 4; o > 0; o >>= 1)
@@ -1157,7 +1159,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 team_publish<16>(rec, rank, co,
                                  make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f), tag0 + n);
             team_merge16(&C, rec, warp, tag0 + n, sh.s, ncl);
-            named_sync(1 + hx, NT);
+            member_sync<HALVES>(hx);
         } else if (TEAM) {
             float mc = cs.m[warp];
             unsigned long long *rec = xch + (size_t)(2 * blockIdx.y + (it & 1)) * CL * C_OUT * 3;
