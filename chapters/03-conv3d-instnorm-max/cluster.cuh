@@ -2,7 +2,8 @@
  * cluster.cuh: what the cluster versions share (v10, v11, v13 .. v16, b3, b4's forward): a
  * sample's slice cut among the CL blocks of its cluster, the shared memory that holds it, the
  * copies that fill it, the statistics exchanged through distributed shared memory (pulled, or
- * pushed: v16), the launch, and the first wave's staggered start (v10's step 0).
+ * pushed: v16), the launch, and the first wave's staggered start (v10's step 0). v11 holds
+ * whole channel rows instead of slices, and takes the copies, the launch and the start.
  *
  * Hopper only: the PTX it uses (mbarriers, bulk copies) and the launch of a cluster kernel are
  * common/hopper.cuh's, with why and how.
@@ -41,8 +42,8 @@ static inline size_t cluster_smem(int S, int backward)
 }
 
 /* whether a sample's slices fit the blocks of a cluster; if not, the version runs its fallback
- * (v10 -> v9, v11 -> v10, v13 and v14 -> v12, b3 and b4 -> b2; v15 and v16 test their own
- * windows and run v14) */
+ * (v10 -> v9, v13 and v14 -> v12, b3 and b4 -> b2; v11 tests its own rows and runs v10, v15
+ * and v16 their own windows and run v14) */
 static inline int cluster_fits(const run_ctx *r, int backward)
 {
     return cluster_smem(r->sh.s, backward) <= r->smem_optin;
@@ -50,7 +51,7 @@ static inline int cluster_fits(const run_ctx *r, int backward)
 
 /* the cluster's per-block partials and the statistics every block ends with */
 struct cluster_shared {
-    welford wf[2][C_OUT]; /* the slice's (count, mean, M2) per channel, by sample parity (v11) */
+    welford wf[2][C_OUT]; /* the slice's (count, mean, M2) per channel, by sample parity (v15) */
     float mean[C_OUT], rstd[C_OUT], m[C_OUT];
     float part[2][C_OUT];     /* b3: the sample's mean(dxh) and mean(dxh xh) */
     float part_bwd[3][C_OUT]; /* b3: sums of dxh, dxh xh over the slice; dm of the block */
@@ -59,20 +60,22 @@ struct cluster_shared {
 /* Where bulk copies cannot serve (S not a multiple of 4: rows of whole 16-byte units are
  * needed), cp.async (LDGSTS: global to shared memory without passing through registers, CUDA
  * C++ Programming Guide, "Asynchronous Data Copies"): `rows` rows of len floats, S apart in
- * src, cap apart in dst; every thread issues its share, all in flight at once, committed as one
- * group. 16 bytes a copy when S is a multiple of 4 (len then is too: slice_lo), else 4. */
+ * src, cap apart in dst; each of the block's THREADS threads issues its share, all in flight at
+ * once, committed as one group. 16 bytes a copy when S is a multiple of 4 (len then is too:
+ * slice_lo), else 4. */
+template <int THREADS = CL_THREADS>
 __device__ static inline void issue_rows(float *dst, int cap, const float *__restrict__ src,
                                          int rows, int len, int S)
 {
     if ((S & 3) == 0) {
         int len4 = len >> 2, total = rows * len4;
-        for (int i = threadIdx.x; i < total; i += CL_THREADS) {
+        for (int i = threadIdx.x; i < total; i += THREADS) {
             int co = i / len4, j = i - co * len4;
             __pipeline_memcpy_async(dst + co * cap + 4 * j, src + (size_t)co * S + 4 * j, 16);
         }
     } else {
         int total = rows * len;
-        for (int i = threadIdx.x; i < total; i += CL_THREADS) {
+        for (int i = threadIdx.x; i < total; i += THREADS) {
             int co = i / len, j = i - co * len;
             __pipeline_memcpy_async(dst + co * cap + j, src + (size_t)co * S + j, 4);
         }
@@ -265,8 +268,8 @@ __device__ static inline void cluster_merge_pushed(cluster_shared *cs, const flo
  * cluster barrier; then every block reads the CL blocks' triples for each channel through
  * distributed shared memory and merges them with Chan's formula (common/welford.cuh) in rank order, so
  * all blocks end with the same bits. row_bars (v10): warp w first waits for row w to land.
- * parity alternates the published triples between samples (v11), so a block may write the
- * next sample's while a slower peer still reads this one's. */
+ * parity alternates the published triples between samples (v15, through cluster_merge), so a
+ * persistent block may write the next sample's while a slower peer still reads this one's. */
 __device__ static inline void cluster_stats(cluster_shared *cs, const float *vals, int cap, int len,
                                             int S, int parity, unsigned long long *row_bars)
 {
@@ -392,7 +395,7 @@ static inline void cluster_model_launch(const run_ctx *r, int *opted)
 }
 
 /* how many clusters of `kernel` (one a sample, `smem` bytes a block) fit on the GPU at once:
- * its first wave (v10, v11, b3); 0 when none fits */
+ * its first wave (v10, b3); 0 when none fits */
 static inline int cluster_wave(const void *kernel, int *opted, const run_ctx *r, size_t smem)
 {
     cluster_launch L;

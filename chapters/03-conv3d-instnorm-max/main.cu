@@ -34,7 +34,8 @@
  *   v10-cluster.cu              v10 one pass: 8 blocks a sample hold its values in shared memory,
  *                                   exchange statistics once through distributed shared memory;
  *                                   the first wave's starts spread over 10 us
- *   v11-persistent-cluster.cu   v11 v10 persistent and double-buffered (measured slower)
+ *   v11-row-cluster.cu          v11 v10 with whole channel rows a block: statistics without an
+ *                                   exchange, the channel max exchanged instead
  *   conv.cuh                    the conv inside a kernel: weights broadcast from shared memory
  *   v12-conv-two-pass.cu        v12 whole model: conv + statistics, then conv again + output
  *   v13-cluster-conv.cu         v13 whole model: v10's cluster computing the conv once
@@ -89,7 +90,7 @@ static const hx_version versions[] = {
     {"v8", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v8_launch, 0},
     {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0},
     {"v10", FWD, "one pass: 8-block cluster, c read once", v10_launch, NEEDS_SM90},
-    {"v11", FWD, "v10 persistent, TMA double buffer", v11_launch, NEEDS_SM90},
+    {"v11", FWD, "v10 with rows a block; the max exchanged", v11_launch, NEEDS_SM90},
     {"v12", SC(SCOPE_MODEL_FWD), "model: conv in stats pass + apply pass", v12_launch, 0},
     {"v13", SC(SCOPE_MODEL_FWD), "model: cluster, conv once into smem", v13_launch, NEEDS_SM90},
     {"v14", SC(SCOPE_MODEL_FWD), "model: v13, conv on tensor cores 3xTF32", v14_launch, NEEDS_SM90},

@@ -91,7 +91,8 @@ __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v 
 #define MANY_BLOCK 256  /* v6..v8 and b1: one block a slice */
 #define CL 8            /* v10, v11, v13, v14, b3: blocks a cluster, one cluster a sample (the
                          * portable maximum) */
-#define CL_THREADS 512  /* their blocks: 16 warps, warp w reduces channel w */
+#define CL_THREADS 512  /* their blocks: 16 warps, warp w reduces channel w (v11's: 256, its
+                         * own V11_THREADS) */
 #define CONV_TILE 512   /* v12: positions a block computes the conv at */
 #define B2_BLOCK 256    /* b2: positions a block */
 #define DOT_BLOCKS 64   /* b1 and dbias: blocks a channel in the deterministic channel sums */
@@ -107,8 +108,9 @@ struct run_ctx {
     shape sh;
     int sm_count;
     size_t smem_optin;                  /* the most dynamic shared memory a cluster kernel may ask for */
-    int pipe_clusters;                  /* v11's resident clusters (0: v11 does not fit, runs v10) */
-    int v10_wave, b3_wave;              /* v10's and b3's backward's: their first waves */
+    int v10_wave, v11_wave, b3_wave;    /* v10's, v11's and b3's backward's: their first waves, the
+                                         * clusters resident at once (v11: 0 where it does not fit,
+                                         * and runs v10) */
     const float *x, *weight, *bias, *m; /* model input and parameters */
     float *c;                           /* conv output, the epilogue's input */
     float *y;                           /* output */

@@ -193,9 +193,9 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
     lib_conv3d_setup(&pb->lib, xd, C_OUT, KS, 0, 1, x, w, r->c, r->dc, r->dx, r->dw);
     r->lib = &pb->lib;
-    /* v11's resident clusters: asked only where the cluster kernels can run */
-    r->pipe_clusters = pb->clusters_run ? v11_resident_clusters(r) : 0;
+    /* the cluster kernels' first waves: asked only where they can run */
     r->v10_wave = pb->clusters_run ? v10_resident_clusters(r) : 0;
+    r->v11_wave = pb->clusters_run ? v11_resident_clusters(r) : 0;
     r->b3_wave = pb->clusters_run ? b3_resident_clusters(r) : 0;
     problem_refresh(pb);
     return pb;
@@ -740,11 +740,9 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
         printf("cluster kernels: %s (%zu of %zu bytes of shared memory a block)", fits ? "run"
                : "fall back to v9 / v10 / v12 / b2", cluster_smem(s->s, 0), r->smem_optin);
         if (fits)
-            printf("; %d clusters of %d blocks resident at once, %d clusters in the grid; v11: %d "
-                   "resident clusters (%zu bytes a block), each walking about %d samples",
-                   r->v10_wave, CL, s->n, r->pipe_clusters,
-                   2 * cluster_smem(s->s, 0),
-                   r->pipe_clusters > 0 ? ceil_div(s->n, r->pipe_clusters) : 0);
+            printf("; %d clusters of %d blocks resident at once, %d clusters in the grid; v11 "
+                   "(two rows a block): %d resident",
+                   r->v10_wave, CL, s->n, r->v11_wave);
         printf("\n");
     }
     printf("floors at %.0f GB/s: epilogue %.1f MB -> %.4f ms; epilogue fwd+bwd %.1f MB -> %.4f ms; "

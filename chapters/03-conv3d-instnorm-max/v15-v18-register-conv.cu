@@ -1145,7 +1145,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
         }
 
-        /* 4. the exchange (cluster.cuh; the triples alternate between samples, v11's parity):
+        /* 4. the exchange (cluster.cuh; the triples alternate between samples by parity):
          * v15 publishes the block's triple of channel w and pulls the others' after a cluster
          * barrier; v16 sends it to every peer by st.async and waits on its own mbarrier for
          * theirs; then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four
