@@ -5,43 +5,50 @@
  * Defect of v10: its block holds a slice of positions of all 16 channels, so no block can finish
  * a channel's statistics alone: every block reduces its 16 pieces, waits at a cluster barrier for
  * the other seven, merges, and only then reads its 16 rows again, one float at a time, for y. Its
- * timeline (commit 0ab0e1a, later waves, medians): 8.6 us to load, reduce and exchange, 2.1 us
- * for y, 1.7 us at the closing barrier: 12.4 us a block, of which only the load uses DRAM, and
- * the 128 samples pass through the 30 resident clusters in 4.3 waves.
+ * timeline (commit 0ab0e1a, taken before its staggered start): 8.6 us to load, reduce and
+ * exchange (the later waves' median), 2.1 us for y and 1.7 us at the closing barrier (all
+ * blocks' medians): about 12.4 us a block, of which only the load uses DRAM, and the 128 samples
+ * pass through the 30 resident clusters in 4.3 waves.
  * Change: block r of a sample's cluster of CL = 8 holds whole channel rows 2r and 2r + 1 (2 x 50.4
  * KB: one contiguous 100.8 KB range of c; two blocks an SM, as v10's):
- *   1. thread 0 asks for each row as V11_CHUNKS bulk copies (cluster.cuh introduces the PTX),
- *      one mbarrier each; warp w waits for chunk w only and reduces it as it lands: its mean,
- *      then its centred squares, from shared memory (S not a multiple of 4: cp.async, every
+ *   1. thread 0 asks for each row as V11_CHUNKS bulk copies (common/hopper.cuh introduces the
+ *      PTX), one mbarrier each; warp w waits for chunk w only and reduces it as it lands: its
+ *      mean, then its centred squares, from shared memory (S not a multiple of 4: cp.async, every
  *      chunk waited for at once, as v10);
  *   2. the block merges its chunks by Chan's formula (common/welford.cuh) into its two rows'
  *      mean and rstd: a row's statistics are the block's own, nothing to wait for;
- *   3. the block's max over its own two channels, u = max(m clamp(xh)) of channels 2r and 2r + 1,
- *      written in place over row 2r, 16 bytes a load and a store;
- *   4. one cluster barrier, then block r reads positions [lo_r, hi_r) of the 8 blocks' u through
- *      distributed shared memory and writes y = their max (in rank order, so the first arg-max
- *      wins ties, as in v10's channel loop);
+ *   3. u_r, the block's max over its two channels of m clamp(xh), written in place over row 2r,
+ *      16 bytes a load and a store;
+ *   4. one cluster barrier, then block r reads its eighth of the row, the 16-byte units
+ *      [lo_r, hi_r) (4 positions each), from all 8 blocks' u through distributed shared memory and
+ *      writes y = their max (in rank order, so the first maximum wins a tie, as v10's channel
+ *      loop's; with no argmax written, a tie changes at most the sign of a zero);
  *   5. a closing cluster barrier: no block exits while another still reads its u.
- * Between blocks now move 8 x 6.3 KB of u a block (v10: 16 statistics). The first wave's starts
- * are spread over 10 us, as v10's (stagger_start, cluster.cuh; V11SPAN=ns sets another span).
- * Prediction (the arithmetic done from a prototype's timeline, commit 811d9cc): a block's life
- * falls from v10's 12.4 us to about 10.4 (4.6 to load and reduce, 1.1 for u, 2.1 at the barrier,
- * 1.7 to read u and write y, 0.9 at the closing barrier); over 4.3 waves that is 4.3 x 2 = 8.6 us
- * less, from 0.0679 ms to about 0.059.
+ * Each block now pulls 8 x 6.3 KB of u (v10: 8 x 16 triples of count, mean and M2). The first
+ * wave's starts are spread over 10 us, as v10's (stagger_start, cluster.cuh; V11SPAN=ns sets
+ * another span).
+ * Prediction (the arithmetic done from a prototype's timeline, commit 811d9cc, so not
+ * independent of the design): a block's life falls from about 12.4 us to 10.4 (4.6 to load and
+ * reduce, 1.1 for u, 2.1 at the barrier, 1.7 to read u and write y, 0.9 at the closing barrier);
+ * over 4.3 waves that is roughly 4.3 x 2 = 8.6 us less, from 0.0679 ms to about 0.059.
  * Measured (H100, KernelBench shape): the recording call's three interleaved rounds, medians of
  * 50: v11 0.0608, 0.0611, 0.0605 ms against v10's 0.0673, 0.0673, 0.0675 (10% less); the
- * recorded row, the README's table: 0.0607 ms, 60% of the copy ceiling, 1.63x torch.compile. An
- * instrumented build's timeline (%globaltimer at each block's phase boundaries; later waves,
- * medians): 4.6 us to load and reduce, 1.15 for u, 2.1 at the first barrier (the cluster's
- * slowest load), 1.7 to read u and write y, 0.9 at the closing barrier: the prediction's 10.4.
- * Without the staggered start (V11SPAN=0) 0.0693 ms, the first wave's load taking 11.2 us. ncu
- * (the kernel alone at its own clocks): 62.1 us, DRAM 52% busy, 12.2 cycles between a warp's
- * issues. What is left: 6 of each block's 10.4 us leave its SM's share of DRAM to the other
- * block, and the target, 0.045 ms, is below what one read of c costs with this timer (0.049 in
- * v10's slices; the README). Tried, slower or wrong (the README's list): u pushed into its
- * owners by st.async with no closing barrier; 512 and 384 threads; 2, 8 or 16 chunks a row;
- * clusters of 16 one-row blocks; persistent clusters copying the next sample's second row during
- * the exchange; the sample held in L2 instead of shared memory; v17's fold of u into one FMA.
+ * recorded row, the README's table: 0.0607 ms, 60% of the copy ceiling, 1.63x torch.compile,
+ * 1.4 us above the arithmetic, which used the later waves' phases only: an instrumented build's
+ * timeline (%globaltimer at each block's phase boundaries, medians) has the later waves at 4.6 us
+ * to load and reduce, 1.15 for u, 2.1 at the first barrier (the cluster's slowest load), 1.7 to
+ * read u and write y and 0.9 at the closing barrier, and the first wave 1 us longer at the first
+ * barrier (3.1). Without the staggered start (V11SPAN=0) 0.0693 ms, the first wave's load taking
+ * 11.2 us. ncu (the kernel alone, at ncu's locked base clocks, SM 1.59 GHz): 62.1 us, DRAM 52%
+ * busy, 12.2 warp cycles per issued instruction. What is left: for about 6 of its 10.4 us a block
+ * loads nothing, and only the SM's other block can use that share of DRAM; the target, 0.045 ms,
+ * is below what a read of c in waves of clusters costs with this timer (v10's slices 0.049 ms,
+ * v11's rows loaded and reduced with nothing else done 0.048 - 0.050; the README), though not
+ * below one grid-stride read of c (0.041). Tried, slower or wrong (the README's list): u pushed
+ * into its owners by st.async with no closing barrier; 128, 384 and 512 threads; 2, 8 or 16
+ * chunks a row; clusters of 16 one-row blocks; persistent clusters copying the next sample's
+ * second row during the exchange; the sample held in L2 instead of shared memory; the one-FMA
+ * fold of u that v17 (later in this chapter) uses.
  */
 #include "cluster.cuh"
 #include "model.h"
@@ -50,6 +57,7 @@
 #define V11_ROWS (C_OUT / CL) /* channel rows a block: 2 */
 #define V11_CHUNKS 4    /* bulk copies (and warps) a row */
 #define V11_SPAN_NS 10000 /* the first wave's starts spread over 10 us, as v10's */
+static_assert(V11_ROWS == 2, "step 3 is written for two rows a block (C_OUT = 2 CL)");
 
 /* shared memory of v11's block, bytes: its rows, each rounded up to whole 16-byte units */
 static inline size_t v11_smem(int S) { return (size_t)V11_ROWS * 16 * ((S + 3) / 4); }
@@ -95,12 +103,16 @@ __device__ static inline welford chunk_stats(const float4 *row, int a, int b, in
 }
 
 /* u = m clamp(xh, -1, 1) of one value v of c, xh = (v m - mean) rstd (mean and rstd of x = c m),
- * with k = (m, mean, m rstd, |m|): m clamp(xh, -1, 1) = clamp(m xh, -|m|, |m|) (v17's fold), and
- * m xh = fma(v, m, -mean) (m rstd): the difference first, in one rounding, then the scale. An FMA,
- * a multiply and two FMNMX, where v10's form takes three multiplies, an add and two compares
- * (0.0605 - 0.0608 ms against 0.0611 - 0.0614, three interleaved rounds). v17's one-FMA form,
- * fma(v, m^2 rstd, -m rstd mean), scales before it cancels: on c = 50 +- 1 at S = 2 its y missed
- * the check's bound (rel_l2 1.2e-5, 1e-5 allowed), where this form and v10's pass. */
+ * with k = (m, mean, m rstd, |m|): m clamp(xh, -1, 1) = clamp(m xh, -|m|, |m|) (the fold v17 uses,
+ * later in this chapter), and m xh = fma(v, m, -mean) (m rstd): the difference first, in one
+ * rounding, then the scale. An FMA, a multiply and two FMNMX, where v10's form takes three
+ * multiplies, an add and two compares: this form with y's streaming store (below) took 0.0605 -
+ * 0.0608 ms against 0.0611 - 0.0614 with v10's form and a plain store (three interleaved rounds),
+ * and the store alone changed nothing. The one-FMA form, fma(v, m^2 rstd, -m rstd mean), scales
+ * before it cancels: on c = 50 +- 1 at S = 2 its y missed the check's bound (rel_l2 1.2e-5, 1e-5
+ * allowed), where this form and v10's pass. A NaN: fmaxf and fminf turn it into -|m|, and max_u
+ * keeps the first channel where one is NaN, where v10's clampf1 and `u > best` would keep or skip
+ * it; finite inputs have none, and the checks plant none. */
 __device__ static inline float channel_u(float v, float4 k)
 {
     return fminf(fmaxf(fmaf(v, k.x, -k.y) * k.z, -k.w), k.w);
@@ -169,8 +181,10 @@ k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *_
     }
     __syncthreads();
     float4 k0 = row_k[0], k1 = row_k[1];
-    for (int i = threadIdx.x; i < units; i += V11_THREADS) { /* step 3 (a partial last unit's */
-        float4 a = rows[i], b = rows[units + i];             /* extra lanes are never stored) */
+    /* step 3; the lanes past S of a partial last unit hold floats never loaded: their u reaches
+     * shared memory and the peers' max, never y */
+    for (int i = threadIdx.x; i < units; i += V11_THREADS) {
+        float4 a = rows[i], b = rows[units + i];
         float4 ua = make_float4(channel_u(a.x, k0), channel_u(a.y, k0), channel_u(a.z, k0),
                                 channel_u(a.w, k0));
         float4 ub = make_float4(channel_u(b.x, k1), channel_u(b.y, k1), channel_u(b.z, k1),
@@ -189,7 +203,8 @@ k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *_
 #pragma unroll
         for (int q = 1; q < CL; q++)
             best = max_u(best, peer[q][i]);
-        if (bulk) { /* y is not read again here: a streaming store (it measured as a plain one) */
+        if (bulk) { /* y is not read again here: a streaming store (timed as a plain one: 0.0619 -
+                     * 0.0621 ms against 0.0616 - 0.0622, three interleaved rounds) */
             __stcs((float4 *)yn + i, best);
         } else { /* y's rows are not 16-byte aligned; the last unit may be partial */
             float b4[4] = {best.x, best.y, best.z, best.w};
@@ -227,7 +242,8 @@ void v11_launch(const run_ctx *r, int scope)
         span = span_env("V11SPAN", V11_SPAN_NS);
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    if (r->v11_wave <= 0) { /* two rows do not fit a block: v10 (and its own fallback) */
+    if (r->v11_wave <= 0) { /* two rows do not fit a block: v10, which needs as many bytes (about
+                             * 8 S), so in practice its own fallback, v9 */
         v10_epilogue(r);
         return;
     }
