@@ -45,10 +45,10 @@
  * is below what a read of c in waves of clusters costs with this timer (v10's slices 0.049 ms,
  * v11's rows loaded and reduced with nothing else done 0.048 - 0.050; the README), though not
  * below one grid-stride read of c (0.041). Tried, slower or wrong (the README's list): u pushed
- * into its owners by st.async with no closing barrier; 128, 384 and 512 threads; 2, 8 or 16
- * chunks a row; clusters of 16 one-row blocks; persistent clusters copying the next sample's
- * second row during the exchange; the sample held in L2 instead of shared memory; the one-FMA
- * fold of u that v17 (later in this chapter) uses.
+ * into its owners by st.async with no closing barrier, or by the TMA's shared-to-shared copies;
+ * 128, 384 and 512 threads; 2, 8 or 16 chunks a row; clusters of 16 one-row blocks; persistent
+ * clusters copying the next sample's second row during the exchange; the sample held in L2
+ * instead of shared memory; the one-FMA fold of u that v17 (later in this chapter) uses.
  */
 #include "cluster.cuh"
 #include "model.h"
