@@ -212,6 +212,15 @@ verify_result verify_sum_f32(const float *out, const double *ref, const double *
     return v;
 }
 
+void sum_bounds_add_max(double *abs_sum, size_t n)
+{
+    double big = 0.0;
+    for (size_t i = 0; i < n; i++)
+        big = fmax(big, abs_sum[i]);
+    for (size_t i = 0; i < n; i++)
+        abs_sum[i] += big;
+}
+
 verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,
                                 double tol_abs)
 {

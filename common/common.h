@@ -93,6 +93,15 @@ verify_result verify_f32(const float *out, const double *ref, size_t n, double t
  */
 verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,
                              double tol);
+/*
+ * Makes verify_sum_f32's n bounds componentwise plus normwise (Higham, ch. 7): adds the largest
+ * abs_sum_i to every abs_sum_i. For a conv's weight and bias gradients: an element whose terms
+ * are all tiny is otherwise held to float's smallest normal (1.2e-38, the floor verify_sum_f32
+ * grants), which a kernel that flushes subnormal terms to zero can miss (with x * 1000, a dw
+ * element of chapter 4 whose terms' magnitudes summed to 3.2e-37 came out of cuDNN as 0, the
+ * reference being 2.9e-38). An error of the order of the tensor's largest sum still fails.
+ */
+void sum_bounds_add_max(double *abs_sum, size_t n);
 /* verify_f32 for outputs whose scale varies with the input (a logsumexp grows with x): the
  * absolute bound is tol_abs x max(1, max_i |ref_i|), float rounding being relative. */
 verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,

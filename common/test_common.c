@@ -146,6 +146,21 @@ static void test_verify(void)
     sout[1] = NAN;
     v = verify_sum_f32(sout, sref, sabs, 2, 1e-6);
     check(!v.pass, "verify_sum: a NaN fails");
+
+    /* normwise: an element of 3e-38 (terms 1e-37) returned as 0, as when its subnormal terms
+     * are flushed, beside one of sum 1e4: fails componentwise, passes with the largest sum
+     * added; an error of 1 on it still fails */
+    double nref[2] = {3e-38, 100.0}, nabs[2] = {1e-37, 1e4};
+    float nout[2] = {0.0f, 100.0f};
+    v = verify_sum_f32(nout, nref, nabs, 2, 1e-5);
+    check(!v.pass && v.max_idx == 0, "verify_sum: a tiny sum returned as 0 fails componentwise");
+    sum_bounds_add_max(nabs, 2);
+    check(nabs[0] == 1e-37 + 1e4 && nabs[1] == 2e4, "sum_bounds_add_max: 1e4 added to each");
+    v = verify_sum_f32(nout, nref, nabs, 2, 1e-5);
+    check(v.pass, "verify_sum: the tiny sum returned as 0 passes componentwise plus normwise");
+    nout[0] = 1.0f;
+    v = verify_sum_f32(nout, nref, nabs, 2, 1e-5);
+    check(!v.pass && v.max_idx == 0, "verify_sum: an error of 1 there still fails (bound 0.1)");
 }
 
 static void test_stats(void)
