@@ -116,7 +116,7 @@ verify_result hx_check_stats(hx_verdict *out, const float *mean, const float *rs
 const char *hx_channels_problem(const int64_t *dims, int c_in);
 const char *hx_index_problem(double elems, const char *what);
 
-/* A chapter's extreme-value case (hx_chapter.input_case): what it is, where it applies. */
+/* A chapter's extreme-value case (hx_chapter.cases): what it is, where it applies. */
 typedef struct {
     const char *label; /* "x*1000", "c ~ +100", ...; NULL ends the list */
     unsigned scopes;   /* the scopes the case is meaningful for (a planted c: epilogue scopes) */
@@ -157,12 +157,15 @@ typedef struct {
      * reference, say); NULL if none. t: the index in test_shapes under --test (0 with --shape),
      * -1 before a timed run (where a failure stops the program). */
     void (*shape_checks)(problem *pb, int t);
-    /* Extreme-value cases, run after "rand" (the problem as created) on one test shape (or on
-     * the --shape given): the list, ended by a NULL label, and the function that sets case k
-     * up on a problem (cases[k]); NULL cases: none. */
+    /* Extreme-value cases, run after "rand" (the problem as created) on every test shape (or on
+     * the --shape given): the list, ended by a NULL label, and the function that sets case k up
+     * on a problem (cases[k]), whichever case ran before it, if any; NULL cases: none. */
     const hx_case *cases;
     void (*set_case)(problem *pb, int k);
-    int extreme_shape; /* index in test_shapes of the shape the cases run on */
+    /* NULL, or why case k is not run on a shape (dims as --shape gives them), reported as a
+     * skip: where float's own rounding, in PyTorch's order of operations, exceeds the chapter's
+     * bound there (the chapter says why, with the numbers). NULL: every case on every shape. */
+    const char *(*case_skip)(const int64_t *dims, int k);
 
     /* After the timing table: the chapter's own lines (library ops alone, floors); may be NULL */
     void (*notes)(problem *pb, const device_info *dev, int reps, const char *only);

@@ -35,8 +35,9 @@ struct problem {
     /* the backward references, computed when a scope first needs them */
     int have_epi_bwd, have_model_bwd;
     double *ref_dc_epi, ref_db_epi, abs_db_epi; /* from host_c */
-    double *ref_dc_model, ref_db_model, abs_db_model, *ref_dx; /* from the reference conv */
-    double ref_dw[N_WEIGHT], ref_dbias[C_OUT], abs_dw[N_WEIGHT], abs_dbias[C_OUT];
+    double *ref_dc_model, ref_db_model, abs_db_model; /* from the reference conv */
+    /* the conv's gradients from a run's own dc (conv_grad_refs; dcd allocated at first use) */
+    double *dcd, *ref_dx, ref_dw[N_WEIGHT], ref_dbias[C_OUT], abs_dw[N_WEIGHT], abs_dbias[C_OUT];
 };
 
 static shape shape_of(const int64_t *dims)
@@ -176,7 +177,7 @@ static void problem_destroy(problem *pb)
         CUDA_CHECK(cudaFree(r->tmp[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->conv_bias, pb->cbd, pb->g,
                     pb->host_out, pb->host_c, pb->host_dc, pb->host_dx, pb->ref_c, pb->ref_model,
-                    pb->ref_epilogue, pb->ref_dc_epi, pb->ref_dc_model, pb->ref_dx};
+                    pb->ref_epilogue, pb->ref_dc_epi, pb->ref_dc_model, pb->dcd, pb->ref_dx};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     free(pb);
@@ -194,9 +195,9 @@ static void problem_set_b(problem *pb, float b)
     pb->have_epi_bwd = pb->have_model_bwd = 0;
 }
 
-/* The backward references, computed once per state of the problem (they cost as much as the
- * forward reference twice over, so only runs that check a backward pay for them): from the
- * GPU's conv output for the epilogue scope, from the reference conv for the training step. */
+/* The epilogue's backward references, computed once per state of the problem (only runs that
+ * check a backward pay for them): from the GPU's conv output for the epilogue scope, from the
+ * reference conv for the training step. */
 static void epi_bwd_refs(problem *pb)
 {
     if (pb->have_epi_bwd)
@@ -212,10 +213,27 @@ static void model_bwd_refs(problem *pb)
         return;
     pb->ref_db_model = epilogue_backward_ref(&pb->sh, NULL, pb->ref_c, pb->b, pb->g,
                                              pb->ref_dc_model, &pb->abs_db_model);
-    convT3d_geom cg = conv_geom(&pb->sh);
-    conv_transpose3d_backward_ref(&cg, pb->xd, pb->wd, pb->ref_dc_model, pb->ref_dx, pb->ref_dw,
-                                  pb->ref_dbias, pb->abs_dw, pb->abs_dbias, NULL);
     pb->have_model_bwd = 1;
+}
+
+/* The conv's gradients from dc, a training step's own (host, float): the double backward of
+ * exactly that dc (as much work as the reference conv twice over, at every check of a training
+ * step), so that dx, dw and dbias are judged for their own arithmetic alone; dc has its own
+ * check. Against the exact dc's backward instead, with x * 1000 dc's rounding (within its own
+ * tolerance) reached dw and dbias and failed TOL_SUM on 2 of the 8 test shapes, cuDNN's b1 as
+ * well. */
+static void conv_grad_refs(problem *pb, const float *dc)
+{
+    size_t nc = conv_elems(&pb->sh);
+    if (!pb->dcd)
+        pb->dcd = (double *)host_alloc(8 * nc);
+    for (size_t i = 0; i < nc; i++)
+        pb->dcd[i] = dc[i];
+    convT3d_geom cg = conv_geom(&pb->sh);
+    conv_transpose3d_backward_ref(&cg, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw,
+                                  pb->ref_dbias, pb->abs_dw, pb->abs_dbias, NULL);
+    sum_bounds_add_max(pb->abs_dw, N_WEIGHT); /* componentwise plus normwise */
+    sum_bounds_add_max(pb->abs_dbias, C_OUT);
 }
 
 /* Share of reference outputs strictly inside (-1, 1). Where it is 0 the clamp decides every
@@ -276,6 +294,7 @@ static hx_verdict problem_verify(problem *pb, int scope)
     v.hash = hash_f32(v.hash, &pb->host_db, 1);
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
+    conv_grad_refs(pb, pb->host_dc); /* the dc just checked */
     hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_ABS, NULL,
                     TOL_REL_L2, TOL_ABS);
     hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
@@ -741,7 +760,7 @@ const hx_chapter chapter_machinery = {
     shape_checks,
     cases,
     set_case,
-    2, /* the extremes run on 2x3x3x7x11, primes */
+    NULL, /* every case on every shape */
     notes,
     dump,
 };

@@ -23,8 +23,10 @@ struct problem {
     float *host_out, *host_c, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
     double *ref_c, *ref_model, *ref_epilogue;
     int have_bwd_refs;
-    double *ref_dc, *ref_dx, *ref_dw, ref_dbias[C_OUT];
+    double *ref_dc;                               /* from host_c: the epilogue's backward */
+    double *dcd, *ref_dx, *ref_dw, ref_dbias[C_OUT]; /* from a run's own dc (conv_grad_refs) */
     double *abs_dw, abs_dbias[C_OUT];
+    uint64_t grad_refs_dc; /* hash_f32 of the dc they are from; 0: none yet */
 };
 
 static shape shape_of(const int64_t *dims)
@@ -89,7 +91,7 @@ static void problem_refresh(problem *pb)
     conv3d_ref(&g, pb->xd, pb->wd, pb->bd, pb->ref_c);
     epilogue_ref(s, NULL, pb->ref_c, pb->ref_model);
     epilogue_ref(s, pb->host_c, NULL, pb->ref_epilogue);
-    pb->have_bwd_refs = 0;
+    pb->have_bwd_refs = 0, pb->grad_refs_dc = 0;
 }
 
 static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
@@ -109,7 +111,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
     pb->ref_c = (double *)host_alloc(8 * nc);
     pb->ref_model = (double *)host_alloc(8 * ny), pb->ref_epilogue = (double *)host_alloc(8 * ny);
-    pb->ref_dc = (double *)host_alloc(8 * nc);
+    pb->ref_dc = (double *)host_alloc(8 * nc), pb->dcd = (double *)host_alloc(8 * nc);
     pb->ref_dx = (double *)host_alloc(8 * nx), pb->ref_dw = (double *)host_alloc(8 * N_WEIGHT);
     pb->abs_dw = (double *)host_alloc(8 * N_WEIGHT);
     rng_state rng, rng_g;
@@ -168,7 +170,7 @@ static void problem_destroy(problem *pb)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
                     pb->host_c, pb->host_dc, pb->host_dx, pb->ref_c, pb->ref_model,
-                    pb->ref_epilogue, pb->ref_dc, pb->ref_dx, pb->ref_dw, pb->abs_dw};
+                    pb->ref_epilogue, pb->ref_dc, pb->dcd, pb->ref_dx, pb->ref_dw, pb->abs_dw};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     free(pb);
@@ -178,32 +180,39 @@ static const run_ctx *problem_ctx(const problem *pb) { return &pb->r; }
 
 static void problem_bwd_refs(problem *pb)
 {
-    const shape *s = &pb->sh;
     if (pb->have_bwd_refs)
         return;
-    epilogue_backward_ref(s, pb->host_c, NULL, pb->g, pb->ref_dc);
-    conv3d_geom g = conv_geom(s);
-    conv3d_backward_ref(&g, pb->xd, pb->wd, pb->ref_dc, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
-                        pb->abs_dw, pb->abs_dbias);
-    /* Each element's bound (TOL_SUM times the sum of its terms' magnitudes) also gets the
-     * largest such sum of its tensor: a componentwise plus a normwise bound. With x * 1000 the
-     * softmax of a channel that is never the largest is subnormal everywhere; its dw, about
-     * 1e-36, is then at the mercy of the float dc's flush to zero (the fused backward's __expf)
-     * and of cuDNN's algorithm, some of which bound their error by the tensor's norm. That
-     * algorithm is chosen by timing, which compute-sanitizer changes: only there did the
-     * componentwise bound alone fail. Every other element keeps a bound of 2e-6 of its own sum
-     * or tighter than the tensor's largest, so a wrong index or a lost term still fails. */
-    double big = 0.0;
-    for (int i = 0; i < N_WEIGHT; i++)
-        big = fmax(big, pb->abs_dw[i]);
-    for (int i = 0; i < N_WEIGHT; i++)
-        pb->abs_dw[i] += big;
-    big = 0.0;
-    for (int i = 0; i < C_OUT; i++)
-        big = fmax(big, pb->abs_dbias[i]);
-    for (int i = 0; i < C_OUT; i++)
-        pb->abs_dbias[i] += big;
+    epilogue_backward_ref(&pb->sh, pb->host_c, NULL, pb->g, pb->ref_dc);
     pb->have_bwd_refs = 1;
+}
+
+/* The conv's gradients from dc, a run's own (host, float): the double backward of exactly
+ * that dc, so that dx, dw and dbias are judged for their own arithmetic alone (dc has its own
+ * check, against ref_dc). Against the exact dc's backward instead, with x * 1000, dc's own
+ * rounding (within its tolerance) reached dw and dbias and failed TOL_SUM on 5 of the 8 test
+ * shapes (--test --shape, seed 1), cuDNN's b1 as well.
+ * dw's and dbias's bounds are componentwise plus normwise (sum_bounds_add_max): with x * 1000
+ * the softmax of a channel that is never the largest is subnormal everywhere, and its dw,
+ * about 1e-36, is at the mercy of cuDNN's algorithm, some of which bound their error by the
+ * tensor's norm. That algorithm is chosen by timing, which compute-sanitizer changes: only
+ * there did the componentwise bound alone fail.
+ * At the KernelBench shape the backward costs twice the double conv (2 x 232 GFLOP): it is kept
+ * for the next run whose dc has the same bits (the check after the timing, b2's dc again). */
+static void conv_grad_refs(problem *pb, const float *dc)
+{
+    const shape *s = &pb->sh;
+    size_t nc = conv_elems(s);
+    uint64_t h = hash_f32(HASH_INIT, dc, nc);
+    if (h == pb->grad_refs_dc)
+        return;
+    pb->grad_refs_dc = h;
+    for (size_t i = 0; i < nc; i++)
+        pb->dcd[i] = dc[i];
+    conv3d_geom g = conv_geom(s);
+    conv3d_backward_ref(&g, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
+                        pb->abs_dw, pb->abs_dbias);
+    sum_bounds_add_max(pb->abs_dw, N_WEIGHT);
+    sum_bounds_add_max(pb->abs_dbias, C_OUT);
 }
 
 /* ------------------------------------------------------------ what a scope writes, verified */
@@ -223,6 +232,20 @@ static void problem_poison(problem *pb, int scope)
     }
 }
 
+/* dc's relative L2 bound: TOL_REL_L2, plus the rounding of a large logsumexp z to a float, half
+ * an ulp, at most 2^-24 z, which moves every softmax weight exp(p - z) of its position, and so
+ * dc, by that factor (p - z and exp err by 2^-24 each, relative, where TOL_REL_L2 covers them).
+ * z is the largest of the reference's y = relu(z) (dc is 0 where relu cuts). With x * 1000 z is
+ * large: dc measured 1.2e-5 at 1x32x2x2x2 (make test) and 1.6e-5 at 1x32x3x5x7 (--seed 5), in
+ * cuDNN's b1 as in b2 and b3, over TOL_REL_L2 alone. The added term is 6e-8 per unit of z. */
+static double dc_tol_rel(const problem *pb)
+{
+    double z = 0.0;
+    for (size_t i = 0; i < out_elems(&pb->sh); i++)
+        z = fmax(z, pb->ref_epilogue[i]);
+    return TOL_REL_L2 + 0x1p-24 * z;
+}
+
 static hx_verdict problem_verify(problem *pb, int scope)
 {
     const run_ctx *r = &pb->r;
@@ -238,10 +261,11 @@ static hx_verdict problem_verify(problem *pb, int scope)
         return v;
     problem_bwd_refs(pb);
     hx_check_output(&v, "dc", r->dc, pb->host_dc, conv_elems(s), pb->ref_dc, HX_SCALED, NULL,
-                    TOL_REL_L2, TOL_ABS);
+                    dc_tol_rel(pb), TOL_ABS);
     v.hash = hash_f32(v.hash, pb->host_dc, conv_elems(s));
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
+    conv_grad_refs(pb, pb->host_dc); /* the dc just checked */
     hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
                     TOL_REL_L2, TOL_ABS);
     hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
@@ -449,7 +473,8 @@ static verify_result own_conv_error(problem *pb, conv_fn fn, float *host)
 }
 
 /* The conv's gradients from the GPU's dc (b2's backward on cuDNN's c), each against the double
- * reference: e[0], e[1] = dx by cuDNN, by b3 (verify_f32_scaled, as the table checks dx);
+ * backward of that dc (conv_grad_refs): e[0], e[1] = dx by cuDNN, by b3 (verify_f32_scaled, as
+ * the table checks dx);
  * e[2], e[3] = dw by cuDNN, by b3 (verify_sum_f32). Overwrites dc, dx and dw. */
 static void grad_errors(problem *pb, verify_result e[4])
 {
@@ -458,7 +483,8 @@ static void grad_errors(problem *pb, verify_result e[4])
     void (*const fn[4])(const run_ctx *) = {lib_dx, own_dx, lib_dw, own_dw};
     conv_forward(r);
     epilogue_backward(r);
-    problem_bwd_refs(pb);
+    CUDA_CHECK(cudaMemcpy(pb->host_dc, r->dc, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+    conv_grad_refs(pb, pb->host_dc);
     for (int i = 0; i < 4; i++) {
         int is_dx = i < 2;
         size_t n = is_dx ? x_elems(s) : N_WEIGHT;
@@ -471,6 +497,17 @@ static void grad_errors(problem *pb, verify_result e[4])
                      : verify_sum_f32(host, pb->ref_dw, pb->abs_dw, n, TOL_SUM);
     }
 }
+
+/* b3's 3xTF32 gradients against cuDNN's fp32 ones: how many times cuDNN's error b3's may be. A
+ * 3xTF32 product drops lo x lo (up to 2^-22 of the product) and rounds each lo to TF32 (up to
+ * 2^-22 each), so it is off by up to 3 x 2^-22, where an FMA's product is exact and each of the
+ * sum's additions rounds by up to 2^-24 of the running sum: 12x. On the small test shapes' short
+ * sums that shows (on the H100, 2026-11-26, seeds 1 to 8: up to 3.8x cuDNN's relative L2 error
+ * and 7.2x its largest); on long sums the additions' rounding, alike in both, dominates (0.88x
+ * and 0.96x at 4x32x32x128x128). TF32 alone is hundreds of times cuDNN's error (v7's conv:
+ * 570x). The rule was 2x while the reference was the exact dc's backward, whose distance from
+ * the float dc's (the same for both) hid the difference: b3 measured 0.6 - 1.3x there. */
+#define B3_PEER_RATIO 12.0
 
 static void shape_checks(problem *pb, int t)
 {
@@ -494,19 +531,23 @@ static void shape_checks(problem *pb, int t)
     check(t3.pass && t3.rel_l2 <= 2.0 * vc.rel_l2 && t3.max_abs <= 2.0 * vc.max_abs,
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
-    /* b3's gradients in 3xTF32: the same rule against cuDNN's fp32 ones. Without cuDNN, the
-     * fp32 tolerances alone (which TF32's 2^-11 would fail): the direct kernels stand in for
-     * the library and split their sums more finely than any fast kernel (their dw's largest
-     * error was 0.45x b3's at 3x32x9x20x100, cuDNN's 1.2x), so they are no accuracy peer. */
+    /* b3's gradients in 3xTF32 against cuDNN's fp32 ones, both from the same dc and judged
+     * against the double backward of that dc (grad_errors): within B3_PEER_RATIO of cuDNN's
+     * errors. Without cuDNN, the fp32 tolerances alone (which TF32's 2^-11 would fail): the
+     * direct kernels stand in for the library and split their sums more finely than any fast
+     * kernel (their dw's largest error was 0.45x b3's at 3x32x9x20x100, cuDNN's 1.2x, against
+     * the exact dc's backward), so they are no accuracy peer. */
     verify_result e[4];
     grad_errors(pb, e);
     int peer = !strcmp(pb->lib.conv.backend, "cuDNN");
     for (int i = 0; i < 2; i++) {
         verify_result l = e[2 * i], o = e[2 * i + 1];
         if (peer)
-            check(o.pass && o.rel_l2 <= 2.0 * l.rel_l2 && o.max_abs <= 2.0 * l.max_abs,
-                  "b3 3xTF32 %s within 2x cuDNN's error: rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)",
-                  i ? "dw" : "dx", o.rel_l2, l.rel_l2, o.max_abs, l.max_abs);
+            check(o.pass && o.rel_l2 <= B3_PEER_RATIO * l.rel_l2 &&
+                      o.max_abs <= B3_PEER_RATIO * l.max_abs,
+                  "b3 3xTF32 %s within %.0fx cuDNN's error: rel_l2 %.1e (%.1e) max_abs %.1e "
+                  "(%.1e)", i ? "dw" : "dx", B3_PEER_RATIO, o.rel_l2, l.rel_l2, o.max_abs,
+                  l.max_abs);
         else
             check(o.pass, "b3 3xTF32 %s within fp32's tolerance: rel_l2 %.1e max_abs %.1e (the "
                   "direct kernels: %.1e, %.1e)", i ? "dw" : "dx", o.rel_l2, o.max_abs, l.rel_l2,
@@ -514,8 +555,9 @@ static void shape_checks(problem *pb, int t)
     }
 }
 
-/* extremes: the input x 1000, then planted conv outputs near +100, near -100 (relu cuts every
- * z), and mixed by channel parity */
+/* extremes, on every test shape: the input x 1000 (dc's bound then grows with z: dc_tol_rel),
+ * then planted conv outputs near +100, near -100 (relu cuts every z), and mixed by channel
+ * parity */
 static const hx_case cases[] = {
     {"x*1000", ~0u},
     {"c ~ +100", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD)},
@@ -541,7 +583,7 @@ static void set_case(problem *pb, int k)
     }
     CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
     epilogue_ref(s, pb->host_c, NULL, pb->ref_epilogue);
-    pb->have_bwd_refs = 0;
+    pb->have_bwd_refs = 0, pb->grad_refs_dc = 0;
 }
 
 /* ---------------------------------------------------------------- after the table; --dump */
@@ -700,7 +742,7 @@ const hx_chapter chapter_machinery = {
     shape_checks,
     cases,
     set_case,
-    1, /* the extremes run on 1x32x3x5x7, every extent odd */
+    NULL, /* every case on every shape */
     notes,
     dump,
 };

@@ -287,12 +287,15 @@ static hx_verdict problem_verify(problem *pb, int scope)
     v.hash = hash_f32(hash_f32(v.hash, pb->host_dc, nc), pb->host_dm, C_OUT);
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
-    /* the conv's gradients against the double conv backward of this run's dc */
+    /* the conv's gradients against the double conv backward of this run's dc; dw's and
+     * dbias's bounds componentwise plus normwise (sum_bounds_add_max) */
     for (size_t i = 0; i < nc; i++)
         pb->dcd[i] = pb->host_dc[i];
     conv3d_geom g = conv_geom(s);
     conv3d_backward_ref(&g, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
                         pb->abs_dw, pb->abs_dbias);
+    sum_bounds_add_max(pb->abs_dw, N_WEIGHT);
+    sum_bounds_add_max(pb->abs_dbias, C_OUT);
     hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
                     TOL_REL_L2, TOL_ABS);
     hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
@@ -613,7 +616,6 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {1, 3, 27, 27, 34}, /* S = 20000: a multiple of 4, but b3's slices over 4 x 512 positions */
     {1, 3, 33, 33, 33}, /* S = 29791: too big for a cluster, v10, v11, v13 .. v18, b3 fall back */
 };
-#define EXTREME_SHAPE 5 /* the extreme values run on 2x3x4x35x37 */
 
 /* Welford against sum of squares on the GPU: a = c m + offset into t[0], the statistics of v6
  * (sum and sum of squares), v7 (Welford + Chan) and v8 (CUB), rstd's worst relative error
@@ -678,11 +680,20 @@ static void shape_checks(problem *pb, int t)
           e0[0], e0[1], e0[2], e1[0], e1[1], e1[2]);
 }
 
-/* Extremes, on EXTREME_SHAPE: the input x 1000; then planted conv outputs: uniform in +-100;
- * c = 50 +- 1, an offset where sum and sum of squares cancel; the same with m holding a zero,
- * a 1e-3 and a +- pair. The offset cases leave out the sum-of-squares versions v2..v6, which are
- * not expected to hold there (the Welford demonstration measures how far off they are); v1's
- * serial statistics, Welford (v7), CUB (v8), the fused apply and the clusters must. */
+/* Extremes, on every test shape: the input x 1000; then planted conv outputs: uniform in
+ * +-100; c = 50 +- 1, an offset where sum and sum of squares cancel; the same with m holding a
+ * zero, a 1e-3 and a +- pair. The offset cases leave out the sum-of-squares versions v2..v6,
+ * which are not expected to hold there (the Welford demonstration measures how far off they
+ * are); v1's serial statistics, Welford (v7), CUB (v8), the fused apply and the clusters must.
+ * The two offset cases skip S = 2 (case_skip; 1x3x3x3x4 among the test shapes), where two values
+ * a slice leave xh = +-d / sqrt(d^2 + eps) for any half-difference d, however small against the
+ * offset, and y's bound has no term for the float rounding of a = c m, which that ratio
+ * magnifies (README, "Correctness"). At
+ * seed 1, "m 0, 1e-3" puts channel 7 (the pair's m = -1.70) at y's first position, its two a
+ * near -85 and a - mean = 0.167: PyTorch's order of operations (a rounded to a float first, half
+ * an ulp of 85 being 3.8e-6) misses xh by 2.3e-5 and y by 3.9e-5, rel_l2 1.30e-5 over
+ * TOL_REL_L2, in a CPU simulation of that order on exactly this data, as v1, v7, v8 and b1
+ * (which keep that order) measured on the H100. */
 #define OFFSET_SAFE "v1 v7 v8 v9 v10 v11 b1 b2 b3 b4 b5 b6"
 static const hx_case cases[] = {
     {"x*1000", ~0u, NULL},
@@ -691,6 +702,16 @@ static const hx_case cases[] = {
     {"m 0, 1e-3", SC(SCOPE_EPI_FWD) | SC(SCOPE_EPI_FWDBWD), OFFSET_SAFE},
     {NULL, 0, NULL},
 };
+
+/* the offset cases (2, 3) at S = 2: above */
+static const char *case_skip(const int64_t *dims, int k)
+{
+    shape s = shape_of(dims);
+    return (k == 2 || k == 3) && s.s == 2
+               ? "S = 2, where the offset's float rounding outgrows the two values' spread and "
+                 "y's bound has no term for it (problem.cu, above `cases`)"
+               : NULL;
+}
 
 static void set_case(problem *pb, int k)
 {
@@ -733,8 +754,9 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
                seg_count(s), e0[0], e0[1], e0[2], e1[0], e1[1], e1[2]);
     }
     if (pb->have_bwd_refs)
-        printf("backward checks: %d ambiguous positions (argmax or clamp within %.0e; their slices "
-               "compared through the bound derived in reference.cu)\n", pb->bref.n_amb, AMB);
+        printf("backward checks: %d ambiguous positions (argmax or clamp within %.0e, more where "
+               "xh's terms exceed 3; their slices compared through the bound derived in "
+               "reference.cu)\n", pb->bref.n_amb, AMB);
     if (pb->clusters_run) {
         int fits = cluster_fits(r, 0);
         printf("cluster kernels: %s (%zu of %zu bytes of shared memory a block)", fits ? "run"
@@ -814,7 +836,7 @@ const hx_chapter chapter_machinery = {
     shape_checks,
     cases,
     set_case,
-    EXTREME_SHAPE,
+    case_skip,
     notes,
     dump,
 };
