@@ -330,8 +330,7 @@ static void b4_backward(const run_ctx *r)
 
 typedef void (*backward_fn)(const run_ctx *r);
 
-/* b4's to b7's launch: v10 saving the winner bytes (form: 0 b4, 1 b5, 2 b6; v10_saving), or for
- * b7 (form 3) v11 (v11_saving; where its two rows do not fit a block, b6's v10), then the
+/* b4's to b6's launch: v10 saving the winner bytes (form: 0 b4, 1 b5, 2 b6; v10_saving), then the
  * backward, bwd4 where S is a multiple of 4 (float4 rows), else bwd1; in a training step cuDNN's
  * conv first and the conv's gradients after */
 static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, backward_fn bwd1,
@@ -343,10 +342,7 @@ static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, b
     }
     if (scope == SCOPE_TRAIN)
         conv_forward(r);
-    if (form == 3 && r->v11_wave > 0)
-        v11_saving(r);
-    else
-        v10_saving(r, form < 3 ? form : 2);
+    v10_saving(r, form);
     if ((r->sh.s & 3) == 0)
         bwd4(r);
     else
@@ -589,35 +585,4 @@ static void b6_backward(const run_ctx *r)
 void b6_launch(const run_ctx *r, int scope)
 {
     saved_argmax_launch(r, scope, b6_backward<4>, b6_backward<1>, 2);
-}
-
-/*
- * b7: b6 on v11's forward (Hopper)
- *
- * Defect of b6: its forward is v10's, saving the bytes, while v11 (whole channel rows a block,
- * the channel max exchanged) computes the same y in 0.0607 ms against v10's 0.0679.
- * Change: v11 saving them (v11_saving, k_row_cluster<true, true>): in its step 3 each block keeps,
- * a byte a position, which of its two rows won and whether the winner's xh is inside the clamp,
- * written over the unit of row 1 it has just read (only the thread that read it touches it); in
- * step 4 the pull reads every rank's code word beside its u and keeps the rank each maximum came
- * from, so the byte is channel 2 rank + bit, as v10's. Each block also lets the sums launch as it
- * starts and counts itself in done[n] once written, as v10's blocks do for b6; the backward is
- * b6's.
- * Prediction: the forward near v11's 0.0607 plus the bytes (1.6 MB, 0.5 us at the ceiling) and
- * the pull's eight 4-byte loads a unit, against b6's v10_saving at about 0.071 (b4's comment):
- * about 9 us less, b6's 0.1471 to about 0.138 ms, if the sums still overlap the last wave.
- * Measured (H100, this code, experiment only): correct (--test on all 11 test shapes; the four
- * compute-sanitizer tools clean at 2x3x4x35x37, 3x3x5x7x10 and 1x3x3x3x4), but slower: three
- * interleaved rounds, medians of 50, 0.1640 (a round with a 0.33 ms outlier), 0.1556, 0.1558 ms
- * against b6's 0.1479, 0.1471, 0.1468. v11's forward alone in its four forms (an instrumented
- * build, three interleaved rounds): plain 0.0612 - 0.0616 ms, saving the bytes 0.0782 - 0.0787,
- * counting its blocks for the sums 0.0637 - 0.0640, both 0.0796 - 0.0800; ncu: the saving
- * forward 87 - 89 us at base clocks (DRAM 37% busy) against the plain one's 62.1. Saving costs
- * 17 us, not the 0.5 predicted: untraced, among the pull's eight 4-byte code loads a unit
- * through distributed shared memory at a 16-byte stride (a quarter of each transaction used),
- * the code stores over row 1, and the byte stores. 30 clusters fit at once, as v10's.
- */
-void b7_launch(const run_ctx *r, int scope)
-{
-    saved_argmax_launch(r, scope, b6_backward<4>, b6_backward<1>, 3);
 }
