@@ -51,14 +51,12 @@
  *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
  *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
  *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
- *   b4-b7-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
+ *   b4-b6-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
  *                               b5  b4 with dm derived from those sums: no dm in the stream, no
  *                                   kernel for it; the forward keeps the clamp bit in its loop
  *                               b6  b5 with the sums started during the forward's last wave, a
  *                                   counter a sample in place of the kernel boundary
- *                               b7  b6 with v11's forward (whole rows a block) saving the
- *                                   argmax
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
@@ -108,7 +106,6 @@ static const hx_version versions[] = {
     {"b4", BWD, "v10 saving the argmax, then a stream", b4_launch, NEEDS_SM90},
     {"b5", BWD, "b4 with dm from the sums: no dm pass", b5_launch, NEEDS_SM90},
     {"b6", BWD, "b5, the sums during the forward's last wave", b6_launch, NEEDS_SM90},
-    {"b7", BWD, "b6 on v11's forward: rows a block, max exchanged", b7_launch, NEEDS_SM90},
 };
 
 int main(int argc, char **argv)

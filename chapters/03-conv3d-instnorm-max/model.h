@@ -170,7 +170,6 @@ void v9_epilogue(const run_ctx *r);  /* b2's forward, v10's fallback */
 void v9_launch(const run_ctx *r, int scope);
 void v10_epilogue(const run_ctx *r); /* b3's forward, v11's fallback */
 void v10_saving(const run_ctx *r, int form); /* b4's .. b6's forward: v10 writing r->win */
-int v11_saving(const run_ctx *r); /* b7's forward: v11 writing r->win; 0 where it does not fit */
 void v10_launch(const run_ctx *r, int scope);
 int v10_resident_clusters(const run_ctx *r);
 int v11_resident_clusters(const run_ctx *r);
@@ -191,7 +190,6 @@ void b3_launch(const run_ctx *r, int scope);
 void b4_launch(const run_ctx *r, int scope);
 void b5_launch(const run_ctx *r, int scope);
 void b6_launch(const run_ctx *r, int scope);
-void b7_launch(const run_ctx *r, int scope);
 
 /* training-grads.cu: the deterministic per-channel sums and the conv's gradients */
 void channel_dot(const run_ctx *r, const float *a, const float *b, float *partials);

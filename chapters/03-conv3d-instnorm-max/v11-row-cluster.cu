@@ -50,7 +50,6 @@
  * clusters copying the next sample's second row during the exchange; the sample held in L2
  * instead of shared memory; the one-FMA fold of u that v17 (later in this chapter) uses.
  */
-#include "barrier.cuh" /* team_arrive (b7's forward) */
 #include "cluster.cuh"
 #include "model.h"
 
@@ -60,13 +59,8 @@
 #define V11_SPAN_NS 10000 /* the first wave's starts spread over 10 us, as v10's */
 static_assert(V11_ROWS == 2, "step 3 is written for two rows a block (C_OUT = 2 CL)");
 
-/* shared memory of v11's block, bytes: its rows, each rounded up to whole 16-byte units; with
- * SAVE (b7) a code byte a unit after them, rounded up to 16 bytes */
-static inline size_t v11_smem(int S, bool save = false)
-{
-    size_t units = (size_t)(S + 3) / 4;
-    return V11_ROWS * 16 * units + (save ? 16 * ((units + 15) / 16) : 0);
-}
+/* shared memory of v11's block, bytes: its rows, each rounded up to whole 16-byte units */
+static inline size_t v11_smem(int S) { return (size_t)V11_ROWS * 16 * ((S + 3) / 4); }
 
 #if __CUDA_ARCH__ >= 900 /* used only by the sm_90 body below */
 /* the first of `parts` near-equal parts of n units: part k starts at unit part_lo(n, k, parts) */
@@ -130,39 +124,11 @@ __device__ static inline float4 max_u(float4 a, float4 b)
     return make_float4(b.x > a.x ? b.x : a.x, b.y > a.y ? b.y : a.y, b.z > a.z ? b.z : a.z,
                        b.w > a.w ? b.w : a.w);
 }
-
-/* b7's 2-bit code of one position in a block (SAVE): bit 0 which of the block's two rows wins
- * (max_u's choice), bit 1 whether the winner's xh is inside the clamp: m xh (channel_u before
- * its clamp) within [-|m|, |m|] */
-__device__ static inline unsigned win_code(float va, float vb, float4 k0, float4 k1)
-{
-    float za = fmaf(va, k0.x, -k0.y) * k0.z, zb = fmaf(vb, k1.x, -k1.y) * k1.z;
-    float ua = fminf(fmaxf(za, -k0.w), k0.w), ub = fminf(fmaxf(zb, -k1.w), k1.w);
-    int second = ub > ua;
-    float z = second ? zb : za, lim = second ? k1.w : k0.w;
-    return (unsigned)second | (z >= -lim && z <= lim ? 2u : 0u);
-}
-
-/* b7's winner byte of element e of a unit: the rank whose u won (who) and that block's code byte
- * for the unit (2 bits an element), as channel 2 who + bit 0, and WIN_INSIDE for bit 1 */
-__device__ static inline unsigned char win_byte(const unsigned (&code)[CL], int who, int e)
-{
-    unsigned k = 0;
-#pragma unroll
-    for (int q = 0; q < CL; q++)
-        k = q == who ? code[q] >> (2 * e) : k;
-    return (unsigned char)((V11_ROWS * who + (k & 1u)) | (k & 2u ? WIN_INSIDE : 0u));
-}
 #endif
 
-/* SAVE (b7's forward): each position's winner byte also written to win (b4's format, model.h's
- * WIN_INSIDE); SIGNAL: each block lets the next launch start as it starts, and counts itself in
- * done[n] once its y, bytes and statistics are written (team_arrive), as v10's does for b6 */
-template <bool SAVE = false, bool SIGNAL = false>
 __global__ void __launch_bounds__(V11_THREADS, 2)
 k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-              float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns,
-              unsigned char *__restrict__ win, unsigned *done)
+              float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -174,9 +140,6 @@ k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *_
     int co0 = V11_ROWS * rank, warp = threadIdx.x >> 5, bulk = (S & 3) == 0;
     const float *src = c + ((size_t)n * C_OUT + co0) * S;
     float4 *rows = smem4; /* row j at rows + j * units */
-    unsigned char *codes = (unsigned char *)(rows + V11_ROWS * units); /* SAVE: a byte a unit */
-    if (SIGNAL)
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     stagger_start(n, gridDim.y, wave, span_ns);
     if (bulk) { /* step 1 */
         if (threadIdx.x == 0) {
@@ -227,10 +190,6 @@ k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *_
         float4 ub = make_float4(channel_u(b.x, k1), channel_u(b.y, k1), channel_u(b.z, k1),
                                 channel_u(b.w, k1));
         rows[i] = max_u(ua, ub);
-        if (SAVE) /* the unit's four codes in one byte, after the rows */
-            codes[i] = (unsigned char)(win_code(a.x, b.x, k0, k1) | win_code(a.y, b.y, k0, k1) << 2 |
-                                       win_code(a.z, b.z, k0, k1) << 4 |
-                                       win_code(a.w, b.w, k0, k1) << 6);
     }
     cluster.sync(); /* step 4: every block's u is written */
     int lo = part_lo(units, rank, CL), hi = part_lo(units, rank + 1, CL);
@@ -239,38 +198,11 @@ k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *_
     for (int q = 0; q < CL; q++)
         peer[q] = cluster.map_shared_rank(rows, q);
     float *yn = y + (size_t)n * S;
-    unsigned char *wn = SAVE ? win + (size_t)n * S : NULL;
     for (int i = lo + threadIdx.x; i < hi; i += V11_THREADS) {
         float4 best = peer[0][i];
-        if (SAVE) { /* the same maxima, with the rank each came from, and every rank's codes */
-            unsigned code[CL];
-            int who[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int q = 0; q < CL; q++) /* a byte a lane: a warp reads 32 bytes a rank */
-                code[q] = ((const unsigned char *)(peer[q] + V11_ROWS * units))[i];
-#pragma unroll
-            for (int q = 1; q < CL; q++) {
-                float4 v = peer[q][i];
-                who[0] = v.x > best.x ? q : who[0], who[1] = v.y > best.y ? q : who[1];
-                who[2] = v.z > best.z ? q : who[2], who[3] = v.w > best.w ? q : who[3];
-                best = max_u(best, v);
-            }
-            if (bulk) {
-                *(uchar4 *)(wn + 4 * i) = make_uchar4(win_byte(code, who[0], 0),
-                                                      win_byte(code, who[1], 1),
-                                                      win_byte(code, who[2], 2),
-                                                      win_byte(code, who[3], 3));
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (4 * i + e < S)
-                        wn[4 * i + e] = win_byte(code, who[e], e);
-            }
-        } else {
-#pragma unroll
-            for (int q = 1; q < CL; q++)
-                best = max_u(best, peer[q][i]);
-        }
+        for (int q = 1; q < CL; q++)
+            best = max_u(best, peer[q][i]);
         if (bulk) { /* y is not read again here: a streaming store (timed as a plain one: 0.0619 -
                      * 0.0621 ms against 0.0616 - 0.0622, three interleaved rounds) */
             __stcs((float4 *)yn + i, best);
@@ -280,19 +212,16 @@ k_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *_
                 yn[4 * i + e] = b4[e];
         }
     }
-    if (SIGNAL) /* every thread's y, bytes and statistics written, then counted */
-        team_arrive(done + n);
     cluster.sync(); /* step 5 */
 #endif
 }
 
-static int opted[2]; /* k_row_cluster<SAVE, SIGNAL>'s shared-memory opt-in is set, [SAVE] */
+static int opted; /* k_row_cluster's shared-memory opt-in is set (cluster_launch_make) */
 
-template <bool SAVE = false>
 static void v11_config(cluster_launch *L, const run_ctx *r)
 {
-    cluster_launch_make(L, (const void *)k_row_cluster<SAVE, SAVE>, &opted[SAVE], r->smem_optin,
-                        CL, dim3(CL, r->sh.n), V11_THREADS, v11_smem(r->sh.s, SAVE));
+    cluster_launch_make(L, (const void *)k_row_cluster, &opted, r->smem_optin, CL,
+                        dim3(CL, r->sh.n), V11_THREADS, v11_smem(r->sh.s));
 }
 
 /* how many of v11's clusters fit at once (its first wave); 0 where its rows do not fit a block
@@ -303,7 +232,7 @@ int v11_resident_clusters(const run_ctx *r)
         return 0;
     cluster_launch L;
     v11_config(&L, r);
-    return resident_clusters(&L, (const void *)k_row_cluster<>);
+    return resident_clusters(&L, (const void *)k_row_cluster);
 }
 
 void v11_launch(const run_ctx *r, int scope)
@@ -320,22 +249,6 @@ void v11_launch(const run_ctx *r, int scope)
     }
     cluster_launch L;
     v11_config(&L, r);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_row_cluster<>, r->c, r->m, r->y, r->mean, r->rstd,
-                                  r->sh.s, r->v11_wave, span, (unsigned char *)NULL,
-                                  (unsigned *)NULL));
-}
-
-/* b7's forward: v11 writing each position's winner byte to r->win and counting its blocks in
- * r->fwd_done (k_row_cluster<true, true>); returns 0, launching nothing, where its rows and codes
- * do not fit a block */
-int v11_saving(const run_ctx *r)
-{
-    if (r->v11_wave <= 0 || v11_smem(r->sh.s, true) > r->smem_optin)
-        return 0;
-    cluster_launch L;
-    v11_config<true>(&L, r);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_row_cluster<true, true>, r->c, r->m, r->y, r->mean,
-                                  r->rstd, r->sh.s, r->v11_wave, V11_SPAN_NS, r->win,
-                                  r->fwd_done));
-    return 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_row_cluster, r->c, r->m, r->y, r->mean, r->rstd,
+                                  r->sh.s, r->v11_wave, span));
 }

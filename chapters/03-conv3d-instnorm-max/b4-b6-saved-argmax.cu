@@ -330,8 +330,7 @@ static void b4_backward(const run_ctx *r)
 
 typedef void (*backward_fn)(const run_ctx *r);
 
-/* b4's to b7's launch: v10 saving the winner bytes (form: 0 b4, 1 b5, 2 b6; v10_saving), or for
- * b7 (form 3) v11 (v11_saving; where its two rows do not fit a block, b6's v10), then the
+/* b4's to b6's launch: v10 saving the winner bytes (form: 0 b4, 1 b5, 2 b6; v10_saving), then the
  * backward, bwd4 where S is a multiple of 4 (float4 rows), else bwd1; in a training step cuDNN's
  * conv first and the conv's gradients after */
 static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, backward_fn bwd1,
@@ -343,8 +342,7 @@ static void saved_argmax_launch(const run_ctx *r, int scope, backward_fn bwd4, b
     }
     if (scope == SCOPE_TRAIN)
         conv_forward(r);
-    if (form != 3 || !v11_saving(r))
-        v10_saving(r, form < 3 ? form : 2);
+    v10_saving(r, form);
     if ((r->sh.s & 3) == 0)
         bwd4(r);
     else
@@ -587,32 +585,4 @@ static void b6_backward(const run_ctx *r)
 void b6_launch(const run_ctx *r, int scope)
 {
     saved_argmax_launch(r, scope, b6_backward<4>, b6_backward<1>, 2);
-}
-
-/*
- * b7: b6 on v11's forward (Hopper)
- *
- * Defect of b6: its forward is v10's, saving the bytes, while v11 (whole channel rows a block,
- * the channel max exchanged) computes the same y in 0.0607 ms against v10's 0.0679.
- * Change: v11 saving them (v11_saving, k_row_cluster<true, true>): in its step 3 each block keeps
- * two bits a position, which of its two rows won and whether the winner's xh is inside the
- * clamp, a byte a unit after its rows (3.2 KB); in step 4 the pull reads every rank's code byte
- * beside its u and keeps the rank each maximum came from, so the byte is channel 2 rank + bit,
- * as v10's. Each block also lets the sums launch as it starts and counts itself in done[n] once
- * written, as v10's blocks do for b6; the backward is b6's.
- * Prediction: the forward near v11's 0.0607 plus the bytes (1.6 MB, 0.5 us at the ceiling) and
- * the pull's eight code loads a unit, against b6's v10_saving at about 0.071 (b4's comment):
- * about 9 us less, b6's 0.1471 to about 0.138 ms, if the sums still overlap the last wave.
- * Measured (H100, experiment only): correct (--test on all 11 test shapes; the four
- * compute-sanitizer tools clean at 2x3x4x35x37, 3x3x5x7x10 and 1x3x3x3x4), and no faster: three
- * interleaved rounds, medians of 50, 0.1474, 0.1471, 0.1473 ms against b6's 0.1476, 0.1461,
- * 0.1470. ncu: the saving forward 78.6 - 79.6 us at base clocks (DRAM 42% busy), the plain v11
- * 62.1. A first form kept the codes a byte a position over the unit of row 1 just read, so the
- * pull read them 4 bytes a lane at a 16-byte stride: 0.1556 - 0.1558 ms; v11's forward alone
- * 0.0612 - 0.0616 plain, 0.0773 - 0.0787 saving, 0.0659 - 0.0660 saving without the pull's code
- * loads, 0.0767 - 0.0771 without the byte stores, 0.0743 - 0.0749 without the code stores.
- */
-void b7_launch(const run_ctx *r, int scope)
-{
-    saved_argmax_launch(r, scope, b6_backward<4>, b6_backward<1>, 3);
 }
