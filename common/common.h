@@ -99,7 +99,7 @@ verify_result verify_sum_f32(const float *out, const double *ref, const double *
  * are all tiny is otherwise held to float's smallest normal (1.2e-38, the floor verify_sum_f32
  * grants), which a kernel that flushes subnormal terms to zero can miss (with x * 1000, a dw
  * element of chapter 4 whose terms' magnitudes summed to 3.2e-37 came out of cuDNN as 0, the
- * reference being 2.9e-38). An error of the order of the tensor's largest sum still fails.
+ * reference being 2.9e-38). An error over tol times the tensor's largest sum still fails.
  */
 void sum_bounds_add_max(double *abs_sum, size_t n);
 /* verify_f32 for outputs whose scale varies with the input (a logsumexp grows with x): the

@@ -159,12 +159,14 @@ typedef struct {
     void (*shape_checks)(problem *pb, int t);
     /* Extreme-value cases, run after "rand" (the problem as created) on every test shape (or on
      * the --shape given): the list, ended by a NULL label, and the function that sets case k up
-     * on a problem (cases[k]), whichever case ran before it, if any; NULL cases: none. */
+     * on a problem (cases[k]). set_case(k) must work from any earlier state: a skipped case
+     * means case k need not follow case k - 1. NULL cases: none. */
     const hx_case *cases;
     void (*set_case)(problem *pb, int k);
-    /* NULL, or why case k is not run on a shape (dims as --shape gives them), reported as a
-     * skip: where float's own rounding, in PyTorch's order of operations, exceeds the chapter's
-     * bound there (the chapter says why, with the numbers). NULL: every case on every shape. */
+    /* May be NULL: every case runs on every shape. Otherwise it returns NULL where case k runs on
+     * a shape (dims as --shape gives them), or why it does not, reported as a skip: where float's
+     * own rounding, in PyTorch's order of operations, exceeds the chapter's bound there (the
+     * chapter says why, with the numbers). */
     const char *(*case_skip)(const int64_t *dims, int k);
 
     /* After the timing table: the chapter's own lines (library ops alone, floors); may be NULL */

@@ -59,11 +59,11 @@
  * (35.00). Alone (L2 flushed): dx 5.883 ms (39.4 TFLOP/s, cuDNN's 9.225), dw 6.205 ms (37.4,
  * cuDNN's 18.453); dx came out as predicted within 11%, dw within 4%. Errors against the
  * double reference: dx rel_l2 3.6e-7 (cuDNN 3.9e-7), dw 6.9e-7 (cuDNN 7.3e-7). Against the
- * double backward of the same dc instead of the exact dc's (the check since 2026-11-26, which
- * no longer hands dc's rounding to both alike): dx 2.2e-7 (cuDNN 2.5e-7), dw 6.5e-7 (6.8e-7);
- * on the small test shapes' short sums up to 3.8x cuDNN's relative L2 error and 7.2x its
- * largest (seeds 1 to 8), where 3xTF32's product error (up to 3 x 2^-22) shows, so --test's rule is now 12x,
- * not the 2x predicted here (problem.cu, B3_PEER_RATIO). Nsight Compute
+ * double backward of the same dc instead of the exact dc's (the check since commit c4b5cf0,
+ * which no longer hands dc's rounding to both alike): dx 2.2e-7 (cuDNN 2.5e-7), dw 6.5e-7
+ * (6.8e-7); on the small test shapes' short sums up to 3.8x cuDNN's relative L2 error and 7.2x
+ * its largest (seeds 1 to 8), where 3xTF32's product error (up to 3 x 2^-22) shows, so --test's
+ * rule is now 12x, not the 2x predicted here (problem.cu, B3_PEER_RATIO). Nsight Compute
  * (1x32x16x128x128): dx's kernel has v8's profile (tensor pipe 38% busy, 51% of issue slots,
  * 7.3 cycles between a warp's instructions; v8: 41%, 53%, 7.2); dw's is slower per mma (31%,
  * 45%, 9.4 cycles), and reads 142 MB from DRAM where dc and x are 101 MB: the four blocks of a
