@@ -326,3 +326,78 @@ void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const
     bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs);
     plan_free(&p);
 }
+
+/* ---------------------------------------------------- a run's own conv gradient references */
+
+static double *alloc_doubles(size_t n) { return (double *)host_alloc(sizeof(double) * n); }
+
+/* allocates r's buffers at the first call; dies if the geometry differs from that call's */
+static void grads_prepare(conv_grads *r, size_t n_x, size_t n_w, size_t n_bias, size_t n_y,
+                          int with_dx_abs)
+{
+    if (r->dy) {
+        if (r->n_x != n_x || r->n_w != n_w || r->n_bias != n_bias || r->n_y != n_y ||
+            (with_dx_abs && !r->dx_abs))
+            die(1, "conv_grads: another geometry than its first call's (conv_grads_free first)");
+        return;
+    }
+    r->n_x = n_x, r->n_w = n_w, r->n_bias = n_bias, r->n_y = n_y;
+    r->dy = alloc_doubles(n_y), r->dx = alloc_doubles(n_x), r->dw = alloc_doubles(n_w);
+    r->dbias = alloc_doubles(n_bias), r->dw_abs = alloc_doubles(n_w);
+    r->dbias_abs = alloc_doubles(n_bias);
+    r->dx_abs = with_dx_abs ? alloc_doubles(n_x) : NULL;
+    r->dy_hash = 0;
+}
+
+/* 0 when r's references are already those of dy; else takes dy (widened) and returns 1 */
+static int grads_take(conv_grads *r, const float *dy)
+{
+    uint64_t h = hash_f32(HASH_INIT, dy, r->n_y);
+    if (h == r->dy_hash)
+        return 0;
+    r->dy_hash = h;
+    for (size_t i = 0; i < r->n_y; i++)
+        r->dy[i] = dy[i];
+    return 1;
+}
+
+int conv3d_grads_of(const conv3d_geom *g, const double *x, const double *w, const float *dy,
+                    conv_grads *r)
+{
+    size_t kvol = (size_t)g->kd * g->kh * g->kw;
+    grads_prepare(r, (size_t)g->n * g->c_in * g->d * g->h * g->w,
+                  (size_t)g->c_out * g->c_in * kvol, (size_t)g->c_out,
+                  (size_t)g->n * g->c_out * g->od * g->oh * g->ow, 0);
+    if (!grads_take(r, dy))
+        return 0;
+    conv3d_backward_ref(g, x, w, r->dy, r->dx, r->dw, r->dbias, r->dw_abs, r->dbias_abs);
+    sum_bounds_add_max(r->dw_abs, r->n_w);
+    sum_bounds_add_max(r->dbias_abs, r->n_bias);
+    return 1;
+}
+
+int conv_transpose3d_grads_of(const convT3d_geom *g, const double *x, const double *w,
+                              const float *dy, int with_dx_abs, conv_grads *r)
+{
+    size_t kvol = (size_t)g->k * g->k * g->k;
+    grads_prepare(r, (size_t)g->n * g->c_in * g->d * g->h * g->w,
+                  (size_t)g->c_in * g->c_out * kvol, (size_t)g->c_out,
+                  (size_t)g->n * g->c_out * g->od * g->oh * g->ow, with_dx_abs);
+    if (!grads_take(r, dy))
+        return 0;
+    conv_transpose3d_backward_ref(g, x, w, r->dy, r->dx, r->dw, r->dbias, r->dw_abs,
+                                  r->dbias_abs, with_dx_abs ? r->dx_abs : NULL);
+    sum_bounds_add_max(r->dw_abs, r->n_w);
+    sum_bounds_add_max(r->dbias_abs, r->n_bias);
+    return 1;
+}
+
+void conv_grads_reset(conv_grads *r) { r->dy_hash = 0; }
+
+void conv_grads_free(conv_grads *r)
+{
+    double *bufs[] = {r->dy, r->dx, r->dw, r->dbias, r->dx_abs, r->dw_abs, r->dbias_abs};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    memset(r, 0, sizeof *r);
+}

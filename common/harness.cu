@@ -49,6 +49,21 @@ verify_result hx_check_output(hx_verdict *out, const char *name, const float *de
     return r;
 }
 
+void hx_check_conv_grads(hx_verdict *out, const float *const dev[3], float *const host[3],
+                         const conv_grads *ref, hx_bound dx_bound, double tol_rel, double tol,
+                         double tol_sum)
+{
+    int dx_sum = dx_bound == HX_SUM;
+    if (dx_sum && !ref->dx_abs)
+        die(1, "hx_check_conv_grads: HX_SUM for dx needs ref->dx_abs");
+    hx_check_output(out, "dx", dev[0], host[0], ref->n_x, ref->dx, dx_bound,
+                    dx_sum ? ref->dx_abs : NULL, dx_sum ? 0 : tol_rel, dx_sum ? tol_sum : tol);
+    hx_check_output(out, "dw", dev[1], host[1], ref->n_w, ref->dw, HX_SUM, ref->dw_abs, 0,
+                    tol_sum);
+    hx_check_output(out, "dbias", dev[2], host[2], ref->n_bias, ref->dbias, HX_SUM,
+                    ref->dbias_abs, 0, tol_sum);
+}
+
 verify_result hx_check_rows(hx_verdict *out, const char *name, const float *dev, float *host,
                             size_t rows, size_t len, const double *ref, double tol_rel, double tol)
 {

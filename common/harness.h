@@ -29,6 +29,7 @@
 #define HARNESS_H
 
 #include "conv.h"
+#include "conv_ref.h"
 
 /* The scopes a version can be timed in; their names are the CSV's `scope` column. */
 enum {
@@ -96,6 +97,15 @@ typedef enum { HX_ABS, HX_SCALED, HX_SUM } hx_bound;
 verify_result hx_check_output(hx_verdict *out, const char *name, const float *dev, float *host,
                               size_t n, const double *ref, hx_bound bound, const double *abs_sum,
                               double tol_rel, double tol);
+
+/* A training step's conv gradients, checked (hx_check_output) against ref, conv_ref.h's
+ * references from the same run's dc: dw and dbias element by element within tol_sum of their
+ * terms' magnitudes plus the largest (HX_SUM); dx under dx_bound: HX_SUM within tol_sum of
+ * ref->dx_abs, or HX_ABS / HX_SCALED with tol_rel and tol. dev: the run's dx, dw and dbias on the
+ * device; host: room for their copies (ref->n_x, n_w, n_bias floats). Adds "dx", "dw", "dbias". */
+void hx_check_conv_grads(hx_verdict *out, const float *const dev[3], float *const host[3],
+                         const conv_grads *ref, hx_bound dx_bound, double tol_rel, double tol,
+                         double tol_sum);
 
 /* An output of `rows` rows of `len` values, each row judged by its own scale (verify_rows_f32:
  * a softmax's rows, whose outputs are all far below 1); copies rows x len floats back into host,

@@ -610,6 +610,75 @@ static void test_gradcheck(void)
     check(rel > 1e-3, "gradcheck: a planted wrong derivative is caught, rel error %.1e", rel);
 }
 
+/* conv_grads (the references for a run's own dy): the backward of exactly that float dy, dw's
+ * and dbias's bounds with the largest added, recomputed only when dy's bits change or after
+ * conv_grads_reset; the transposed form's dx_abs as conv_transpose3d_backward_ref's. */
+static void test_conv_grads(void)
+{
+    enum { N = 2, CI = 3, CO = 4, D = 3, H = 4, W = 5 };
+    conv3d_geom g = conv3d_geom_make(N, CI, CO, D, H, W, 3, 1);
+    size_t nx = (size_t)N * CI * D * H * W, nw = (size_t)CO * CI * 27, ny = nx / CI * CO;
+    double *x = (double *)host_alloc(8 * nx), *w = (double *)host_alloc(8 * nw), b[CO];
+    double *dy = (double *)host_alloc(8 * ny), *dx = (double *)host_alloc(8 * nx);
+    double *dw = (double *)host_alloc(8 * nw), *dwa = (double *)host_alloc(8 * nw), db[CO], dba[CO];
+    float *dyf = (float *)host_alloc(4 * ny);
+    fill_conv_case(61, x, nx, w, nw, b, CO, dy, ny);
+    for (size_t i = 0; i < ny; i++)
+        dyf[i] = (float)dy[i], dy[i] = dyf[i]; /* the float dy, and exactly it widened */
+    conv3d_backward_ref(&g, x, w, dy, dx, dw, db, dwa, dba);
+    conv_grads r = {0};
+    int first = conv3d_grads_of(&g, x, w, dyf, &r);
+    double e = 0, dwa_max = 0, dba_max = 0;
+    for (size_t i = 0; i < nw; i++)
+        dwa_max = fmax(dwa_max, dwa[i]);
+    for (int i = 0; i < CO; i++)
+        dba_max = fmax(dba_max, dba[i]);
+    for (size_t i = 0; i < nx; i++)
+        e = fmax(e, fabs(r.dx[i] - dx[i]));
+    for (size_t i = 0; i < nw; i++)
+        e = fmax(e, fmax(fabs(r.dw[i] - dw[i]), fabs(r.dw_abs[i] - (dwa[i] + dwa_max))));
+    for (int i = 0; i < CO; i++)
+        e = fmax(e, fmax(fabs(r.dbias[i] - db[i]), fabs(r.dbias_abs[i] - (dba[i] + dba_max))));
+    check(first == 1 && r.n_x == nx && r.n_w == nw && r.n_y == ny && r.n_bias == CO && e == 0.0,
+          "conv3d_grads_of = conv3d_backward_ref of the float dy, bounds plus their largest "
+          "(max diff %.1e)", e);
+    int same = conv3d_grads_of(&g, x, w, dyf, &r);
+    dyf[7] = -dyf[7];
+    int changed = conv3d_grads_of(&g, x, w, dyf, &r);
+    int again = conv3d_grads_of(&g, x, w, dyf, &r);
+    conv_grads_reset(&r);
+    int after_reset = conv3d_grads_of(&g, x, w, dyf, &r);
+    check(same == 0 && changed == 1 && again == 0 && after_reset == 1 && r.dy[7] == dyf[7],
+          "conv_grads recomputes only for new dy bits or after a reset (same %d, changed %d, "
+          "again %d, after reset %d)", same, changed, again, after_reset);
+    conv_grads_free(&r);
+    check(!r.dy && !r.dx && r.dy_hash == 0, "conv_grads_free frees and zeroes");
+    free(x), free(w), free(dy), free(dx), free(dw), free(dwa), free(dyf);
+
+    convT3d_geom tg = convT3d_geom_make(N, CI, CO, D, H, W, 3, 2, 1, 1);
+    size_t tw = (size_t)CI * CO * 27, ty = (size_t)N * CO * tg.od * tg.oh * tg.ow;
+    x = (double *)host_alloc(8 * nx), w = (double *)host_alloc(8 * tw);
+    dy = (double *)host_alloc(8 * ty), dx = (double *)host_alloc(8 * nx);
+    dw = (double *)host_alloc(8 * tw), dwa = (double *)host_alloc(8 * tw);
+    double *dxa = (double *)host_alloc(8 * nx);
+    dyf = (float *)host_alloc(4 * ty);
+    fill_conv_case(62, x, nx, w, tw, b, CO, dy, ty);
+    for (size_t i = 0; i < ty; i++)
+        dyf[i] = (float)dy[i], dy[i] = dyf[i];
+    conv_transpose3d_backward_ref(&tg, x, w, dy, dx, dw, db, dwa, dba, dxa);
+    first = conv_transpose3d_grads_of(&tg, x, w, dyf, 1, &r);
+    e = 0;
+    for (size_t i = 0; i < nx; i++)
+        e = fmax(e, fmax(fabs(r.dx[i] - dx[i]), fabs(r.dx_abs[i] - dxa[i])));
+    for (size_t i = 0; i < tw; i++)
+        e = fmax(e, fabs(r.dw[i] - dw[i]));
+    check(first == 1 && r.n_w == tw && r.n_y == ty && e == 0.0,
+          "conv_transpose3d_grads_of = conv_transpose3d_backward_ref of the float dy, dx_abs "
+          "too (max diff %.1e)", e);
+    conv_grads_free(&r);
+    free(x), free(w), free(dy), free(dx), free(dw), free(dwa), free(dxa), free(dyf);
+}
+
 int main(void)
 {
     test_verify();
@@ -622,6 +691,7 @@ int main(void)
     test_conv_ref();
     test_conv2d_ref();
     test_conv_transpose_ref();
+    test_conv_grads();
     test_report_csv();
     test_rng();
     test_gradcheck();

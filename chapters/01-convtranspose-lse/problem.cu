@@ -36,8 +36,7 @@ struct problem {
     int have_epi_bwd, have_model_bwd;
     double *ref_dc_epi, ref_db_epi, abs_db_epi; /* from host_c */
     double *ref_dc_model, ref_db_model, abs_db_model; /* from the reference conv */
-    /* the conv's gradients from a run's own dc (conv_grad_refs; dcd allocated at first use) */
-    double *dcd, *ref_dx, ref_dw[N_WEIGHT], ref_dbias[C_OUT], abs_dw[N_WEIGHT], abs_dbias[C_OUT];
+    conv_grads cgr; /* the conv's gradient references, from a run's own dc (conv_ref.h) */
 };
 
 static shape shape_of(const int64_t *dims)
@@ -98,6 +97,7 @@ static void problem_refresh(problem *pb)
     epilogue_ref(s, NULL, pb->ref_c, pb->b, pb->ref_model);
     epilogue_ref(s, pb->host_c, NULL, pb->b, pb->ref_epilogue);
     pb->have_epi_bwd = pb->have_model_bwd = 0;
+    conv_grads_reset(&pb->cgr);
 }
 
 static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
@@ -118,7 +118,6 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     pb->ref_c = (double *)host_alloc(8 * nc);
     pb->ref_model = (double *)host_alloc(8 * ny), pb->ref_epilogue = (double *)host_alloc(8 * ny);
     pb->ref_dc_epi = (double *)host_alloc(8 * nc), pb->ref_dc_model = (double *)host_alloc(8 * nc);
-    pb->ref_dx = (double *)host_alloc(8 * nx);
     /* drawn in this order, so a seed draws the same b as before: x, the conv's parameters, b */
     rng_state rng, rng_g;
     rng_seed(&rng, seed);
@@ -177,9 +176,10 @@ static void problem_destroy(problem *pb)
         CUDA_CHECK(cudaFree(r->tmp[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->conv_bias, pb->cbd, pb->g,
                     pb->host_out, pb->host_c, pb->host_dc, pb->host_dx, pb->ref_c, pb->ref_model,
-                    pb->ref_epilogue, pb->ref_dc_epi, pb->ref_dc_model, pb->dcd, pb->ref_dx};
+                    pb->ref_epilogue, pb->ref_dc_epi, pb->ref_dc_model};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
+    conv_grads_free(&pb->cgr);
     free(pb);
 }
 
@@ -214,26 +214,6 @@ static void model_bwd_refs(problem *pb)
     pb->ref_db_model = epilogue_backward_ref(&pb->sh, NULL, pb->ref_c, pb->b, pb->g,
                                              pb->ref_dc_model, &pb->abs_db_model);
     pb->have_model_bwd = 1;
-}
-
-/* The conv's gradients from dc, a training step's own (host, float): the double backward of
- * exactly that dc (as much work as the reference conv twice over, at every check of a training
- * step), so that dx, dw and dbias are judged for their own arithmetic alone; dc has its own
- * check. Against the exact dc's backward instead, with x * 1000 dc's rounding (within its own
- * tolerance) reached dw and dbias and failed TOL_SUM on 2 of the 8 test shapes, cuDNN's b1 as
- * well. */
-static void conv_grad_refs(problem *pb, const float *dc)
-{
-    size_t nc = conv_elems(&pb->sh);
-    if (!pb->dcd)
-        pb->dcd = (double *)host_alloc(8 * nc);
-    for (size_t i = 0; i < nc; i++)
-        pb->dcd[i] = dc[i];
-    convT3d_geom cg = conv_geom(&pb->sh);
-    conv_transpose3d_backward_ref(&cg, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw,
-                                  pb->ref_dbias, pb->abs_dw, pb->abs_dbias, NULL);
-    sum_bounds_add_max(pb->abs_dw, N_WEIGHT); /* componentwise plus normwise */
-    sum_bounds_add_max(pb->abs_dbias, C_OUT);
 }
 
 /* Share of reference outputs strictly inside (-1, 1). Where it is 0 the clamp decides every
@@ -294,13 +274,12 @@ static hx_verdict problem_verify(problem *pb, int scope)
     v.hash = hash_f32(v.hash, &pb->host_db, 1);
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
-    conv_grad_refs(pb, pb->host_dc); /* the dc just checked */
-    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_ABS, NULL,
-                    TOL_REL_L2, TOL_ABS);
-    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
-                    TOL_SUM);
-    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
-                    pb->abs_dbias, 0, TOL_SUM);
+    /* the conv's gradients against the double backward of the dc just checked (conv_ref.h) */
+    convT3d_geom cg = conv_geom(s);
+    conv_transpose3d_grads_of(&cg, pb->xd, pb->wd, pb->host_dc, 0, &pb->cgr);
+    const float *dev[3] = {r->dx, r->dw, r->dbias};
+    float *host[3] = {pb->host_dx, pb->host_dw, pb->host_dbias};
+    hx_check_conv_grads(&v, dev, host, &pb->cgr, HX_ABS, TOL_REL_L2, TOL_ABS, TOL_SUM);
     return v;
 }
 

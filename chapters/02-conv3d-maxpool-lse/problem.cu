@@ -24,9 +24,7 @@ struct problem {
     double *ref_c, *ref_model, *ref_epilogue;
     int have_bwd_refs;
     double *ref_dc;                               /* from host_c: the epilogue's backward */
-    double *dcd, *ref_dx, *ref_dw, ref_dbias[C_OUT]; /* from a run's own dc (conv_grad_refs) */
-    double *abs_dw, abs_dbias[C_OUT];
-    uint64_t grad_refs_dc; /* hash_f32 of the dc they are from; 0: none yet */
+    conv_grads cgr; /* the conv's gradient references, from a run's own dc (conv_ref.h) */
 };
 
 static shape shape_of(const int64_t *dims)
@@ -91,7 +89,8 @@ static void problem_refresh(problem *pb)
     conv3d_ref(&g, pb->xd, pb->wd, pb->bd, pb->ref_c);
     epilogue_ref(s, NULL, pb->ref_c, pb->ref_model);
     epilogue_ref(s, pb->host_c, NULL, pb->ref_epilogue);
-    pb->have_bwd_refs = 0, pb->grad_refs_dc = 0;
+    pb->have_bwd_refs = 0;
+    conv_grads_reset(&pb->cgr);
 }
 
 static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
@@ -111,9 +110,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
     pb->ref_c = (double *)host_alloc(8 * nc);
     pb->ref_model = (double *)host_alloc(8 * ny), pb->ref_epilogue = (double *)host_alloc(8 * ny);
-    pb->ref_dc = (double *)host_alloc(8 * nc), pb->dcd = (double *)host_alloc(8 * nc);
-    pb->ref_dx = (double *)host_alloc(8 * nx), pb->ref_dw = (double *)host_alloc(8 * N_WEIGHT);
-    pb->abs_dw = (double *)host_alloc(8 * N_WEIGHT);
+    pb->ref_dc = (double *)host_alloc(8 * nc);
     rng_state rng, rng_g;
     rng_seed(&rng, seed);
     fill_uniform(pb->x, nx, 0.0, 1.0, &rng);                                     /* torch.rand */
@@ -170,9 +167,10 @@ static void problem_destroy(problem *pb)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
                     pb->host_c, pb->host_dc, pb->host_dx, pb->ref_c, pb->ref_model,
-                    pb->ref_epilogue, pb->ref_dc, pb->dcd, pb->ref_dx, pb->ref_dw, pb->abs_dw};
+                    pb->ref_epilogue, pb->ref_dc};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
+    conv_grads_free(&pb->cgr);
     free(pb);
 }
 
@@ -186,33 +184,17 @@ static void problem_bwd_refs(problem *pb)
     pb->have_bwd_refs = 1;
 }
 
-/* The conv's gradients from dc, a run's own (host, float): the double backward of exactly
- * that dc, so that dx, dw and dbias are judged for their own arithmetic alone (dc has its own
- * check, against ref_dc). Against the exact dc's backward instead, with x * 1000, dc's own
- * rounding (within its tolerance) reached dw and dbias and failed TOL_SUM on 5 of the 8 test
- * shapes (--test --shape, seed 1), cuDNN's b1 as well.
- * dw's and dbias's bounds are componentwise plus normwise (sum_bounds_add_max): with x * 1000
- * the softmax of a channel that is never the largest is subnormal everywhere, and its dw,
- * about 1e-36, is at the mercy of cuDNN's algorithm, some of which bound their error by the
- * tensor's norm. That algorithm is chosen by timing, which compute-sanitizer changes: only
- * there did the componentwise bound alone fail.
- * At the KernelBench shape the backward costs twice the double conv (2 x 232 GFLOP): it is kept
- * for the next run whose dc has the same bits (the check after the timing, b2's dc again). */
+/* The conv's gradients from dc, a run's own (host, float): conv_ref.h's conv_grads, kept for
+ * the next run whose dc has the same bits (the check after the timing, b2's dc again). dw's and
+ * dbias's bounds are componentwise plus normwise there: with x * 1000 the softmax of a channel
+ * that is never the largest is subnormal everywhere, and its dw, about 1e-36, is at the mercy of
+ * cuDNN's algorithm, some of which bound their error by the tensor's norm. That algorithm is
+ * chosen by timing, which compute-sanitizer changes: only there did the componentwise bound
+ * alone fail. */
 static void conv_grad_refs(problem *pb, const float *dc)
 {
-    const shape *s = &pb->sh;
-    size_t nc = conv_elems(s);
-    uint64_t h = hash_f32(HASH_INIT, dc, nc);
-    if (h == pb->grad_refs_dc)
-        return;
-    pb->grad_refs_dc = h;
-    for (size_t i = 0; i < nc; i++)
-        pb->dcd[i] = dc[i];
-    conv3d_geom g = conv_geom(s);
-    conv3d_backward_ref(&g, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
-                        pb->abs_dw, pb->abs_dbias);
-    sum_bounds_add_max(pb->abs_dw, N_WEIGHT);
-    sum_bounds_add_max(pb->abs_dbias, C_OUT);
+    conv3d_geom g = conv_geom(&pb->sh);
+    conv3d_grads_of(&g, pb->xd, pb->wd, dc, &pb->cgr);
 }
 
 /* ------------------------------------------------------------ what a scope writes, verified */
@@ -266,12 +248,9 @@ static hx_verdict problem_verify(problem *pb, int scope)
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
     conv_grad_refs(pb, pb->host_dc); /* the dc just checked */
-    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
-                    TOL_REL_L2, TOL_ABS);
-    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
-                    TOL_SUM);
-    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
-                    pb->abs_dbias, 0, TOL_SUM);
+    const float *dev[3] = {r->dx, r->dw, r->dbias};
+    float *host[3] = {pb->host_dx, pb->host_dw, pb->host_dbias};
+    hx_check_conv_grads(&v, dev, host, &pb->cgr, HX_SCALED, TOL_REL_L2, TOL_ABS, TOL_SUM);
     return v;
 }
 
@@ -493,8 +472,8 @@ static void grad_errors(problem *pb, verify_result e[4])
         fn[i](r);
         LAUNCH_CHECK();
         CUDA_CHECK(cudaMemcpy(host, dev, 4 * n, cudaMemcpyDeviceToHost));
-        e[i] = is_dx ? verify_f32_scaled(host, pb->ref_dx, n, TOL_REL_L2, TOL_ABS)
-                     : verify_sum_f32(host, pb->ref_dw, pb->abs_dw, n, TOL_SUM);
+        e[i] = is_dx ? verify_f32_scaled(host, pb->cgr.dx, n, TOL_REL_L2, TOL_ABS)
+                     : verify_sum_f32(host, pb->cgr.dw, pb->cgr.dw_abs, n, TOL_SUM);
     }
 }
 
@@ -583,7 +562,8 @@ static void set_case(problem *pb, int k)
     }
     CUDA_CHECK(cudaMemcpy(pb->r.c, pb->host_c, 4 * conv_elems(s), cudaMemcpyHostToDevice));
     epilogue_ref(s, pb->host_c, NULL, pb->ref_epilogue);
-    pb->have_bwd_refs = 0, pb->grad_refs_dc = 0;
+    pb->have_bwd_refs = 0;
+    conv_grads_reset(&pb->cgr);
 }
 
 /* ---------------------------------------------------------------- after the table; --dump */

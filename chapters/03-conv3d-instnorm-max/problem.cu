@@ -31,7 +31,7 @@ struct problem {
     double *stats_scale;                   /* each statistic's scale (hx_check_stats) */
     int have_bwd_refs;
     bwd_ref bref;
-    double *dcd, *ref_dx, ref_dw[N_WEIGHT], abs_dw[N_WEIGHT], ref_dbias[C_OUT], abs_dbias[C_OUT];
+    conv_grads cgr; /* the conv's gradient references, from a run's own dc (conv_ref.h) */
     int have_welford;
     double welford_err[2][3]; /* offset 0, 1000 x v6, v7, v8 (welford_demo) */
 };
@@ -96,6 +96,7 @@ static void problem_refresh(problem *pb)
         pb->xd[i] = pb->x[i];
     for (int i = 0; i < N_WEIGHT; i++)
         pb->wd[i] = pb->weight[i];
+    conv_grads_reset(&pb->cgr); /* x or w may have changed */
     for (int i = 0; i < C_OUT; i++)
         pb->bd[i] = pb->bias[i], pb->md[i] = pb->m[i];
     conv3d_geom g = conv_geom(s);
@@ -136,7 +137,6 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     pb->stats_scale = (double *)host_alloc(16 * ns);
     pb->bref.dc = (double *)host_alloc(8 * nc);
     pb->bref.abs_dc = (double *)host_alloc(8 * nc);
-    pb->dcd = (double *)host_alloc(8 * nc), pb->ref_dx = (double *)host_alloc(8 * nx);
     rng_state rng, rng_g;
     rng_seed(&rng, seed);
     fill_uniform(pb->x, nx, 0.0, 1.0, &rng);                                    /* torch.rand */
@@ -215,9 +215,10 @@ static void problem_destroy(problem *pb)
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
                     pb->host_c, pb->host_dc, pb->host_dx, pb->host_stats, pb->ref_c,
                     pb->ref_model, pb->ref_epilogue, pb->stats_model, pb->stats_epi,
-                    pb->stats_scale, pb->bref.dc, pb->bref.abs_dc, pb->dcd, pb->ref_dx};
+                    pb->stats_scale, pb->bref.dc, pb->bref.abs_dc};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
+    conv_grads_free(&pb->cgr);
     free(pb);
 }
 
@@ -287,21 +288,12 @@ static hx_verdict problem_verify(problem *pb, int scope)
     v.hash = hash_f32(hash_f32(v.hash, pb->host_dc, nc), pb->host_dm, C_OUT);
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
-    /* the conv's gradients against the double conv backward of this run's dc; dw's and
-     * dbias's bounds componentwise plus normwise (sum_bounds_add_max) */
-    for (size_t i = 0; i < nc; i++)
-        pb->dcd[i] = pb->host_dc[i];
+    /* the conv's gradients against the double backward of this run's dc (conv_ref.h) */
     conv3d_geom g = conv_geom(s);
-    conv3d_backward_ref(&g, pb->xd, pb->wd, pb->dcd, pb->ref_dx, pb->ref_dw, pb->ref_dbias,
-                        pb->abs_dw, pb->abs_dbias);
-    sum_bounds_add_max(pb->abs_dw, N_WEIGHT);
-    sum_bounds_add_max(pb->abs_dbias, C_OUT);
-    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SCALED, NULL,
-                    TOL_REL_L2, TOL_ABS);
-    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
-                    TOL_SUM);
-    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
-                    pb->abs_dbias, 0, TOL_SUM);
+    conv3d_grads_of(&g, pb->xd, pb->wd, pb->host_dc, &pb->cgr);
+    const float *dev[3] = {r->dx, r->dw, r->dbias};
+    float *host[3] = {pb->host_dx, pb->host_dw, pb->host_dbias};
+    hx_check_conv_grads(&v, dev, host, &pb->cgr, HX_SCALED, TOL_REL_L2, TOL_ABS, TOL_SUM);
     return v;
 }
 

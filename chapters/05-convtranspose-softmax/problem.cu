@@ -35,8 +35,9 @@ struct problem {
     double c_err; /* the library conv's largest error against the double one */
     int have_bwd_refs;
     bwd_ref bref;
-    double *dcd, *xpd, *ref_dxp, *ref_dx, *abs_dxp, *abs_dx, ref_dw[N_WEIGHT], abs_dw[N_WEIGHT];
-    double ref_dbias[C_OUT], abs_dbias[C_OUT];
+    double *xpd;                    /* the pooled x, the transposed conv's input */
+    conv_grads cgr; /* the conv's gradient references, from a run's own dc (conv_ref.h) */
+    double *ref_dx, *abs_dx;        /* its dx (of xpd) pooled back to x's shape */
 };
 
 static shape shape_of(const int64_t *dims)
@@ -91,6 +92,7 @@ static void problem_refresh(problem *pb)
         pb->xd[i] = pb->x[i];
     for (int i = 0; i < N_WEIGHT; i++)
         pb->wd[i] = pb->weight[i];
+    conv_grads_reset(&pb->cgr); /* x or w may have changed */
     for (int i = 0; i < C_OUT; i++)
         pb->bd[i] = pb->bias[i], pb->sd[i] = pb->scale[i];
     convT3d_geom g = conv_geom(s);
@@ -134,9 +136,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     pb->ref_model = (double *)host_alloc(8 * nc), pb->ref_epilogue = (double *)host_alloc(8 * nc);
     pb->lse_model = (double *)host_alloc(8 * nr), pb->lse_epi = (double *)host_alloc(8 * nr);
     pb->bref.dc = (double *)host_alloc(8 * nc), pb->bref.abs_dc = (double *)host_alloc(8 * nc);
-    pb->dcd = (double *)host_alloc(8 * nc), pb->ref_dxp = (double *)host_alloc(8 * np);
-    pb->ref_dx = (double *)host_alloc(8 * nx);
-    pb->abs_dxp = (double *)host_alloc(8 * np), pb->abs_dx = (double *)host_alloc(8 * nx);
+    pb->ref_dx = (double *)host_alloc(8 * nx), pb->abs_dx = (double *)host_alloc(8 * nx);
     rng_state rng, rng_g;
     rng_seed(&rng, seed);
     fill_uniform(pb->x, nx, 0.0, 1.0, &rng); /* torch.rand */
@@ -208,9 +208,10 @@ static void problem_destroy(problem *pb)
     void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
                     pb->host_c, pb->host_c_run, pb->host_dc, pb->host_dx, pb->host_lse, pb->ref_c, pb->xpd,
                     pb->ref_model, pb->ref_epilogue, pb->lse_model, pb->lse_epi, pb->bref.dc,
-                    pb->bref.abs_dc, pb->dcd, pb->ref_dxp, pb->ref_dx, pb->abs_dxp, pb->abs_dx};
+                    pb->bref.abs_dc, pb->ref_dx, pb->abs_dx};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
+    conv_grads_free(&pb->cgr);
     free(pb);
 }
 
@@ -280,23 +281,17 @@ static hx_verdict problem_verify(problem *pb, int scope)
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
     /* the transposed conv's and the pool's gradients against the double backward of this
-     * run's dc; dw's and dbias's bounds componentwise plus normwise (sum_bounds_add_max) */
-    for (size_t i = 0; i < nc; i++)
-        pb->dcd[i] = pb->host_dc[i];
+     * run's dc (conv_ref.h); the conv's dx is xpd's, pooled back to x's shape */
     convT3d_geom g = conv_geom(s);
-    conv_transpose3d_backward_ref(&g, pb->xpd, pb->wd, pb->dcd, pb->ref_dxp, pb->ref_dw,
-                                  pb->ref_dbias, pb->abs_dw, pb->abs_dbias, pb->abs_dxp);
-    sum_bounds_add_max(pb->abs_dw, N_WEIGHT);
-    sum_bounds_add_max(pb->abs_dbias, C_OUT);
-    pool_backward_ref(s, pb->ref_dxp, pb->ref_dx);
-    pool_backward_ref(s, pb->abs_dxp, pb->abs_dx); /* the pool's weights are positive */
+    conv_transpose3d_grads_of(&g, pb->xpd, pb->wd, pb->host_dc, 1, &pb->cgr);
+    pool_backward_ref(s, pb->cgr.dx, pb->ref_dx);
+    pool_backward_ref(s, pb->cgr.dx_abs, pb->abs_dx); /* the pool's weights are positive */
+    conv_grads pooled = pb->cgr;
+    pooled.n_x = x_elems(s), pooled.dx = pb->ref_dx, pooled.dx_abs = pb->abs_dx;
     /* dx is a sum of 864 products a value, which cancel: against their magnitudes */
-    hx_check_output(&v, "dx", r->dx, pb->host_dx, x_elems(s), pb->ref_dx, HX_SUM, pb->abs_dx, 0,
-                    TOL_SUM);
-    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->ref_dw, HX_SUM, pb->abs_dw, 0,
-                    TOL_SUM);
-    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->ref_dbias, HX_SUM,
-                    pb->abs_dbias, 0, TOL_SUM);
+    const float *dev[3] = {r->dx, r->dw, r->dbias};
+    float *host[3] = {pb->host_dx, pb->host_dw, pb->host_dbias};
+    hx_check_conv_grads(&v, dev, host, &pooled, HX_SUM, 0, 0, TOL_SUM);
     return v;
 }
 
