@@ -38,14 +38,15 @@
  *     even with 132 blocks (2 teams: 64 samples in 0.457 ms): the chain of the producers' two
  *     DRAM round trips, the last arrival, the publication and the consumers' passes. More
  *     teams would overlap more of those chains, but beyond 5 their samples no longer fit L2.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3215 ms [0.3142 - 0.3273],
- * 1.19x faster than v4's 0.3839 and 55% of the floor: 1.81x its 0.177 ms, so the 0.25 ms target
- * is missed by 0.071 ms (29%). c does cross DRAM once: Nsight Compute at 32x8x128x128 (c 130 MB,
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3203 ms [0.3103 - 0.3296]
+ * (recorded again after the consumed flag became atomic, k_team_forward; 0.3215 before, the
+ * same within the spread), 1.20x faster than v4's 0.3839 and 55% of the floor: 1.81x its
+ * 0.177 ms, so the 0.25 ms target is missed by 0.070 ms (28%). c does cross DRAM once: Nsight Compute at 32x8x128x128 (c 130 MB,
  * 2.6 L2s; data/run-device.sh dram) counts 142 to 146 MB read by the kernel, where v4's
  * statistics and apply read 124 to 130 and 125 MB. What is left is the per-sample chain above:
  * a next step is more, shorter chains in flight (two consumer groups a block on alternate
  * samples, or teams that are thread-block clusters meeting in distributed shared memory instead
- * of global counters). The whole model, cuDNN's conv first: 1.54 ms.
+ * of global counters). The whole model, cuDNN's conv first: 1.46 ms.
  */
 #include <stdlib.h>
 
@@ -142,14 +143,14 @@ __device__ static inline void publish_stats(const float *__restrict__ c, const f
  * team_signal, whose count tells the last); the last to arrive publishes the statistics and moves
  * the counter on to ctas + 1, which is what the consumers wait for */
 __device__ static inline void producer(const float *__restrict__ c, float2 *__restrict__ part,
-                                       unsigned *arrived, const volatile int *consumed,
+                                       unsigned *arrived, int *consumed,
                                        float *__restrict__ mean, float *__restrict__ rstd, int team,
                                        int teams, int N, int S, int rank, int ctas)
 {
     __shared__ int last;
     for (int n = team, i = 0; n < N; n += teams, i++) {
         if (threadIdx.x == 0)
-            while (*consumed < i - LOOKAHEAD)
+            while (atomicAdd(consumed, 0) < i - LOOKAHEAD) /* an atomic read: see k_team_forward */
                 __nanosleep(32);
         named_barrier(BAR_PRODUCERS, PRODUCERS);
         produce_sums(c, part, n, S, rank, ctas);
@@ -212,7 +213,7 @@ __device__ static inline void consume_pass(const float *__restrict__ c, const fl
  * phase B over the block's positions; then tell this block's producers */
 __device__ static inline void consumer(const float *__restrict__ c, const float *__restrict__ gamma,
                                        const float *__restrict__ beta, const unsigned *arrived,
-                                       volatile int *consumed, const float *__restrict__ mean,
+                                       int *consumed, const float *__restrict__ mean,
                                        const float *__restrict__ rstd, float *__restrict__ y,
                                        int team, int teams, int N, int S, int rank, int ctas)
 {
@@ -234,7 +235,7 @@ __device__ static inline void consumer(const float *__restrict__ c, const float 
         for (int q = q0; q < q1; q += V6_POS)
             consume_pass(c, sa2, sb2, y, n, S, q, q1, pm, ps);
         if (ci == 0)
-            *consumed = i + 1;
+            atomicExch(consumed, i + 1);
     }
 }
 
@@ -245,7 +246,13 @@ k_team_forward(const float *__restrict__ c, const float *__restrict__ gamma,
                float *__restrict__ mean, float *__restrict__ rstd, float *__restrict__ y, int N,
                int S, int teams, int ctas)
 {
-    __shared__ int consumed; /* samples this block's consumers have finished */
+    /* samples this block's consumers have finished: written by a consumer, polled by a producer,
+     * with no barrier between them, so both by shared-memory atomics. The flag paces the
+     * producers only (the L2 footprint; each sample has its own partials and statistics), but a
+     * volatile int, as it first was, is no atomic in CUDA C++: the pair was a data race at the
+     * language level, and racecheck reported it (1320 hazards at 13x8x128x128, where the teams
+     * take several samples; none at the sanitizers' small shape, where they take one) */
+    __shared__ int consumed;
     int team = blockIdx.x / ctas, rank = blockIdx.x % ctas;
     if (threadIdx.x == 0)
         consumed = 0;
