@@ -95,9 +95,10 @@ SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 # make sanitize also runs the persistent versions where their blocks take more than one piece
 # of work (MANY_N: the shape; MANY_RUNS_N: version:kernel pairs), so that the reuse of their
 # buffers and barriers runs under the tools: here v15 to v18 at 140 samples, more than twice the
-# teams that fit (66 on an H100), so some teams take a third sample. Only the named kernel is
-# instrumented (--kernel-name kns=): with cuDNN's kernels instrumented as well, racecheck ran
-# past 400 s at this shape; with v18's alone, 10 s.
+# teams that fit (66 on an H100), so some teams take a third sample. Only the kernels whose names
+# contain the given text are instrumented (--kernel-name kns=; ours: k_conv is k_conv_stats and
+# k_conv_apply, k_team b3's two): with cuDNN's kernels instrumented as well, racecheck ran past
+# 400 s at this shape; with v18's alone, 10 s.
 MANY_03 := 140x3x4x35x37
 MANY_RUNS_03 := v15:k_register_conv v16:k_register_conv v17:k_register_conv v18:k_register_conv
 SHAPE_04 := 128x8x128x128
@@ -106,7 +107,7 @@ SWEEP_04 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x8x128x128)
 # 5 samples: v6's and b3's teams (4 on an H100) take one or two each; 630 tiles of one output
 # row for the 264 blocks (on an H100) of v8's, v9's and b4's persistent conv kernels: two or three
 # each. (At the small shape every team and block has one. v6's racecheck at 13 samples found a
-# race there, since fixed: its comment.)
+# race there, since fixed: its comment; this shape was not run on the old code.)
 MANY_04 := 5x8x128x128
 MANY_RUNS_04 := v6:k_team v8:k_conv v9:k_conv b3:k_team b4:k_dw
 SHAPE_05 := 32x32x32x64x64

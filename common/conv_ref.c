@@ -338,7 +338,8 @@ static void grads_prepare(conv_grads *r, size_t n_x, size_t n_w, size_t n_bias, 
     if (r->dy) {
         if (r->n_x != n_x || r->n_w != n_w || r->n_bias != n_bias || r->n_y != n_y ||
             (with_dx_abs && !r->dx_abs))
-            die(1, "conv_grads: another geometry than its first call's (conv_grads_free first)");
+            die(1, "conv_grads: another geometry than its first call's, or dx_abs asked for "
+                   "after a call without it (conv_grads_free first)");
         return;
     }
     r->n_x = n_x, r->n_w = n_w, r->n_bias = n_bias, r->n_y = n_y;
@@ -386,7 +387,7 @@ int conv_transpose3d_grads_of(const convT3d_geom *g, const double *x, const doub
     if (!grads_take(r, dy))
         return 0;
     conv_transpose3d_backward_ref(g, x, w, r->dy, r->dx, r->dw, r->dbias, r->dw_abs,
-                                  r->dbias_abs, with_dx_abs ? r->dx_abs : NULL);
+                                  r->dbias_abs, r->dx_abs); /* NULL unless asked for */
     sum_bounds_add_max(r->dw_abs, r->n_w);
     sum_bounds_add_max(r->dbias_abs, r->n_bias);
     return 1;

@@ -121,13 +121,13 @@ void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const
  * the backward is redone only when dy's bits change (hash_f32): at chapter 2's KernelBench shape
  * it is 2 x 232 GFLOP in double, and a version's check after its timing sees the same dy again.
  * Whoever changes x or w calls conv_grads_reset; conv_grads_free releases the buffers. Start from
- * a zeroed struct; one struct serves one geometry (another one dies).
+ * a zeroed struct; one struct serves one geometry (other element counts die).
  */
 typedef struct conv_grads {
     size_t n_x, n_w, n_bias, n_y; /* element counts: x, w, bias, dy (from the geometry) */
     double *dy;                   /* the run's dy, widened to double */
     double *dx, *dw, *dbias;      /* the references */
-    double *dx_abs;               /* dx's terms' magnitudes (transposed conv, when asked); or NULL */
+    double *dx_abs;               /* dx's terms' magnitudes (transposed, when asked) or NULL */
     double *dw_abs, *dbias_abs;   /* dw's and dbias's, componentwise plus normwise */
     uint64_t dy_hash;             /* hash_f32 of the dy they are from; 0: none yet */
 } conv_grads;
@@ -136,7 +136,8 @@ typedef struct conv_grads {
  * 0 when r already held those of the same dy bits. */
 int conv3d_grads_of(const conv3d_geom *g, const double *x, const double *w, const float *dy,
                     conv_grads *r);
-/* The same for a ConvTranspose3d; with_dx_abs: also dx's terms' magnitudes into r->dx_abs */
+/* The same for a ConvTranspose3d; with_dx_abs: also dx's terms' magnitudes into r->dx_abs
+ * (computed at every call once a call has asked for them) */
 int conv_transpose3d_grads_of(const convT3d_geom *g, const double *x, const double *w,
                               const float *dy, int with_dx_abs, conv_grads *r);
 /* Forget the dy the references are from (x or w changed): the next call recomputes. */

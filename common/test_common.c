@@ -675,6 +675,17 @@ static void test_conv_grads(void)
     check(first == 1 && r.n_w == tw && r.n_y == ty && e == 0.0,
           "conv_transpose3d_grads_of = conv_transpose3d_backward_ref of the float dy, dx_abs "
           "too (max diff %.1e)", e);
+    dyf[3] = -dyf[3], dy[3] = dyf[3]; /* a new dy, asked without dx_abs: still kept current */
+    conv_transpose3d_backward_ref(&tg, x, w, dy, dx, dw, db, dwa, dba, dxa);
+    int later = conv_transpose3d_grads_of(&tg, x, w, dyf, 0, &r);
+    e = 0;
+    for (size_t i = 0; i < nx; i++)
+        e = fmax(e, fmax(fabs(r.dx[i] - dx[i]), fabs(r.dx_abs[i] - dxa[i])));
+    conv_grads_free(&r);
+    int fresh = conv_transpose3d_grads_of(&tg, x, w, dyf, 0, &r);
+    check(later == 1 && e == 0.0 && fresh == 1 && !r.dx_abs,
+          "conv_transpose3d_grads_of without dx_abs: none allocated on a fresh struct, kept "
+          "current where an earlier call asked for it (max diff %.1e)", e);
     conv_grads_free(&r);
     free(x), free(w), free(dy), free(dx), free(dw), free(dwa), free(dxa), free(dyf);
 }

@@ -18,7 +18,7 @@
  * 1.516 ms, 3.6x faster than b1 and 1.7x the 0.87 ms prediction, not yet profiled (the next step:
  * Nsight Compute on the sums and apply kernels, which recompute the forward). The training step
  * took 50.7 ms while cuDNN's weight gradient, through its legacy API, took 44.7; through the
- * graph API PyTorch uses (issue 13), 5.80 ms.
+ * graph API PyTorch uses (issue 13), the step takes 5.80 ms.
  */
 #include "apply.cuh"
 #include "model.h"

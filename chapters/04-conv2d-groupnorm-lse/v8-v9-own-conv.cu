@@ -4,9 +4,8 @@
  * Defect of v1..v7 as a whole model: the library conv writes c (520 MB) to DRAM and the
  * epilogue reads it back at least once, and cuDNN's conv is itself slow here: 8 input channels
  * give it little to tile (the notes after the table time it alone: 1.201 ms, 15.6 TFLOP/s,
- * against 0.280 ms at the FMA peak). v6's whole model takes 1.462 ms (1.542 in the record
- * before v6's flag became atomic: cuDNN's conv varies from call to call), four fifths of it the
- * conv.
+ * against 0.280 ms at the FMA peak). v6's whole model takes 1.462 ms (its row), four
+ * fifths of it the conv.
  * Change: our own conv (conv-tile.cuh: a thread 4 positions x 16 channels in registers), and
  * since no output can be written before a sample's statistics are complete, two passes over
  * it, neither of which stores c:
@@ -27,7 +26,7 @@
  * above and below it too).
  * Prediction: two convs are 37.5 GFLOP, 0.56 ms at 66.9 TFLOP/s; the epilogue adds about 15
  * instructions a value to pass 2's 72 FMAs (20%): about 0.62 ms if the FMA pipes stayed busy,
- * under the 1.0 ms target and half of v6's 1.5 ms.
+ * under the 1.0 ms target and about half of v6's whole model.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.1446 ms [1.1420 - 1.1468],
  * 32.7 TFLOP/s over the two convs (49% of the peak): 1.28x faster than v6's whole model and
  * 1.84x faster than torch.compile's (2.109 ms, same run), but 0.145 ms over the 1.0 ms target

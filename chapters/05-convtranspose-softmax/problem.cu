@@ -37,7 +37,7 @@ struct problem {
     bwd_ref bref;
     double *xpd;                    /* the pooled x, the transposed conv's input */
     conv_grads cgr; /* the conv's gradient references, from a run's own dc (conv_ref.h) */
-    double *ref_dx, *abs_dx;        /* its dx (of xpd) pooled back to x's shape */
+    double *ref_dx, *abs_dx;        /* its dx (of xpd) through the pool's backward: x's shape */
 };
 
 static shape shape_of(const int64_t *dims)
@@ -281,12 +281,12 @@ static hx_verdict problem_verify(problem *pb, int scope)
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
     /* the transposed conv's and the pool's gradients against the double backward of this
-     * run's dc (conv_ref.h); the conv's dx is xpd's, pooled back to x's shape */
+     * run's dc (conv_ref.h); the conv's dx is xpd's, taken through the pool's backward to x's shape */
     convT3d_geom g = conv_geom(s);
     conv_transpose3d_grads_of(&g, pb->xpd, pb->wd, pb->host_dc, 1, &pb->cgr);
     pool_backward_ref(s, pb->cgr.dx, pb->ref_dx);
     pool_backward_ref(s, pb->cgr.dx_abs, pb->abs_dx); /* the pool's weights are positive */
-    conv_grads pooled = pb->cgr;
+    conv_grads pooled = pb->cgr; /* a view of cgr's buffers with x's dx: never freed or reused */
     pooled.n_x = x_elems(s), pooled.dx = pb->ref_dx, pooled.dx_abs = pb->abs_dx;
     /* dx is a sum of 864 products a value, which cancel: against their magnitudes */
     const float *dev[3] = {r->dx, r->dw, r->dbias};
