@@ -39,14 +39,14 @@
  *     DRAM round trips, the last arrival, the publication and the consumers' passes. More
  *     teams would overlap more of those chains, but beyond 5 their samples no longer fit L2.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3203 ms [0.3103 - 0.3296]
- * (recorded again after the consumed count became atomic, k_team_forward; 0.3215 before, the
- * same within the spread), 1.20x faster than v4's 0.3839 and 55% of the floor: 1.81x its
- * 0.177 ms, so the 0.25 ms target is missed by 0.070 ms (28%). c does cross DRAM once: Nsight
- * Compute at 32x8x128x128 (c 130 MB, 2.6 L2s; data/run-device.sh dram) counts 142 to 146 MB read by the kernel, where v4's
- * statistics and apply read 124 to 130 and 125 MB. What is left is the per-sample chain above:
- * a next step is more, shorter chains in flight (two consumer groups a block on alternate
- * samples, or teams that are thread-block clusters meeting in distributed shared memory instead
- * of global counters). The whole model, cuDNN's conv first: 1.46 ms.
+ * (recorded again after the consumed count became atomic, k_team_forward; 0.3215 before, the same
+ * within the spread), 1.20x faster than v4's 0.3839 and 55% of the floor: 1.81x its 0.177 ms, so
+ * the 0.25 ms target is missed by 0.070 ms (28%). c does cross DRAM once: Nsight Compute at
+ * 32x8x128x128 (c 130 MB, 2.6 L2s; data/run-device.sh dram) counts 142 to 146 MB read by the
+ * kernel, where v4's statistics and apply read 124 to 130 and 125 MB. What is left is the
+ * per-sample chain above: a next step is more, shorter chains in flight (two consumer groups a
+ * block on alternate samples, or teams that are thread-block clusters meeting in distributed
+ * shared memory instead of global counters). The whole model, cuDNN's conv first: 1.46 ms.
  */
 #include <stdlib.h>
 

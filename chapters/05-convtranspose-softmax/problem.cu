@@ -281,7 +281,8 @@ static hx_verdict problem_verify(problem *pb, int scope)
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
     /* the transposed conv's and the pool's gradients against the double backward of this
-     * run's dc (conv_ref.h); the conv's dx is xpd's, taken through the pool's backward to x's shape */
+     * run's dc (conv_ref.h); the conv's dx is xpd's, taken through the pool's backward to x's
+     * shape */
     convT3d_geom g = conv_geom(s);
     conv_transpose3d_grads_of(&g, pb->xpd, pb->wd, pb->host_dc, 1, &pb->cgr);
     pool_backward_ref(s, pb->cgr.dx, pb->ref_dx);
