@@ -193,22 +193,19 @@ SANITIZERS ?= memcheck racecheck synccheck initcheck
 # others write (v8 at 5x8x128x128: 1.29 M reads of the shifts k_shifts had written, reported
 # as uninitialised); it runs on every kernel at the small shapes
 MANY_SANITIZERS ?= $(filter-out initcheck,$(SANITIZERS))
+# one compute-sanitizer run of the shell's $$tool, logged to build/sanitize-$(1).log: $(2) its
+# options beyond the tool's, $(3) the program and its arguments
+sanitize_run = log=build/sanitize-$(1).log; \
+	    printf 'compute-sanitizer --tool %-9s %s: ' $$tool "$(strip $(2) $(3))"; \
+	    compute-sanitizer --tool $$tool $(2) --error-exitcode 1 --print-limit 20 $(3) > $$log 2>&1 \
+	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
+	    tail -n 1 $$log;
 sanitize: $(BINS)
 	@set -e; $(foreach c,$(CHAPTERS),for tool in $(SANITIZERS); do \
-	    log=build/sanitize-$(c)-$$tool.log; \
-	    printf 'compute-sanitizer --tool %-9s build/ch$(c) --test --shape $(SMALL_$(c)): ' $$tool; \
-	    compute-sanitizer --tool $$tool --error-exitcode 1 --print-limit 20 \
-	        build/ch$(c) --test --shape $(SMALL_$(c)) > $$log 2>&1 \
-	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
-	    tail -n 1 $$log; \
+	    $(call sanitize_run,$(c)-$$tool,,build/ch$(c) --test --shape $(SMALL_$(c))) \
 	done; \
 	for vk in $(MANY_RUNS_$(c)); do v=$${vk%%:*}; k=$${vk#*:}; for tool in $(MANY_SANITIZERS); do \
-	    log=build/sanitize-$(c)-$$v-$$tool.log; \
-	    printf 'compute-sanitizer --tool %-9s --kernel-name kns=%s build/ch$(c) --test --version %s --shape $(MANY_$(c)): ' $$tool $$k $$v; \
-	    compute-sanitizer --tool $$tool --kernel-name kns=$$k --error-exitcode 1 --print-limit 20 \
-	        build/ch$(c) --test --version $$v --shape $(MANY_$(c)) > $$log 2>&1 \
-	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
-	    tail -n 1 $$log; \
+	    $(call sanitize_run,$(c)-$$v-$$tool,--kernel-name kns=$$k,build/ch$(c) --test --version $$v --shape $(MANY_$(c))) \
 	done; done;) echo "sanitize: clean"
 
 # Nsight Compute on one version at the default shape: the sections the READMEs quote (speed of
