@@ -121,26 +121,51 @@ void *gpu_alloc(size_t bytes, const char *what)
 
 void gpu_poison(float *p, size_t n) { CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(float))); }
 
-static void *flush_buf;
-static size_t flush_bytes;
+static float *flush_buf;
+static size_t flush_floats;
+static float *flush_sink;
+static int flush_grid;
+
+/* Reads n4 float4s and writes nothing: the sum is stored only if it equals a value it cannot
+ * take (the buffer holds zeros), which keeps the loads from being optimised away. */
+static __global__ void k_flush_read(const float4 *p, size_t n4, float *sink)
+{
+    float acc = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = p[i];
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 1.0f)
+        *sink = acc;
+}
 
 void gpu_flush_l2(void)
 {
     if (!flush_buf) {
-        int dev, l2 = 0;
+        int dev, l2 = 0, sms = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-        flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : (1 << 20));
-        flush_buf = gpu_alloc(flush_bytes, "L2 flush buffer");
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        flush_floats = 2 * (size_t)(l2 > 0 ? l2 : (1 << 20)) / sizeof(float);
+        flush_floats = (flush_floats + 3) & ~(size_t)3;
+        flush_buf = (float *)gpu_alloc(flush_floats * sizeof(float), "L2 flush buffer");
+        flush_sink = (float *)gpu_alloc(sizeof(float), "L2 flush sink");
+        flush_grid = 8 * (sms > 0 ? sms : 1);
+        CUDA_CHECK(cudaMemset(flush_buf, 0, flush_floats * sizeof(float)));
+        CUDA_CHECK(cudaDeviceSynchronize());
     }
-    CUDA_CHECK(cudaMemsetAsync(flush_buf, 0, flush_bytes, 0));
+    k_flush_read<<<flush_grid, 512>>>((const float4 *)flush_buf, flush_floats / 4, flush_sink);
+    LAUNCH_CHECK();
 }
 
 void gpu_release(void)
 {
-    if (flush_buf)
+    if (flush_buf) {
         CUDA_CHECK(cudaFree(flush_buf));
-    flush_buf = NULL;
+        CUDA_CHECK(cudaFree(flush_sink));
+    }
+    flush_buf = NULL, flush_sink = NULL;
 }
 
 timing gpu_time(launch_fn fn, const void *ctx, int reps)

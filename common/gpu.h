@@ -8,7 +8,8 @@
  *   gpu_code_arch()    the sm_XY this build's device code is, as loaded (skips Hopper versions)
  *   gpu_alloc()        cudaMalloc that names the bytes and the tensor when memory runs out
  *   gpu_poison()       fill with NaN so an element a kernel forgot to write fails verification
- *   gpu_time()         CUDA events, warm-up, L2 flushed before every repetition, min/median/max
+ *   gpu_time()         CUDA events, warm-up, L2 flushed clean before every repetition,
+ *                      min/median/max
  */
 #ifndef GPU_H
 #define GPU_H
@@ -66,8 +67,14 @@ void *gpu_alloc(size_t bytes, const char *what);
  * non-zero), so verify_f32 fails on any element the kernel did not write. Synchronous. */
 void gpu_poison(float *p, size_t n);
 
-/* Writes a buffer of 2 x the L2 size (allocated once, freed by gpu_release), evicting whatever a
- * previous repetition left in L2, so a timed run reads its inputs from DRAM as in a real model. */
+/*
+ * Reads a buffer of 2 x the L2 size (allocated and zeroed once, freed by gpu_release) with a
+ * kernel that writes nothing, so that a timed run starts with its inputs in DRAM, as in a real
+ * model, and with L2 clean: the lines a previous repetition wrote are written back to DRAM during
+ * this sweep, before the timer starts. (A flush that writes, as a memset over the buffer, leaves
+ * L2 full of dirty lines whose write-back then lands inside the timed region: on an H100 it added
+ * 3 to 11 us to a DRAM-bound scope: the README's "How we measure".)
+ */
 void gpu_flush_l2(void);
 
 /* Frees the L2 flush buffer. */
