@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 void die(int code, const char *fmt, ...)
@@ -30,6 +31,14 @@ void *host_alloc(size_t bytes)
     if (!p)
         die(1, "out of host memory: %zu bytes", bytes);
     return p;
+}
+
+double host_peak_bytes(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return 1024.0 * (double)ru.ru_maxrss; /* kilobytes on Linux */
 }
 
 /* words of a device name that say nothing about the chip: vendor, brand, memory, form factor */

@@ -30,6 +30,8 @@ extern "C" {
 void die(int code, const char *fmt, ...);
 /* malloc, or exit 1 with "out of host memory: N bytes" (0 bytes allocates 1) */
 void *host_alloc(size_t bytes);
+/* The peak resident set of this process so far, in bytes (getrusage's ru_maxrss; 0 if unknown). */
+double host_peak_bytes(void);
 /*
  * The short tag of a GPU's name, for data/<tag>/ and plots/<tag>/: vendor, brand and memory or
  * form-factor words dropped, the rest lower case and joined by '-'. "NVIDIA H100 80GB HBM3" ->

@@ -119,6 +119,22 @@ void *gpu_alloc(size_t bytes, const char *what)
     return p;
 }
 
+static double mem_peak;
+
+void gpu_mem_sample(void)
+{
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    double used = (double)total_b - (double)free_b;
+    if (used > mem_peak)
+        mem_peak = used;
+}
+
+double gpu_mem_peak(void) { return mem_peak; }
+
 void gpu_poison(float *p, size_t n) { CUDA_CHECK(cudaMemset(p, 0xFF, n * sizeof(float))); }
 
 static float *flush_buf;

@@ -63,6 +63,14 @@ int grid_for(long long n, int block, int sm_count);
 /* cudaMalloc, or exit 1 with "out of device memory: <what> needs <bytes> bytes (<free> free)". */
 void *gpu_alloc(size_t bytes, const char *what);
 
+/* Device memory in use (the device's total less cudaMemGetInfo's free: every process's
+ * allocations, the CUDA context and the libraries' workspaces), sampled: gpu_mem_sample takes a
+ * sample, gpu_mem_peak returns the largest so far in bytes. The harness samples after a problem's
+ * setup and after every version's runs, so a buffer a version allocates and frees inside one
+ * call is not seen. */
+void gpu_mem_sample(void);
+double gpu_mem_peak(void);
+
 /* Writes 0xFF bytes over n floats: every element becomes NaN (all exponent bits set, mantissa
  * non-zero), so verify_f32 fails on any element the kernel did not write. Synchronous. */
 void gpu_poison(float *p, size_t n);

@@ -382,6 +382,14 @@ static void check_versions(const hx_chapter *ch, problem *pb, const char *shape,
     }
 }
 
+/* The run's peaks: host memory (what a desktop must have) and device memory (sampled). */
+static void print_memory(const device_info *dev)
+{
+    printf("memory: peak host resident set %.2f GB; peak device memory in use %.2f of %.2f GB "
+           "(sampled after setup and after each version)\n",
+           host_peak_bytes() / 1e9, gpu_mem_peak() / 1e9, dev->global_bytes / 1e9);
+}
+
 static void run_tests(const hx_chapter *ch, const cli_args *a, const int64_t *dims,
                       const hx_version *only)
 {
@@ -417,8 +425,10 @@ static void run_tests(const hx_chapter *ch, const cli_args *a, const int64_t *di
             check_versions(ch, pb, shape, ch->cases[k].label, ch->cases[k].scopes,
                            ch->cases[k].versions, only);
         }
+        gpu_mem_sample();
         ch->destroy(pb);
     }
+    print_memory(&dev);
     gpu_release();
 }
 
@@ -433,6 +443,7 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
     char shape[64];
     shape_string(ch, dims, shape, sizeof shape);
     problem *pb = ch->create(dims, a->seed, &dev);
+    gpu_mem_sample();
     if (ch->shape_checks) { /* e.g. the library conv the epilogues read, against the reference */
         ch->shape_checks(pb, -1);
         if (checks_failed())
@@ -467,6 +478,7 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
             hx_verdict before = run_verified(ch, pb, v, s);
             timing t = gpu_time(run_job, &j, a->reps);
             hx_verdict after = run_verified(ch, pb, v, s);
+            gpu_mem_sample();
             report_row *row = &rows[n_rows];
             *row = (report_row){v->id, v->title, scope_name[s], t, bytes[s], flops[s]};
             if (v->tf32) { /* the CSV says so: the READMEs' fp32 summaries leave it out */
@@ -502,6 +514,7 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
     op_grads = !only || (only->scopes & (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN)));
     if (ch->notes)
         ch->notes(pb, &dev, a->reps, only ? only->id : NULL);
+    print_memory(&dev);
     if (a->csv && n_rows && report_csv(a->csv, &ctx, rows, n_rows))
         failed = 1;
     if (a->csv && n_rows)

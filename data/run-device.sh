@@ -2,7 +2,8 @@
 # run-device.sh: what produced data/h100/ on the GPU machine, in one call (the device is lent by
 # the minute, so build, test, time and check go together). Each stage logs to build/out/NAME.log
 # and prints one summary line; at the end build/out/ and the recorded CSVs are packed into
-# $OUT/results.tgz (default OUT=build/out-pack) to bring back.
+# $OUT/results.tgz (default OUT=build/out-pack) to bring back. Last, every run's peak host and
+# device memory (build/out/memory.txt).
 # usage: bash data/run-device.sh [stage ...]
 #   test       make test (every chapter's GPU checks), sm_90 build
 #   sanitize   make sanitize (memcheck, racecheck, synccheck, initcheck on small shapes)
@@ -123,5 +124,8 @@ for s in $stages; do
     esac
 done
 cp build/record-ch*.log "$LOGS/" 2>/dev/null
+# every run's peak host and device memory (the harness's "memory:" line), one line a log
+awk 'FNR == 1 { what = "" } /^== / { what = $0 } /^memory:/ { f = FILENAME; sub(/.*\//, "", f); print f, what, $0 }' \
+    "$LOGS"/*.log 2>/dev/null | tee "$LOGS/memory.txt"
 tar czf "$OUT/results.tgz" "$LOGS" $(ls -d data/*/ 2>/dev/null | grep -v golden) $pack_golden 2>/dev/null
 exit $status
