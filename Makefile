@@ -166,7 +166,7 @@ $(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
 test: $(BINS) build/test_common
 	@sh common/run-tests.sh build/test_common \
 	    $(foreach c,$(CHAPTERS),'build/ch$(c) --test' 'sh common/test-cli.sh build/ch$(c) $(SMALL_$(c))') \
-	    'sh data/readme-table.sh --check'
+	    'sh data/readme-table.sh --check' 'sh data/figures.sh --check' 'sh data/test-figures.sh'
 
 # one line per size: each version's median per scope, from the table
 bench: $(BINS) build/gpu-tag
