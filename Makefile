@@ -2,8 +2,8 @@
 #
 #   make chapter-1   build chapter 1, verify and time every version at the KernelBench shape,
 #                    print the table, write data/<gpu>/ch01.csv (rows of that shape replaced)
-#   make test        unit tests, every chapter's CPU checks, README tables against their CSVs,
-#                    header dependencies; GPU checks when a GPU is visible
+#   make test        unit tests, every chapter's CPU checks, README tables and tagged figures
+#                    against their CSVs, header dependencies; GPU checks when a GPU is visible
 #   make bench       every chapter over batch 1..default, data/<gpu>/chNN-sweep.csv
 #   make plots       gnuplot: plots/<gpu>/ from data/<gpu>/, for every GPU with data
 #   make sanitize    compute-sanitizer memcheck, racecheck, synccheck, initcheck, small shape
@@ -178,7 +178,7 @@ $(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
 test: all
 	@sh common/run-tests.sh build/test_common \
 	    $(foreach c,$(CHAPTERS),'build/ch$(c) --test' 'sh common/test-cli.sh build/ch$(c) $(SMALL_$(c))') \
-	    'sh data/readme-table.sh --check' \
+	    'sh data/readme-table.sh --check' 'sh data/figures.sh --check' 'sh data/test-figures.sh' \
 	    'sh common/test-deps.sh $(MAKE) --no-print-directory ARCH=$(ARCH) CUDNN=$(CUDNN)'
 
 # one line per size: each version's median per scope, from the table

@@ -26,10 +26,13 @@
  * warps, and the driver sizes the SM's shared memory for those 5 tiles of 33 KB (ncu reports
  * both limits at 5).
  * Measured (H100, 2026-11-25, the README's table, v7 by then in blocks of 1024): 1.0811 ms
- * [1.0790 - 1.0844] against b2's 1.2023 in the same run, 10% less time; 97.4% of the 1.053 ms
- * floor at that run's 2992 GB/s ceiling, 1.7% under the target, and 8.6% under torch.compile's
- * 1.1826 (timed the same day); first recorded at 1.0818 with v7's blocks of 512 (cdcc3f1).
- * Less v7's 0.3674, the backward takes about 0.714 ms for its 2.079 GB: 2912 GB/s, 97% of the
+ * [1.0790 - 1.0844] [b4 epilogue_fwdbwd median_ms min_ms max_ms] against b2's 1.2023
+ * [b2 epilogue_fwdbwd] in the same run, 10% less time [b4 vs b2 epilogue_fwdbwd]; 97.4%
+ * [b4 epilogue_fwdbwd pct_floor] of the 1.053 ms [b4 epilogue_fwdbwd floor_ms] floor at that run's
+ * 2992 GB/s [b4 epilogue_fwdbwd ceiling_gbps] ceiling, 1.7% under the target, and 8.6% under
+ * [b4 vs compile epilogue_fwdbwd] torch.compile's 1.1826 [compile epilogue_fwdbwd] (timed the same
+ * day); first recorded at 1.0818 with v7's blocks of 512 (cdcc3f1). Less v7's 0.3674
+ * [v7 epilogue_fwd], the backward takes about 0.714 ms for its 2.079 GB: 2912 GB/s, 97% of the
  * ceiling: the prediction, slightly beaten. ncu on each kernel alone (ncu's clocks, this code):
  *                      time      DRAM busy  cycles between   warps active  registers
  *                                           a warp's instr.
@@ -50,7 +53,7 @@
  * recording call: 6 blocks an SM (__launch_bounds__(256, 6): 40 registers, 4 bytes spilled) 1.1059
  * and 1.1061 against 1.0812 and 1.0812 interleaved: more warps, slower.
  * b4's training step is b3's (own conv forward, dw, dbias; cuDNN's dx) with this backward: 4.756
- * ms in the README's table, against b3's 4.878.
+ * ms [b4 train_step] in the README's table, against b3's 4.878 [b3 train_step].
  */
 #include <cuda_pipeline.h>
 #include "model.h"

@@ -2,8 +2,8 @@
  * v5: full fusion, the transposed conv computed inside the kernel
  *
  * Defect of v2 and v4: at best they reach the 0.359 ms it takes to read the conv output, and
- * the conv takes longer still and writes that 1 GB first (v4's whole model: 6.60 ms). The only
- * way past both is not to write it.
+ * the conv takes longer still and writes that 1 GB first (v4's whole model: 6.60 ms
+ * [v4 model_fwd]). The only way past both is not to write it.
  * Change: the transposed conv by parity (parity.cuh): each thread owns one input position j and
  * the 2x2x2 output cube at 2j, and computes it from the 2x2x2 inputs at j .. j+1 with each of
  * the 27 taps exactly once per (ci, co): 27 * 3 * 16 = 1296 FMAs for 8 outputs, every thread of
@@ -22,7 +22,8 @@
  * v6's comment, has 1440 FFMA: the conv's 1296, each taking its weight from a uniform register
  * loaded from the constant bank, and 144 in the logsumexp and the tail, which the estimate's
  * other terms include; cuobjdump -sass, nvcc 13.0, sm_90.)
- * Measured: 0.391 ms for the whole model, 17.9x v1 and 14.5x torch.compile's 5.68 ms, but 2.8x the
+ * Measured: 0.391 ms [v5 model_fwd] for the whole model, 17.9x v1 [v1/v5 model_fwd] and 14.5x
+ * [compile/v5 model_fwd] torch.compile's 5.68 ms [compile model_fwd], but 2.8x the
  * prediction: the profile (v6's comment) shows the constant cache missing.
  */
 #include <math.h>

@@ -1,11 +1,12 @@
 /*
  * b3: the training step's conv gradients on our tensor cores, dx and dw in 3xTF32
  *
- * Defect of b2: its training step is the library's. Of b2's 34.45 ms at the KernelBench shape
- * (record run of 2026-11-23), cuDNN's three convs take about 33.6 (per-op table: forward 5.9,
- * dx 9.2, dw 18.4) and our epilogue 0.58; torch.compile calls the same cuDNN and is level with
- * it (34.71). Yet dx runs at 25 TFLOP/s and dw at 12.6, against the forward's 39, though each
- * is the same 232 GFLOP: cuDNN's deterministic engines for them, the ones PyTorch picks too.
+ * Defect of b2: its training step is the library's. Of b2's 34.45 ms [b2 train_step] at the
+ * KernelBench shape (record run of 2026-11-23), cuDNN's three convs take about 33.6 (per-op table:
+ * forward 5.9, dx 9.2, dw 18.4) and our epilogue 0.58 [b2 epilogue_fwdbwd]; torch.compile calls the
+ * same cuDNN and is level with it (34.74 [compile train_step]). Yet dx runs at 25 TFLOP/s and dw at
+ * 12.6, against the forward's 39, though each is the same 232 GFLOP: cuDNN's deterministic engines
+ * for them, the ones PyTorch picks too.
  *
  * dx. The forward is c[co][p] = sum over ci, k of w[co][ci][k] x[ci][p + k - 1], with p a
  * position (d, h, w), k a tap (kd, kh, kw), each component 0 .. 2, and x zero outside the
@@ -55,15 +56,16 @@
  * Errors: within 2x of cuDNN's fp32 gradients (relative L2 and largest, against the double
  * reference from the same dc), checked by --test on every awkward shape.
  * Measured (H100, KernelBench shape, the run of 2026-11-23 that recorded b3's rows): the
- * training step 18.447 ms [18.397 - 19.035], 1.88x torch.compile (34.71) and 1.90x eager
- * (35.00). Alone (L2 flushed): dx 5.883 ms (39.4 TFLOP/s, cuDNN's 9.225), dw 6.205 ms (37.4,
- * cuDNN's 18.453); dx came out as predicted within 11%, dw within 4%. Errors against the
- * double reference: dx rel_l2 3.6e-7 (cuDNN 3.9e-7), dw 6.9e-7 (cuDNN 7.3e-7). Against the
- * double backward of the same dc instead of the exact dc's (the check since commit c4b5cf0,
- * which no longer hands dc's rounding to both alike): dx 2.2e-7 (cuDNN 2.5e-7), dw 6.5e-7
- * (6.8e-7); on the small test shapes' short sums up to 3.8x cuDNN's relative L2 error and 7.2x
- * its largest (seeds 1 to 8), where 3xTF32's product error (up to 3 x 2^-22) shows, so --test's
- * rule is now 12x, not the 2x predicted here (problem.cu, B3_PEER_RATIO). Nsight Compute
+ * training step 18.447 ms [18.397 - 19.034] [b3 train_step median_ms min_ms max_ms], 1.88x
+ * torch.compile [compile/b3 train_step] (34.74 [compile train_step]) and 1.90x eager
+ * [eager/b3 train_step] (35.03 [eager train_step]). Alone (L2 flushed): dx 5.883 ms (39.4 TFLOP/s,
+ * cuDNN's 9.225), dw 6.205 ms (37.4, cuDNN's 18.453); dx came out as predicted within 11%, dw
+ * within 4%. Errors against the double reference: dx rel_l2 3.6e-7 (cuDNN 3.9e-7), dw 6.9e-7 (cuDNN
+ * 7.3e-7). Against the double backward of the same dc instead of the exact dc's (the check since
+ * commit c4b5cf0, which no longer hands dc's rounding to both alike): dx 2.2e-7 (cuDNN 2.5e-7), dw
+ * 6.5e-7 (6.8e-7); on the small test shapes' short sums up to 3.8x cuDNN's relative L2 error and
+ * 7.2x its largest (seeds 1 to 8), where 3xTF32's product error (up to 3 x 2^-22) shows, so
+ * --test's rule is now 12x, not the 2x predicted here (problem.cu, B3_PEER_RATIO). Nsight Compute
  * (1x32x16x128x128): dx's kernel has v8's profile (tensor pipe 38% busy, 51% of issue slots,
  * 7.3 cycles between a warp's instructions; v8: 41%, 53%, 7.2); dw's is slower per mma (31%,
  * 45%, 9.4 cycles), and reads 142 MB from DRAM where dc and x are 101 MB: the four blocks of a

@@ -18,8 +18,8 @@
  * against 734 in v13's loop for the same products (20736 multiply-adds: 648 FFMA x 979 / 864), and
  * v13 computes 13% more products than the conv needs (its comment): the conv's instructions about
  * halve. If the conv stays bound by issue, its phase halves too, and the model, the conv about
- * three quarters of a block's life (v13's timeline, of an earlier form), goes from 0.194 toward
- * 0.12 ms.
+ * three quarters of a block's life (v13's timeline, of an earlier form), goes from 0.194
+ * [v13 model_fwd] toward 0.12 ms.
  * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1850, 0.1829,
  * 0.1832 ms against v13's 0.1937, 0.1920, 0.1919: 4.5%, far short. ncu, the kernel alone at its
  * locked clocks, v13 against v14: 229.9 against 223.4 us; 114.7 against 66.2 million instructions,
@@ -37,8 +37,10 @@
  * the H100 gives y's rel_l2 2.7e-7 to 2.9e-7 where v13's is 1.6e-7 to 1.8e-7 (1x3x16x32x32 and
  * 2x3x4x35x37) and the statistics' 1.7e-7 to 5.0e-7 against 3e-8 to 6e-8, inside the chapter's fp32
  * tolerances; summed apart, the worst y rel_l2 was 3.0e-7 against 5.4e-7.
- * Recorded (the README's table): 0.1855 ms [0.1846 - 0.1934], 22.5 TFLOP/s, 2.65x torch.compile's
- * 0.491 ms; issue 15's 0.10 ms is missed by 1.85x.
+ * Recorded (the README's table): 0.1855 ms [0.1846 - 0.1934]
+ * [v14 model_fwd median_ms min_ms max_ms], 22.5 TFLOP/s [v14 model_fwd], 2.65x
+ * [compile/v14 model_fwd] torch.compile's 0.491 ms [compile model_fwd]; issue 15's 0.10 ms is
+ * missed by 1.85x.
  */
 #include "cluster.cuh"
 #include "conv.cuh"

@@ -24,19 +24,22 @@
  *      __shfl_down_sync does it in registers.
  * Prediction: the statistics are one read of 103.2 MB (0.035 ms at the ceiling); v2 far above
  * it, each step closer, v4 about halving v3 (half the blocks do the same bytes).
- * Measured, the statistics alone (the stats rows, 103 MB in): v2 0.206 ms, v3 0.197 (5% faster:
- * on the H100 the divergent modulo costs little next to 50 blocks a slice and their partials),
- * v4 0.106 (1.86x: half the blocks, half the partials), v5 0.0687 (1.54x: five fewer barriers a
- * block). Each epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms of them.
+ * Measured, the statistics alone (the stats rows, 103 MB in): v2 0.206 ms [v2 stats], v3 0.197
+ * [v3 stats] (5% faster [v3 vs v2 stats]: on the H100 the divergent modulo costs little next to 50
+ * blocks a slice and their partials), v4 0.106 [v4 stats] (1.86x [v3/v4 stats]: half the blocks,
+ * half the partials), v5 0.0687 [v5 stats] (1.54x [v4/v5 stats]: five fewer barriers a block). Each
+ * epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms [v2 epilogue_fwd-stats] of
+ * them.
  *
  * v6 (Harris's kernel 7): v5 still runs the shared-memory tree once per 512 values and writes
  * 25 partials a slice for a second kernel. Each thread first reduces many elements in registers
  * (here S / 256, about 12 float4 loads at S = 12600), so the tree runs once per 12600 values
  * and one block per (n, c) needs no partials and no second kernel.
  * Prediction: near the read's 0.035 ms: nothing left but the load and one tree per slice.
- * Measured: 0.0477 ms, 2165 GB/s, 72% of the copy ceiling: 26x v1's statistics. ncu (commit
- * 508c56c): 79.6% of DRAM peak, the warps waiting on their loads (91 cycles of long-scoreboard
- * stall per issued instruction): one 16-byte load in flight per thread, 12 a thread in all.
+ * Measured: 0.0477 ms [v6 stats], 2165 GB/s [v6 stats], 72% of the copy ceiling
+ * [v6 stats pct_ceiling]: 26x v1's statistics [v1/v6 stats]. ncu (commit 508c56c): 79.6% of DRAM
+ * peak, the warps waiting on their loads (91 cycles of long-scoreboard stall per issued
+ * instruction): one 16-byte load in flight per thread, 12 a thread in all.
  *
  * Every one of them computes sum and sum of squares, which cancel when a slice's mean is large
  * against its spread: v7 fixes that.

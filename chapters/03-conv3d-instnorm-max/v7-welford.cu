@@ -7,10 +7,10 @@
  * threads' (count, mean, M2) with Chan's formula (common/welford.cuh): by warp shuffles, then one warp
  * over the warps' results.
  * Prediction: as fast as v6 (memory-bound, 0.035 ms of bytes), exact where v6 cancels.
- * Measured: v7's statistics 0.0512 ms, 7% slower than v6's (a division per element). What it
- * buys, the Welford demonstration the program prints after its table (problem.cu: a = c m +
- * offset on the KernelBench conv output, worst relative error of rstd over 2048 slices; from
- * the run's output, not the CSV):
+ * Measured: v7's statistics 0.0512 ms [v7 stats], 7% slower [v7 vs v6 stats] than v6's (a division
+ * per element). What it buys, the Welford demonstration the program prints after its table
+ * (problem.cu: a = c m + offset on the KernelBench conv output, worst relative error of rstd over
+ * 2048 slices; from the run's output, not the CSV):
  *   offset 0:     sum/sum of squares (v6) 1.7e-6, Welford (v7) 1.6e-7, CUB (v8) 1.7e-7
  *   offset 1000:  sum/sum of squares 1.0e+2 (the variance is gone), Welford 1.7e-4, CUB 2.0e-4
  * With the offset, a^2 ~ 1e6 m^2 and its float sum carries errors larger than the variance

@@ -7,8 +7,9 @@
  * formula as the operator (CUB picks its algorithm: warp-shuffle reductions, then shared
  * memory across warps; CUB documentation, "cub::BlockReduce").
  * Prediction: the same bytes and per-thread work as v2, so v2's time within a few %.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.1976 ms, 2% slower than v2's
- * 0.1936 (outside both runs' ranges); 88% of the ceiling. The library costs nothing that matters
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.1976 ms [v3 stats], 2% slower
+ * [v3 vs v2 stats] than v2's 0.1936 [v2 stats] (outside both runs' ranges); 88% of the ceiling
+ * [v3 stats pct_ceiling]. The library costs nothing that matters
  * here.
  */
 #include <cub/block/block_reduce.cuh>

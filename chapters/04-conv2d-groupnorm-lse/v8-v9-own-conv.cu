@@ -27,18 +27,19 @@
  * Prediction: two convs are 37.5 GFLOP, 0.56 ms at 66.9 TFLOP/s; the epilogue adds about 15
  * instructions a value to pass 2's 72 FMAs (20%): about 0.62 ms if the FMA pipes stayed busy,
  * under the 1.0 ms target and about half of v6's whole model.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.1446 ms [1.1420 - 1.1468],
- * 32.7 TFLOP/s over the two convs (49% of the peak): 1.28x faster than v6's whole model and
- * 1.84x faster than torch.compile's (2.109 ms, same run), but 0.145 ms over the 1.0 ms target
- * and twice the prediction. c never reaches DRAM: at 32x8x128x128 (data/run-device.sh dram)
- * pass 1 reads 16.7 MB (x is 16.8 MB) and pass 2 almost nothing (x is still in L2). Nsight
- * Compute at the KernelBench shape: the FMA pipe 60% busy in pass 1, 58% in pass 2, the issue
- * slots 75% and 73%, with 16 warps an SM (127 registers a thread: two blocks). How the tile
- * got there: a first form with 16 channels a thread (64 accumulators) needed 241 registers,
- * one block of 8 warps an SM: 1.198 ms, the FMA pipe 57% busy; 8 channels a thread and two
- * blocks an SM: 1.145. What is left: a tile's input is loaded after the previous tile's
- * barrier, so a block's warps wait for L2 once a tile (a copy of the next tile started before
- * the conv, cp.async, would hide it), and the FMAs are 80% of the instructions issued.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.1446 ms [1.1420 - 1.1468]
+ * [v8 model_fwd median_ms min_ms max_ms], 32.7 TFLOP/s over the two convs (49% of the peak): 1.28x
+ * faster [v6/v8 model_fwd] than v6's whole model and 1.84x faster [compile/v8 model_fwd] than
+ * torch.compile's (2.109 ms [compile model_fwd], same run), but 0.145 ms over the 1.0 ms target and
+ * twice the prediction. c never reaches DRAM: at 32x8x128x128 (data/run-device.sh dram) pass 1
+ * reads 16.7 MB (x is 16.8 MB) and pass 2 almost nothing (x is still in L2). Nsight Compute at the
+ * KernelBench shape: the FMA pipe 60% busy in pass 1, 58% in pass 2, the issue slots 75% and 73%,
+ * with 16 warps an SM (127 registers a thread: two blocks). How the tile got there: a first form
+ * with 16 channels a thread (64 accumulators) needed 241 registers, one block of 8 warps an SM:
+ * 1.198 ms, the FMA pipe 57% busy; 8 channels a thread and two blocks an SM: 1.145 [v8 model_fwd].
+ * What is left: a tile's input is loaded after the previous tile's barrier, so a block's warps wait
+ * for L2 once a tile (a copy of the next tile started before the conv, cp.async, would hide it),
+ * and the FMAs are 80% of the instructions issued.
  */
 #include "apply.cuh"
 #include "conv-tile.cuh"
@@ -244,17 +245,18 @@ void v8_launch(const run_ctx *r, int scope)
  * if pass 1 keeps v8's speed. The lesson of the pair: 18.7 GFLOP take 0.280 ms at the FMA peak,
  * 1040 MB take 0.348 ms at the copy ceiling; at the speed our conv reaches (v8), recomputing
  * costs more than storing. A conv at the FMA peak would reverse it.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.8204 ms [0.8174 - 0.8256],
- * 1.40x faster than v8, 1.92x faster than v4's whole model (1.576) and 2.57x faster than
- * torch.compile's (2.109, same run): the 1.0 ms target is met. The store is not free: Nsight
- * Compute, under its own clocks, times pass 1 at 755 us with the store and 667 us without (the
- * FMA pipe 54% busy instead of 60%), and v4's apply at 207 us (2.56 TB/s). At 32x8x128x128
- * (data/run-device.sh dram) pass 1 writes 107 to 125 MB and the apply reads 130 MB and writes
- * the rest of c's dirty lines from L2 (25 MB): c crosses DRAM twice, once each way, as
- * designed. So this version gives up the aim that only y leaves the chip, and is faster
- * for it; the L2-resident ring the issue names (c of a few samples written into L2 and
- * read back before it is evicted, v6's teams with the conv as producer) would keep v9's single
- * conv without its 1040 MB, and is the next step.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.8204 ms [0.8174 - 0.8256]
+ * [v9 model_fwd median_ms min_ms max_ms], 1.40x faster than v8 [v8/v9 model_fwd], 1.92x faster
+ * [v4/v9 model_fwd] than v4's whole model (1.576 [v4 model_fwd]) and 2.57x faster
+ * [compile/v9 model_fwd] than torch.compile's (2.109 [compile model_fwd], same run): the 1.0 ms
+ * target is met. The store is not free: Nsight Compute, under its own clocks, times pass 1 at 755
+ * us with the store and 667 us without (the FMA pipe 54% busy instead of 60%), and v4's apply at
+ * 207 us (2.56 TB/s). At 32x8x128x128 (data/run-device.sh dram) pass 1 writes 107 to 125 MB and the
+ * apply reads 130 MB and writes the rest of c's dirty lines from L2 (25 MB): c crosses DRAM twice,
+ * once each way, as designed. So this version gives up the aim that only y leaves the chip, and is
+ * faster for it; the L2-resident ring the issue names (c of a few samples written into L2 and read
+ * back before it is evicted, v6's teams with the conv as producer) would keep v9's single conv
+ * without its 1040 MB, and is the next step.
  */
 #define CT_STAGE (CT_THREADS / 32 * CT_SLICE_CH * CT_SEG * 4) /* 32 KB: a warp's tile of c */
 
