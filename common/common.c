@@ -132,20 +132,21 @@ void stats_from_samples(float *ms, int n, timing *t)
 
 /* ------------------------------------------------------------ verification */
 
-/* verify_f32's pass over n elements from `first`, without the verdict: max_abs (the first
- * index of the largest error, a non-finite mismatch counting as infinite), nonfinite, and the
- * squared sums of errors and of the reference that rel_l2 is made of */
-static verify_result verify_span(const float *out, const double *ref, size_t first, size_t n,
-                                 double *err2_out, double *ref2_out)
+/* verify_f32's pass over n elements, without the verdict: max_abs (the first index of the
+ * largest error, a non-finite mismatch counting as infinite; indices counted from `base`),
+ * nonfinite, and the squared sums of errors and of the reference that rel_l2 is made of, added
+ * to sums[0] and sums[1] in index order (so a span cut in two is summed as if it were not) */
+static verify_result verify_span(const float *out, const double *ref, size_t n, size_t base,
+                                 double sums[2])
 {
     verify_result v = {0};
-    double err2 = 0.0, ref2 = 0.0;
-    for (size_t i = first; i < first + n; i++) {
+    double err2 = sums[0], ref2 = sums[1];
+    for (size_t i = 0; i < n; i++) {
         double o = out[i], r = ref[i];
         if (isfinite(o) != isfinite(r)) {
             if (v.nonfinite++ == 0 && v.max_abs != INFINITY) {
                 v.max_abs = INFINITY;
-                v.max_idx = i;
+                v.max_idx = base + i;
             }
             continue;
         }
@@ -154,7 +155,7 @@ static verify_result verify_span(const float *out, const double *ref, size_t fir
             d = (o == r) ? 0.0 : INFINITY;
         if (!(d <= v.max_abs)) { /* also true when d is NaN */
             v.max_abs = d;
-            v.max_idx = i;
+            v.max_idx = base + i;
         }
         /* a reference below float's smallest normal number cannot be carried by a float result
          * (it flushes or loses its digits): such elements are judged by max_abs alone */
@@ -163,40 +164,63 @@ static verify_result verify_span(const float *out, const double *ref, size_t fir
             ref2 += r * r;
         }
     }
-    *err2_out = err2, *ref2_out = ref2;
+    sums[0] = err2, sums[1] = ref2;
     return v;
 }
 
-/* Spans of VERIFY_SPAN elements run in parallel (OpenMP; a chapter's outputs reach 268 M
- * elements) and are merged in index order, so the first index of the largest error is the one
- * reported, as a serial pass would. */
+/* Spans of VERIFY_SPAN elements, at multiples of it from the whole array's start, run in
+ * parallel (OpenMP; a chapter's outputs reach 268 M elements) and are merged in index order, so
+ * the first index of the largest error is the one reported, as a serial pass would. */
 #define VERIFY_SPAN ((size_t)1 << 20)
 
-verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
-                         double tol_abs)
+void verify_stream_add(verify_stream *s, const float *out, const double *ref, size_t n)
 {
-    size_t spans = (n + VERIFY_SPAN - 1) / VERIFY_SPAN;
-    verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * (spans ? spans : 1));
-    double *sums = (double *)host_alloc(sizeof(double) * 2 * (spans ? spans : 1));
+    if (n == 0)
+        return;
+    size_t first = s->n / VERIFY_SPAN, pieces = (s->n + n - 1) / VERIFY_SPAN - first + 1;
+    verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * pieces);
+    double *sums = (double *)host_alloc(sizeof(double) * 2 * pieces);
 #pragma omp parallel for schedule(static)
-    for (long long k = 0; k < (long long)spans; k++) {
-        size_t first = (size_t)k * VERIFY_SPAN, len = n - first < VERIFY_SPAN ? n - first : VERIFY_SPAN;
-        part[k] = verify_span(out, ref, first, len, &sums[2 * k], &sums[2 * k + 1]);
+    for (long long k = 0; k < (long long)pieces; k++) {
+        size_t lo = (first + (size_t)k) * VERIFY_SPAN, hi = lo + VERIFY_SPAN;
+        lo = lo > s->n ? lo : s->n, hi = hi < s->n + n ? hi : s->n + n;
+        /* the first piece carries on the span an earlier chunk left open (0 if none) */
+        sums[2 * k] = k ? 0.0 : s->open_err2, sums[2 * k + 1] = k ? 0.0 : s->open_ref2;
+        part[k] = verify_span(out + (lo - s->n), ref + (lo - s->n), hi - lo, lo, &sums[2 * k]);
     }
-    verify_result v = {0};
-    double err2 = 0.0, ref2 = 0.0;
-    for (size_t k = 0; k < spans; k++) {
-        if (!(part[k].max_abs <= v.max_abs)) /* strictly larger (or NaN): the earlier span wins ties */
-            v.max_abs = part[k].max_abs, v.max_idx = part[k].max_idx;
-        v.nonfinite += part[k].nonfinite;
-        err2 += sums[2 * k], ref2 += sums[2 * k + 1];
+    for (size_t k = 0; k < pieces; k++) {
+        if (!(part[k].max_abs <= s->seen.max_abs)) /* strictly larger: the earlier wins ties */
+            s->seen.max_abs = part[k].max_abs, s->seen.max_idx = part[k].max_idx;
+        s->seen.nonfinite += part[k].nonfinite;
+        size_t end = (first + k + 1) * VERIFY_SPAN;
+        if (end <= s->n + n) { /* the span is whole: its sums join the total, in order */
+            s->err2 += sums[2 * k], s->ref2 += sums[2 * k + 1];
+            s->open_err2 = s->open_ref2 = 0.0;
+        } else { /* the last piece: a later chunk, or verify_stream_result, closes it */
+            s->open_err2 = sums[2 * k], s->open_ref2 = sums[2 * k + 1];
+        }
     }
+    s->n += n;
     free(part), free(sums);
+}
+
+verify_result verify_stream_result(const verify_stream *s, double tol_rel_l2, double tol_abs)
+{
+    verify_result v = s->seen;
+    double err2 = s->err2 + s->open_err2, ref2 = s->ref2 + s->open_ref2;
     v.rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : 0.0;
     if (v.nonfinite)
         v.rel_l2 = INFINITY;
     v.pass = v.nonfinite == 0 && v.rel_l2 <= tol_rel_l2 && v.max_abs <= tol_abs;
     return v;
+}
+
+verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
+                         double tol_abs)
+{
+    verify_stream s = {0};
+    verify_stream_add(&s, out, ref, n);
+    return verify_stream_result(&s, tol_rel_l2, tol_abs);
 }
 
 verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,

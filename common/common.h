@@ -3,7 +3,8 @@
  *
  *   checks      check(), skip(): PASS/FAIL/SKIP lines that `make test` counts
  *   statistics  stats_from_samples(): min / median / max of timed repetitions
- *   verify      verify_f32(): relative L2 and max abs error against a double reference, NaN-safe
+ *   verify      verify_f32(): relative L2 and max abs error against a double reference, NaN-safe;
+ *               verify_stream_*(): the same, fed in chunks
  *   random      rng_*(), fill_*(), init_conv_params(): seeded and PyTorch-style initialisation
  *   npy         npy_write_f32(), npy_read_f32(): float32 C-order .npy files for numpy and PyTorch
  *   CLI         cli_parse(), parse_shape(), cli_usage(): the one command line every chapter shares
@@ -85,6 +86,22 @@ typedef struct {
  */
 verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
                          double tol_abs);
+/*
+ * verify_f32 fed in consecutive chunks, for an output whose double reference is too large to
+ * hold whole (computed a chunk at a time): start from a zeroed verify_stream, pass the chunks in
+ * order to verify_stream_add (out[0] and ref[0] being element s->n of the whole array), then
+ * call verify_stream_result. The result is verify_f32's over the whole array, bit for bit,
+ * wherever the chunks are cut (a span that a cut splits is summed on in the same order), with
+ * max_idx counted from the whole array's start. verify_f32 itself is one chunk of it.
+ */
+typedef struct {
+    size_t n;                    /* elements fed so far */
+    verify_result seen;          /* max_abs, max_idx, nonfinite over them */
+    double err2, ref2;           /* rel_l2's sums of squared errors and references, whole spans */
+    double open_err2, open_ref2; /* the same over the span the last chunk left open */
+} verify_stream;
+void verify_stream_add(verify_stream *s, const float *out, const double *ref, size_t n);
+verify_result verify_stream_result(const verify_stream *s, double tol_rel_l2, double tol_abs);
 /*
  * For results that are sums of many terms (a bias gradient over millions of positions): element
  * i passes when |out_i - ref_i| <= tol * abs_sum_i, abs_sum_i being the sum of the magnitudes of

@@ -163,6 +163,71 @@ static void test_verify(void)
     check(!v.pass && v.max_idx == 0, "verify_sum: an error of 1 there still fails (bound 0.1)");
 }
 
+/* the stream's verdict on out against ref, fed in chunks of the given sizes (the last chunk takes
+ * what is left), must be verify_f32's on the whole array, bit for bit */
+static verify_result stream_in_chunks(const float *out, const double *ref, size_t n,
+                                      const size_t *cuts, int n_cuts, double tol_rel, double tol)
+{
+    verify_stream s = {0};
+    size_t at = 0;
+    for (int k = 0; k < n_cuts && at < n; k++) {
+        size_t len = cuts[k] < n - at ? cuts[k] : n - at;
+        verify_stream_add(&s, out + at, ref + at, len);
+        at += len;
+    }
+    verify_stream_add(&s, out + at, ref + at, n - at);
+    return verify_stream_result(&s, tol_rel, tol);
+}
+
+static int same_result(verify_result a, verify_result b)
+{
+    return memcmp(&a.rel_l2, &b.rel_l2, sizeof(double)) == 0 &&
+           memcmp(&a.max_abs, &b.max_abs, sizeof(double)) == 0 && a.max_idx == b.max_idx &&
+           a.nonfinite == b.nonfinite && a.pass == b.pass;
+}
+
+/* verify_stream: cut anywhere (inside spans of 2^20, across them, empty chunks), the same
+ * verdict as verify_f32's on the whole, bit for bit; a planted error or NaN in a later chunk
+ * is caught at its whole-array index */
+static void test_verify_stream(void)
+{
+    enum { N = 3 * (1 << 20) + 777 };
+    static float out[N];
+    static double ref[N];
+    rng_state r;
+    rng_seed(&r, 17);
+    for (size_t i = 0; i < N; i++) {
+        ref[i] = rng_normal(&r) * (i % 1000 == 0 ? 1e-40 : 1.0); /* some below FLT_MIN */
+        out[i] = (float)ref[i];                                 /* float rounding: err2 > 0 */
+    }
+    const size_t odd[] = {1, (1 << 20) + 4, 0, 1000003, 12345, (1 << 20) - 7};
+    const size_t spans[] = {1 << 20, 1 << 20, 1 << 20};
+    const size_t one[] = {N};
+    verify_result whole = verify_f32(out, ref, N, 1e-7, 1e-6);
+    verify_result a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-6);
+    verify_result b = stream_in_chunks(out, ref, N, spans, 3, 1e-7, 1e-6);
+    verify_result c = stream_in_chunks(out, ref, N, one, 1, 1e-7, 1e-6);
+    check(whole.pass && whole.rel_l2 > 0 && same_result(a, whole) && same_result(b, whole) &&
+              same_result(c, whole),
+          "verify_stream: 3.1 M elements in 7 uneven chunks, in whole spans and in one give "
+          "verify_f32's result bit for bit (rel_l2 %.17g)", a.rel_l2);
+
+    size_t bad = 2 * (1 << 20) + 99; /* in the odd cut's fifth chunk */
+    out[bad] += 1e-3f;
+    whole = verify_f32(out, ref, N, 1e-7, 1e-4);
+    a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-4);
+    check(!a.pass && a.max_idx == bad && same_result(a, whole),
+          "verify_stream: an error of 1e-3 planted in a later chunk fails, found at %zu",
+          a.max_idx);
+    out[N - 5] = NAN;
+    a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-4);
+    check(!a.pass && a.nonfinite == 1 && a.max_idx == N - 5 && isinf(a.rel_l2),
+          "verify_stream: a NaN in the last chunk fails, found at N - 5, beside the planted error");
+    out[bad] = (float)ref[bad], out[N - 5] = (float)ref[N - 5];
+    a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-6);
+    check(a.pass, "verify_stream: passes again once both are removed");
+}
+
 static void test_stats(void)
 {
     float odd[5] = {5, 1, 4, 2, 3}, even[4] = {4, 1, 3, 2};
@@ -694,6 +759,7 @@ int main(void)
 {
     test_verify();
     test_verify_rows();
+    test_verify_stream();
     test_hash();
     test_stats();
     test_npy();

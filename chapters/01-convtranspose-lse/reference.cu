@@ -93,7 +93,9 @@ double epilogue_backward_ref(const shape *s, const float *cf, const double *cd, 
                              const float *g, double *dc, double *db_abs)
 {
     double db = 0.0, dba = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : db, dba)
+    /* positions in parallel, not samples alone: problem.cu's check of dc calls this on a few
+     * samples at a time */
+#pragma omp parallel for collapse(2) schedule(static) reduction(+ : db, dba)
     for (int n = 0; n < s->n; n++)
         for (int p = 0; p < s->s; p++) {
             double v[C_OUT];
