@@ -132,21 +132,22 @@ void stats_from_samples(float *ms, int n, timing *t)
 
 /* ------------------------------------------------------------ verification */
 
-/* verify_f32's pass over n elements, without the verdict: max_abs (the first index of the
- * largest error, a non-finite mismatch counting as infinite; indices counted from `base`),
- * nonfinite, and the squared sums of errors and of the reference that rel_l2 is made of, added
- * to sums[0] and sums[1] in index order (so a span cut in two is summed as if it were not) */
-static verify_result verify_span(const float *out, const double *ref, size_t n, size_t base,
-                                 double sums[2])
+/* verify_f32's pass over out[0, n) and ref[0, n), elements index0 .. index0 + n - 1 of the
+ * whole output, continuing a span's state: v (max_abs, the first index of the largest error, a
+ * non-finite mismatch counting as infinite; nonfinite) and the squared sums of errors and of
+ * the reference that rel_l2 is made of. A span fed in several calls gives what one call gives. */
+static void verify_span(const float *out, const double *ref, size_t n, size_t index0,
+                        verify_result *state, double *err2_io, double *ref2_io)
 {
-    verify_result v = {0};
-    double err2 = sums[0], ref2 = sums[1];
-    for (size_t i = 0; i < n; i++) {
-        double o = out[i], r = ref[i];
+    verify_result v = *state;
+    double err2 = *err2_io, ref2 = *ref2_io;
+    for (size_t j = 0; j < n; j++) {
+        size_t i = index0 + j;
+        double o = out[j], r = ref[j];
         if (isfinite(o) != isfinite(r)) {
             if (v.nonfinite++ == 0 && v.max_abs != INFINITY) {
                 v.max_abs = INFINITY;
-                v.max_idx = base + i;
+                v.max_idx = i;
             }
             continue;
         }
@@ -155,7 +156,7 @@ static verify_result verify_span(const float *out, const double *ref, size_t n, 
             d = (o == r) ? 0.0 : INFINITY;
         if (!(d <= v.max_abs)) { /* also true when d is NaN */
             v.max_abs = d;
-            v.max_idx = base + i;
+            v.max_idx = i;
         }
         /* a reference below float's smallest normal number cannot be carried by a float result
          * (it flushes or loses its digits): such elements are judged by max_abs alone */
@@ -164,50 +165,23 @@ static verify_result verify_span(const float *out, const double *ref, size_t n, 
             ref2 += r * r;
         }
     }
-    sums[0] = err2, sums[1] = ref2;
-    return v;
+    *state = v, *err2_io = err2, *ref2_io = ref2;
 }
 
-/* Spans of VERIFY_SPAN elements, at multiples of it from the whole array's start, run in
- * parallel (OpenMP; a chapter's outputs reach 268 M elements) and are merged in index order, so
- * the first index of the largest error is the one reported, as a serial pass would. */
-#define VERIFY_SPAN ((size_t)1 << 20)
-
-void verify_stream_add(verify_stream *s, const float *out, const double *ref, size_t n)
+/* a finished span's result merged into the running one, spans taken in index order */
+static void verify_merge(verify_result *v, double *err2, double *ref2, const verify_result *part,
+                         double part_err2, double part_ref2)
 {
-    if (n == 0)
-        return;
-    size_t first = s->n / VERIFY_SPAN, pieces = (s->n + n - 1) / VERIFY_SPAN - first + 1;
-    verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * pieces);
-    double *sums = (double *)host_alloc(sizeof(double) * 2 * pieces);
-#pragma omp parallel for schedule(static)
-    for (long long k = 0; k < (long long)pieces; k++) {
-        size_t lo = (first + (size_t)k) * VERIFY_SPAN, hi = lo + VERIFY_SPAN;
-        lo = lo > s->n ? lo : s->n, hi = hi < s->n + n ? hi : s->n + n;
-        /* the first piece carries on the span an earlier chunk left open (0 if none) */
-        sums[2 * k] = k ? 0.0 : s->open_err2, sums[2 * k + 1] = k ? 0.0 : s->open_ref2;
-        part[k] = verify_span(out + (lo - s->n), ref + (lo - s->n), hi - lo, lo, &sums[2 * k]);
-    }
-    for (size_t k = 0; k < pieces; k++) {
-        if (!(part[k].max_abs <= s->seen.max_abs)) /* strictly larger: the earlier wins ties */
-            s->seen.max_abs = part[k].max_abs, s->seen.max_idx = part[k].max_idx;
-        s->seen.nonfinite += part[k].nonfinite;
-        size_t end = (first + k + 1) * VERIFY_SPAN;
-        if (end <= s->n + n) { /* the span is whole: its sums join the total, in order */
-            s->err2 += sums[2 * k], s->ref2 += sums[2 * k + 1];
-            s->open_err2 = s->open_ref2 = 0.0;
-        } else { /* the last piece: a later chunk, or verify_stream_result, closes it */
-            s->open_err2 = sums[2 * k], s->open_ref2 = sums[2 * k + 1];
-        }
-    }
-    s->n += n;
-    free(part), free(sums);
+    if (!(part->max_abs <= v->max_abs)) /* strictly larger (or NaN): the earlier span wins ties */
+        v->max_abs = part->max_abs, v->max_idx = part->max_idx;
+    v->nonfinite += part->nonfinite;
+    *err2 += part_err2, *ref2 += part_ref2;
 }
 
-verify_result verify_stream_result(const verify_stream *s, double tol_rel_l2, double tol_abs)
+/* rel_l2 and the verdict from the merged spans */
+static verify_result verify_finish(verify_result v, double err2, double ref2, double tol_rel_l2,
+                                   double tol_abs)
 {
-    verify_result v = s->seen;
-    double err2 = s->err2 + s->open_err2, ref2 = s->ref2 + s->open_ref2;
     v.rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : 0.0;
     if (v.nonfinite)
         v.rel_l2 = INFINITY;
@@ -215,34 +189,69 @@ verify_result verify_stream_result(const verify_stream *s, double tol_rel_l2, do
     return v;
 }
 
+/* Spans of VERIFY_SPAN elements run in parallel (OpenMP; a chapter's outputs reach 268 M
+ * elements) and are merged in index order, so the first index of the largest error is the one
+ * reported, as a serial pass would. */
+#define VERIFY_SPAN ((size_t)1 << 20)
+
+/* `spans` whole spans from out, ref (element index0 on), each verified alone, in parallel, and
+ * merged in order into v, err2, ref2 */
+static void verify_spans(const float *out, const double *ref, size_t spans, size_t index0,
+                         verify_result *v, double *err2, double *ref2)
+{
+    verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * (spans ? spans : 1));
+    double *sums = (double *)host_alloc(sizeof(double) * 2 * (spans ? spans : 1));
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < (long long)spans; k++) {
+        size_t first = (size_t)k * VERIFY_SPAN;
+        part[k] = (verify_result){0};
+        sums[2 * k] = sums[2 * k + 1] = 0.0;
+        verify_span(out + first, ref + first, VERIFY_SPAN, index0 + first, &part[k], &sums[2 * k],
+                    &sums[2 * k + 1]);
+    }
+    for (size_t k = 0; k < spans; k++)
+        verify_merge(v, err2, ref2, &part[k], sums[2 * k], sums[2 * k + 1]);
+    free(part), free(sums);
+}
+
+/* a whole array as one piece of a verify_stream */
+static verify_result verify_whole(verify_kind kind, const float *out, const double *ref,
+                                  const double *abs_sum, size_t n, double tol_rel_l2, double tol)
+{
+    verify_stream s;
+    verify_stream_begin(&s, kind, n, 0, tol_rel_l2, tol);
+    verify_stream_add(&s, out, ref, abs_sum, n);
+    return verify_stream_end(&s);
+}
+
 verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
                          double tol_abs)
 {
-    verify_stream s = {0};
-    verify_stream_add(&s, out, ref, n);
-    return verify_stream_result(&s, tol_rel_l2, tol_abs);
+    return verify_whole(VERIFY_ABS, out, ref, NULL, n, tol_rel_l2, tol_abs);
 }
 
-verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,
-                             double tol)
+/* the first i < n whose |out - ref| exceeds tol abs_sum (+ FLT_MIN), as index0 + i; SIZE_MAX
+ * if none */
+static size_t sum_first_bad(const float *out, const double *ref, const double *abs_sum, size_t n,
+                            size_t index0, double tol)
 {
-    verify_result v = verify_f32(out, ref, n, INFINITY, INFINITY);
-    v.pass = v.nonfinite == 0;
-    if (!v.pass)
-        return v;
-    size_t spans = (n + VERIFY_SPAN - 1) / VERIFY_SPAN, first_bad = (size_t)-1;
+    size_t spans = (n + VERIFY_SPAN - 1) / VERIFY_SPAN, first_bad = SIZE_MAX;
 #pragma omp parallel for schedule(static) reduction(min : first_bad)
     for (long long k = 0; k < (long long)spans; k++) {
         size_t end = (size_t)(k + 1) * VERIFY_SPAN < n ? (size_t)(k + 1) * VERIFY_SPAN : n;
         for (size_t i = (size_t)k * VERIFY_SPAN; i < end; i++)
             if (!(fabs(out[i] - ref[i]) <= tol * abs_sum[i] + FLT_MIN)) {
-                first_bad = i < first_bad ? i : first_bad;
+                first_bad = index0 + i < first_bad ? index0 + i : first_bad;
                 break;
             }
     }
-    if (first_bad != (size_t)-1)
-        v.pass = 0, v.max_idx = first_bad;
-    return v;
+    return first_bad;
+}
+
+verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,
+                             double tol)
+{
+    return verify_whole(VERIFY_SUM, out, ref, abs_sum, n, 0.0, tol);
 }
 
 void sum_bounds_add_max(double *abs_sum, size_t n)
@@ -257,14 +266,13 @@ void sum_bounds_add_max(double *abs_sum, size_t n)
 verify_result verify_f32_scaled(const float *out, const double *ref, size_t n, double tol_rel_l2,
                                 double tol_abs)
 {
-    double big = 1.0;
-    for (size_t i = 0; i < n; i++)
-        big = fmax(big, fabs(ref[i]));
-    return verify_f32(out, ref, n, tol_rel_l2, tol_abs * big);
+    return verify_whole(VERIFY_SCALED, out, ref, NULL, n, tol_rel_l2, tol_abs);
 }
 
-verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, size_t len,
-                             double tol_rel_l2, double tol)
+/* rows rows of len values (row0 the first's index in the output), each verified alone against
+ * its own scale, in parallel, and merged in order into all */
+static void rows_merge(verify_result *all, const float *out, const double *ref, size_t rows,
+                       size_t len, size_t row0, double tol_rel_l2, double tol)
 {
     verify_result *part = (verify_result *)host_alloc(sizeof(verify_result) * (rows ? rows : 1));
     double *big = (double *)host_alloc(sizeof(double) * (rows ? rows : 1));
@@ -277,21 +285,100 @@ verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, 
         part[r] = verify_f32(out + (size_t)r * len, rr, len, tol_rel_l2, tol * b);
         big[r] = b;
     }
-    verify_result all = {0};
-    all.pass = 1;
     for (size_t r = 0; r < rows; r++) {
         verify_result v = part[r];
         /* the row's max error relative to its own scale; an all-zero row must match exactly */
         double rel_abs = big[r] > 0.0 ? v.max_abs / big[r] : (v.max_abs > 0.0 ? INFINITY : 0.0);
-        if (!(rel_abs <= all.max_abs))
-            all.max_abs = rel_abs, all.max_idx = r * len + v.max_idx;
-        if (!(v.rel_l2 <= all.rel_l2))
-            all.rel_l2 = v.rel_l2;
-        all.nonfinite += v.nonfinite;
-        all.pass &= v.pass;
+        if (!(rel_abs <= all->max_abs))
+            all->max_abs = rel_abs, all->max_idx = (row0 + r) * len + v.max_idx;
+        if (!(v.rel_l2 <= all->rel_l2))
+            all->rel_l2 = v.rel_l2;
+        all->nonfinite += v.nonfinite;
+        all->pass &= v.pass;
     }
     free(part), free(big);
+}
+
+verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, size_t len,
+                             double tol_rel_l2, double tol)
+{
+    verify_result all = {0};
+    all.pass = 1;
+    rows_merge(&all, out, ref, rows, len, 0, tol_rel_l2, tol);
     return all;
+}
+
+void verify_stream_begin(verify_stream *s, verify_kind kind, size_t n, size_t len,
+                         double tol_rel_l2, double tol)
+{
+    if (kind == VERIFY_ROWS && (len == 0 || n % len))
+        die(1, "verify_stream: %zu elements are not whole rows of %zu", n, len);
+    memset(s, 0, sizeof *s);
+    s->kind = kind, s->n = n, s->len = len, s->tol_rel_l2 = tol_rel_l2, s->tol = tol;
+    s->all.pass = kind == VERIFY_ROWS; /* rows fold their verdicts in; the others decide at end */
+    s->big = 1.0;
+    s->first_bad = SIZE_MAX;
+}
+
+void verify_stream_add(verify_stream *s, const float *out, const double *ref,
+                       const double *abs_sum, size_t n_piece)
+{
+    if (n_piece > s->n - s->next)
+        die(1, "verify_stream: a piece of %zu elements past the output's %zu (%zu fed)", n_piece,
+            s->n, s->next);
+    if (s->kind == VERIFY_ROWS) {
+        if (n_piece % s->len)
+            die(1, "verify_stream: a piece of %zu elements is not whole rows of %zu", n_piece,
+                s->len);
+        rows_merge(&s->all, out, ref, n_piece / s->len, s->len, s->next / s->len, s->tol_rel_l2,
+                   s->tol);
+        s->next += n_piece;
+        return;
+    }
+    if (s->kind == VERIFY_SCALED)
+        for (size_t i = 0; i < n_piece; i++)
+            s->big = fmax(s->big, fabs(ref[i]));
+    if (s->kind == VERIFY_SUM && s->first_bad == SIZE_MAX)
+        s->first_bad = sum_first_bad(out, ref, abs_sum, n_piece, s->next, s->tol);
+    /* the spans of the whole output: the one in progress continued, whole ones in parallel,
+     * the rest begun */
+    for (size_t j = 0; j < n_piece;) {
+        size_t at = s->next + j, into = at % VERIFY_SPAN;
+        if (into == 0 && n_piece - j >= VERIFY_SPAN) {
+            size_t spans = (n_piece - j) / VERIFY_SPAN;
+            verify_spans(out + j, ref + j, spans, at, &s->all, &s->err2, &s->ref2);
+            j += spans * VERIFY_SPAN;
+            continue;
+        }
+        size_t take = n_piece - j < VERIFY_SPAN - into ? n_piece - j : VERIFY_SPAN - into;
+        verify_span(out + j, ref + j, take, at, &s->span, &s->span_err2, &s->span_ref2);
+        j += take;
+        if (into + take == VERIFY_SPAN) { /* the span is complete */
+            verify_merge(&s->all, &s->err2, &s->ref2, &s->span, s->span_err2, s->span_ref2);
+            s->span = (verify_result){0};
+            s->span_err2 = s->span_ref2 = 0.0;
+        }
+    }
+    s->next += n_piece;
+}
+
+verify_result verify_stream_end(verify_stream *s)
+{
+    if (s->next != s->n)
+        die(1, "verify_stream: %zu of the output's %zu elements fed", s->next, s->n);
+    if (s->kind == VERIFY_ROWS)
+        return s->all;
+    if (s->n % VERIFY_SPAN) /* the last span, shorter */
+        verify_merge(&s->all, &s->err2, &s->ref2, &s->span, s->span_err2, s->span_ref2);
+    if (s->kind == VERIFY_SUM) { /* verify_sum_f32: no non-finite, every element in its bound */
+        verify_result v = verify_finish(s->all, s->err2, s->ref2, INFINITY, INFINITY);
+        v.pass = v.nonfinite == 0;
+        if (v.pass && s->first_bad != SIZE_MAX)
+            v.pass = 0, v.max_idx = s->first_bad;
+        return v;
+    }
+    return verify_finish(s->all, s->err2, s->ref2, s->tol_rel_l2,
+                         s->kind == VERIFY_SCALED ? s->tol * s->big : s->tol);
 }
 
 #define FNV_PRIME 0x100000001b3ull

@@ -4,7 +4,7 @@
  *   checks      check(), skip(): PASS/FAIL/SKIP lines that `make test` counts
  *   statistics  stats_from_samples(): min / median / max of timed repetitions
  *   verify      verify_f32(): relative L2 and max abs error against a double reference, NaN-safe;
- *               verify_stream_*(): the same, fed in chunks
+ *               verify_stream_*(): the same checks fed a piece at a time
  *   random      rng_*(), fill_*(), init_conv_params(): seeded and PyTorch-style initialisation
  *   npy         npy_write_f32(), npy_read_f32(): float32 C-order .npy files for numpy and PyTorch
  *   CLI         cli_parse(), parse_shape(), cli_usage(): the one command line every chapter shares
@@ -87,22 +87,6 @@ typedef struct {
 verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
                          double tol_abs);
 /*
- * verify_f32 fed in consecutive chunks, for an output whose double reference is too large to
- * hold whole (computed a chunk at a time): start from a zeroed verify_stream, pass the chunks in
- * order to verify_stream_add (out[0] and ref[0] being element s->n of the whole array), then
- * call verify_stream_result. The result is verify_f32's over the whole array, bit for bit,
- * wherever the chunks are cut (a span that a cut splits is summed on in the same order), with
- * max_idx counted from the whole array's start. verify_f32 itself is one chunk of it.
- */
-typedef struct {
-    size_t n;                    /* elements fed so far */
-    verify_result seen;          /* max_abs, max_idx, nonfinite over them */
-    double err2, ref2;           /* rel_l2's sums of squared errors and references, whole spans */
-    double open_err2, open_ref2; /* the same over the span the last chunk left open */
-} verify_stream;
-void verify_stream_add(verify_stream *s, const float *out, const double *ref, size_t n);
-verify_result verify_stream_result(const verify_stream *s, double tol_rel_l2, double tol_abs);
-/*
  * For results that are sums of many terms (a bias gradient over millions of positions): element
  * i passes when |out_i - ref_i| <= tol * abs_sum_i, abs_sum_i being the sum of the magnitudes of
  * its terms. That is the scale of the rounding error of any float summation order (Higham,
@@ -141,6 +125,39 @@ uint64_t hash_f32(uint64_t h, const float *x, size_t n);
  * NaN-safe as verify_f32. */
 verify_result verify_rows_f32(const float *out, const double *ref, size_t rows, size_t len,
                               double tol_rel_l2, double tol);
+/*
+ * The same verifications fed a piece at a time, for an output too large to hold whole beside
+ * its double reference (a chapter's output of 268 M floats is 1.07 GB, its reference 2.15 GB):
+ * verify_stream_begin names the check and the output's length n, verify_stream_add takes the
+ * next pieces in order (any sizes; for VERIFY_ROWS whole rows), verify_stream_end gives the
+ * verdict. It is the whole-array function's, bit for bit, whatever the pieces: the same sums
+ * over the same spans in the same order, the same first index of the largest error.
+ *   VERIFY_ABS     verify_f32(out, ref, n, tol_rel_l2, tol)
+ *   VERIFY_SCALED  verify_f32_scaled(out, ref, n, tol_rel_l2, tol)
+ *   VERIFY_SUM     verify_sum_f32(out, ref, abs_sum, n, tol) (abs_sum given with each piece)
+ *   VERIFY_ROWS    verify_rows_f32(out, ref, n / len, len, tol_rel_l2, tol)
+ * verify_stream_add dies on a piece of VERIFY_ROWS that is not whole rows, or past n;
+ * verify_stream_end on fewer than n elements fed.
+ */
+typedef enum { VERIFY_ABS, VERIFY_SCALED, VERIFY_SUM, VERIFY_ROWS } verify_kind;
+typedef struct {
+    verify_kind kind;
+    size_t n, len;              /* the output's length; VERIFY_ROWS: the row length */
+    double tol_rel_l2, tol;
+    size_t next;                /* elements fed so far */
+    verify_result all, span;    /* the spans (rows) merged so far; the span in progress */
+    double err2, ref2;          /* their squared sums of errors and of the reference */
+    double span_err2, span_ref2;
+    double big;                 /* VERIFY_SCALED: max(1, the largest |ref| so far) */
+    size_t first_bad;           /* VERIFY_SUM: the first element over its bound, or SIZE_MAX */
+} verify_stream;
+
+void verify_stream_begin(verify_stream *s, verify_kind kind, size_t n, size_t len,
+                         double tol_rel_l2, double tol);
+/* the next n_piece elements: out, ref (and for VERIFY_SUM abs_sum) hold them from their first */
+void verify_stream_add(verify_stream *s, const float *out, const double *ref,
+                       const double *abs_sum, size_t n_piece);
+verify_result verify_stream_end(verify_stream *s);
 /* The log of the sum of exp(v[i * stride]) over i < n, as m + log sum exp(v - m), m the max */
 double logsumexp_ref(const double *v, int n, size_t stride);
 

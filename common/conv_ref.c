@@ -73,13 +73,15 @@ void conv3d_ref(const conv3d_geom *g, const double *x, const double *w, const do
     }
 }
 
-/* dbias[c] = the sum of dy[n][c][..] over n and the plane; dbias_abs (may be NULL), of |dy| */
+/* dbias[c] = the sum of dy[n][c][..] over n and the plane; dbias_abs (may be NULL), of |dy|.
+ * accumulate: the sums go on from dbias's and dbias_abs's values (the samples before). */
 static void bias_grad(int n, int c_out, size_t plane, const double *dy, double *dbias,
-                      double *dbias_abs)
+                      double *dbias_abs, int accumulate)
 {
 #pragma omp parallel for schedule(static)
     for (int co = 0; co < c_out; co++) {
-        double acc = 0.0, mag = 0.0;
+        double acc = accumulate ? dbias[co] : 0.0;
+        double mag = accumulate && dbias_abs ? dbias_abs[co] : 0.0;
         for (int nn = 0; nn < n; nn++)
             for (size_t i = 0; i < plane; i++) {
                 double v = dy[((size_t)nn * c_out + co) * plane + i];
@@ -92,8 +94,12 @@ static void bias_grad(int n, int c_out, size_t plane, const double *dy, double *
     }
 }
 
-void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w, const double *dy,
-                         double *dx, double *dw, double *dbias, double *dw_abs, double *dbias_abs)
+/* conv3d_backward_ref; accumulate: dw, dbias and their magnitudes summed on from their values
+ * (a group of samples after the groups before it), each sum in the order of one call over the
+ * whole batch */
+static void conv3d_backward(const conv3d_geom *g, const double *x, const double *w,
+                            const double *dy, double *dx, double *dw, double *dbias,
+                            double *dw_abs, double *dbias_abs, int accumulate)
 {
     size_t in_plane = (size_t)g->d * g->h * g->w, out_plane = (size_t)g->od * g->oh * g->ow;
     int kvol = g->kd * g->kh * g->kw;
@@ -125,7 +131,7 @@ void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w,
         int kd, kh, kw;
         tap_of(g, kk, &kd, &kh, &kw);
         int w0 = lo_of(kw, g->pw), w1 = hi_of(kw, g->pw, g->w, g->ow);
-        double acc = 0.0, mag = 0.0;
+        double acc = accumulate ? dw[j] : 0.0, mag = accumulate && dw_abs ? dw_abs[j] : 0.0;
         for (int n = 0; n < g->n; n++) {
             const double *gy = dy + ((size_t)n * g->c_out + co) * out_plane;
             const double *xi = x + ((size_t)n * g->c_in + ci) * in_plane;
@@ -145,7 +151,13 @@ void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w,
         if (dw_abs)
             dw_abs[j] = mag;
     }
-    bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs);
+    bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs, accumulate);
+}
+
+void conv3d_backward_ref(const conv3d_geom *g, const double *x, const double *w, const double *dy,
+                         double *dx, double *dw, double *dbias, double *dw_abs, double *dbias_abs)
+{
+    conv3d_backward(g, x, w, dy, dx, dw, dbias, dw_abs, dbias_abs, 0);
 }
 
 /* ------------------------------------------------------------------ ConvTranspose3d */
@@ -278,11 +290,12 @@ void conv_transpose3d_ref(const convT3d_geom *g, const double *x, const double *
     plan_free(&p);
 }
 
-/* dx: the gather from dy (convT_gather), and dx_abs the same gather of the magnitudes; dw and dw_abs: one (ci, co) pair's k^3 weights a task,
- * over n and the inputs, by input pairs and width runs; dbias: bias_grad. */
-void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const double *w,
-                                   const double *dy, double *dx, double *dw, double *dbias,
-                                   double *dw_abs, double *dbias_abs, double *dx_abs)
+/* dx: the gather from dy (convT_gather), and dx_abs the same gather of the magnitudes; dw and
+ * dw_abs: one (ci, co) pair's k^3 weights a task, over n and the inputs, by input pairs and
+ * width runs; dbias: bias_grad. accumulate: as conv3d_backward's. */
+static void convT_backward(const convT3d_geom *g, const double *x, const double *w,
+                           const double *dy, double *dx, double *dw, double *dbias,
+                           double *dw_abs, double *dbias_abs, double *dx_abs, int accumulate)
 {
     convT_plan p = plan_make(g, 0);
     convT_gather(g, &p, 0, 0, dy, w, NULL, dx);
@@ -295,8 +308,9 @@ void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const
         int co = task / g->c_in, ci = task % g->c_in;
         size_t off = ((size_t)ci * g->c_out + co) * kvol;
         double *acc = dw + off, *mag = dw_abs ? dw_abs + off : NULL;
-        memset(acc, 0, sizeof(double) * kvol);
-        if (mag)
+        if (!accumulate)
+            memset(acc, 0, sizeof(double) * kvol);
+        if (mag && !accumulate)
             memset(mag, 0, sizeof(double) * kvol);
         for (int n = 0; n < g->n; n++) {
             const double *xp = x + ((size_t)n * g->c_in + ci) * in_plane;
@@ -323,42 +337,109 @@ void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const
                 }
         }
     }
-    bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs);
+    bias_grad(g->n, g->c_out, out_plane, dy, dbias, dbias_abs, accumulate);
     plan_free(&p);
+}
+
+void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const double *w,
+                                   const double *dy, double *dx, double *dw, double *dbias,
+                                   double *dw_abs, double *dbias_abs, double *dx_abs)
+{
+    convT_backward(g, x, w, dy, dx, dw, dbias, dw_abs, dbias_abs, dx_abs, 0);
 }
 
 /* ---------------------------------------------------- a run's own conv gradient references */
 
 static double *alloc_doubles(size_t n) { return (double *)host_alloc(sizeof(double) * n); }
 
-/* allocates r's buffers at the first call; dies if the geometry differs from that call's */
-static void grads_prepare(conv_grads *r, size_t n_x, size_t n_w, size_t n_bias, size_t n_y,
-                          int with_dx_abs)
+/* allocates r's buffers at the first call, a group of samples of dy at most group_elems of it
+ * (at least one sample); dies if the geometry differs from that call's */
+static void grads_prepare(conv_grads *r, int samples, size_t n_x, size_t n_w, size_t n_bias,
+                          size_t n_y, int with_dx_abs)
 {
-    if (r->dy) {
-        if (r->n_x != n_x || r->n_w != n_w || r->n_bias != n_bias || r->n_y != n_y ||
-            (with_dx_abs && !r->dx_abs))
+    if (r->dx) {
+        if (r->samples != samples || r->n_x != n_x || r->n_w != n_w || r->n_bias != n_bias ||
+            r->n_y != n_y || (with_dx_abs && !r->dx_abs))
             die(1, "conv_grads: another geometry than its first call's, or dx_abs asked for "
                    "after a call without it (conv_grads_free first)");
         return;
     }
+    size_t per = n_y / (size_t)samples, most = r->group_elems ? r->group_elems : CONV_GRADS_GROUP;
+    r->samples = samples;
+    r->group = most / per < 1 ? 1 : (most / per < (size_t)samples ? (int)(most / per) : samples);
+    r->group_elems = most;
     r->n_x = n_x, r->n_w = n_w, r->n_bias = n_bias, r->n_y = n_y;
-    r->dy = alloc_doubles(n_y), r->dx = alloc_doubles(n_x), r->dw = alloc_doubles(n_w);
+    r->dy = alloc_doubles(per * r->group), r->dx = alloc_doubles(n_x), r->dw = alloc_doubles(n_w);
+    /* touched only by a fetch that copies (untouched, malloc's pages are not resident) */
+    r->room = (float *)host_alloc(sizeof(float) * per * r->group);
     r->dbias = alloc_doubles(n_bias), r->dw_abs = alloc_doubles(n_w);
     r->dbias_abs = alloc_doubles(n_bias);
     r->dx_abs = with_dx_abs ? alloc_doubles(n_x) : NULL;
     r->dy_hash = 0;
 }
 
-/* 0 when r's references are already those of dy; else takes dy (widened) and returns 1 */
-static int grads_take(conv_grads *r, const float *dy)
+/* dy on the host whole: a group is a pointer into it */
+typedef struct {
+    const float *dy;
+    size_t per; /* dy's elements a sample */
+} host_dy;
+
+static const float *host_fetch(void *ctx, int n0, int count, float *room)
 {
-    uint64_t h = hash_f32(HASH_INIT, dy, r->n_y);
+    const host_dy *h = (const host_dy *)ctx;
+    (void)count, (void)room;
+    return h->dy + (size_t)n0 * h->per;
+}
+
+/* One conv's backward of a group of samples: conv3d_backward or convT_backward */
+typedef struct {
+    const conv3d_geom *g3;   /* a Conv3d's, or NULL */
+    const convT3d_geom *gt;  /* a ConvTranspose3d's, or NULL */
+} grads_kind;
+
+/* the backward of samples n0 .. n0 + count - 1, dy (widened) in r->dy: dx (and dx_abs) of
+ * those samples, dw, dbias and their magnitudes summed on after the first group */
+static void group_backward(const grads_kind *k, const double *x, const double *w, int n0,
+                           int count, conv_grads *r)
+{
+    size_t x_per = r->n_x / (size_t)r->samples, at = (size_t)n0 * x_per;
+    int more = n0 > 0;
+    if (k->g3) {
+        conv3d_geom sub = *k->g3;
+        sub.n = count;
+        conv3d_backward(&sub, x + at, w, r->dy, r->dx + at, r->dw, r->dbias, r->dw_abs,
+                        r->dbias_abs, more);
+    } else {
+        convT3d_geom sub = *k->gt;
+        sub.n = count;
+        convT_backward(&sub, x + at, w, r->dy, r->dx + at, r->dw, r->dbias, r->dw_abs,
+                       r->dbias_abs, r->dx_abs ? r->dx_abs + at : NULL, more);
+    }
+}
+
+/* 0 when r's references are already those of dy's bits; else computes them, a group at a time,
+ * and returns 1 */
+static int grads_run(const grads_kind *k, const double *x, const double *w, conv_dy_fetch fetch,
+                     void *ctx, conv_grads *r)
+{
+    size_t per = r->n_y / (size_t)r->samples;
+    uint64_t h = HASH_INIT;
+    for (int n0 = 0; n0 < r->samples; n0 += r->group) {
+        int count = r->samples - n0 < r->group ? r->samples - n0 : r->group;
+        h = hash_f32(h, fetch(ctx, n0, count, r->room), (size_t)count * per);
+    }
     if (h == r->dy_hash)
         return 0;
     r->dy_hash = h;
-    for (size_t i = 0; i < r->n_y; i++)
-        r->dy[i] = dy[i];
+    for (int n0 = 0; n0 < r->samples; n0 += r->group) {
+        int count = r->samples - n0 < r->group ? r->samples - n0 : r->group;
+        const float *dy = fetch(ctx, n0, count, r->room);
+        for (size_t i = 0; i < (size_t)count * per; i++)
+            r->dy[i] = dy[i];
+        group_backward(k, x, w, n0, count, r);
+    }
+    sum_bounds_add_max(r->dw_abs, r->n_w);
+    sum_bounds_add_max(r->dbias_abs, r->n_bias);
     return 1;
 }
 
@@ -366,31 +447,30 @@ int conv3d_grads_of(const conv3d_geom *g, const double *x, const double *w, cons
                     conv_grads *r)
 {
     size_t kvol = (size_t)g->kd * g->kh * g->kw;
-    grads_prepare(r, (size_t)g->n * g->c_in * g->d * g->h * g->w,
+    grads_prepare(r, g->n, (size_t)g->n * g->c_in * g->d * g->h * g->w,
                   (size_t)g->c_out * g->c_in * kvol, (size_t)g->c_out,
                   (size_t)g->n * g->c_out * g->od * g->oh * g->ow, 0);
-    if (!grads_take(r, dy))
-        return 0;
-    conv3d_backward_ref(g, x, w, r->dy, r->dx, r->dw, r->dbias, r->dw_abs, r->dbias_abs);
-    sum_bounds_add_max(r->dw_abs, r->n_w);
-    sum_bounds_add_max(r->dbias_abs, r->n_bias);
-    return 1;
+    host_dy src = {dy, r->n_y / (size_t)g->n};
+    grads_kind k = {g, NULL};
+    return grads_run(&k, x, w, host_fetch, &src, r);
+}
+
+int conv_transpose3d_grads_fetch(const convT3d_geom *g, const double *x, const double *w,
+                                 conv_dy_fetch fetch, void *ctx, int with_dx_abs, conv_grads *r)
+{
+    size_t kvol = (size_t)g->k * g->k * g->k;
+    grads_prepare(r, g->n, (size_t)g->n * g->c_in * g->d * g->h * g->w,
+                  (size_t)g->c_in * g->c_out * kvol, (size_t)g->c_out,
+                  (size_t)g->n * g->c_out * g->od * g->oh * g->ow, with_dx_abs);
+    grads_kind k = {NULL, g};
+    return grads_run(&k, x, w, fetch, ctx, r);
 }
 
 int conv_transpose3d_grads_of(const convT3d_geom *g, const double *x, const double *w,
                               const float *dy, int with_dx_abs, conv_grads *r)
 {
-    size_t kvol = (size_t)g->k * g->k * g->k;
-    grads_prepare(r, (size_t)g->n * g->c_in * g->d * g->h * g->w,
-                  (size_t)g->c_in * g->c_out * kvol, (size_t)g->c_out,
-                  (size_t)g->n * g->c_out * g->od * g->oh * g->ow, with_dx_abs);
-    if (!grads_take(r, dy))
-        return 0;
-    conv_transpose3d_backward_ref(g, x, w, r->dy, r->dx, r->dw, r->dbias, r->dw_abs,
-                                  r->dbias_abs, r->dx_abs); /* NULL unless asked for */
-    sum_bounds_add_max(r->dw_abs, r->n_w);
-    sum_bounds_add_max(r->dbias_abs, r->n_bias);
-    return 1;
+    host_dy src = {dy, (size_t)g->c_out * g->od * g->oh * g->ow};
+    return conv_transpose3d_grads_fetch(g, x, w, host_fetch, &src, with_dx_abs, r);
 }
 
 void conv_grads_reset(conv_grads *r) { r->dy_hash = 0; }
@@ -400,5 +480,6 @@ void conv_grads_free(conv_grads *r)
     double *bufs[] = {r->dy, r->dx, r->dw, r->dbias, r->dx_abs, r->dw_abs, r->dbias_abs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
+    free(r->room);
     memset(r, 0, sizeof *r);
 }

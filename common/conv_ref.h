@@ -117,29 +117,49 @@ void conv_transpose3d_backward_ref(const convT3d_geom *g, const double *x, const
  * failed a 1e-6 bound on 2 of chapter 1's 8 test shapes and 5 of chapter 2's, cuDNN's baselines
  * as well (commit c4b5cf0). dw_abs and dbias_abs are made componentwise plus normwise
  * (sum_bounds_add_max, common.h).
+ * dy is widened to double a group of samples at a time (at most group_elems of its elements, at
+ * least one sample), and the backward runs a group at a time: dx for the group's samples, dw,
+ * dbias and their magnitudes summed on from the groups before, each sum in the same order as
+ * conv3d_backward_ref's and conv_transpose3d_backward_ref's over the whole batch. So the results
+ * are theirs, bit for bit, whatever the group size or thread count, and the host memory is one
+ * group's dy rather than the whole dy in double (2.15 GB at chapter 5's KernelBench shape).
  * The buffers are allocated at the first call (host_alloc: exit 1 when out of host memory) and
- * the backward is redone only when dy's bits change (hash_f32): at chapter 2's KernelBench shape
- * it is 2 x 232 GFLOP in double, and a version's check after its timing sees the same dy again.
- * Whoever changes x or w calls conv_grads_reset; conv_grads_free releases the buffers. Start from
- * a zeroed struct; one struct serves one geometry (other element counts die).
+ * the backward is redone only when dy's bits change (hash_f32 over the groups in order): at
+ * chapter 2's KernelBench shape it is 2 x 232 GFLOP in double, and a version's check after its
+ * timing sees the same dy again. Whoever changes x or w calls conv_grads_reset; conv_grads_free
+ * releases the buffers. Start from a zeroed struct; one struct serves one geometry (other
+ * element counts die).
  */
+#define CONV_GRADS_GROUP ((size_t)1 << 23) /* dy elements a group at most: 64 MiB of double */
 typedef struct conv_grads {
     size_t n_x, n_w, n_bias, n_y; /* element counts: x, w, bias, dy (from the geometry) */
-    double *dy;                   /* the run's dy, widened to double */
+    size_t group_elems;           /* 0 before the first call: CONV_GRADS_GROUP (a test may set
+                                   * fewer, to have several groups on a small shape) */
+    int samples, group;           /* the batch; samples a group */
+    double *dy;                   /* one group of the run's dy, widened to double */
+    float *room;                  /* one group of dy as float, for a fetch that copies into it */
     double *dx, *dw, *dbias;      /* the references */
     double *dx_abs;               /* dx's terms' magnitudes (transposed, when asked) or NULL */
     double *dw_abs, *dbias_abs;   /* dw's and dbias's, componentwise plus normwise */
-    uint64_t dy_hash;             /* hash_f32 of the dy they are from; 0: none yet */
+    uint64_t dy_hash;             /* the hash of the dy they are from; 0: none yet */
 } conv_grads;
 
-/* The references for dy (float, like the conv's output) of a Conv3d: returns 1 when computed,
- * 0 when r already held those of the same dy bits. */
+/* The references for dy (float, like the conv's output, on the host) of a Conv3d: returns 1
+ * when computed, 0 when r already held those of the same dy bits. */
 int conv3d_grads_of(const conv3d_geom *g, const double *x, const double *w, const float *dy,
                     conv_grads *r);
 /* The same for a ConvTranspose3d; with_dx_abs: also dx's terms' magnitudes into r->dx_abs
  * (computed at every call once a call has asked for them) */
 int conv_transpose3d_grads_of(const convT3d_geom *g, const double *x, const double *w,
                               const float *dy, int with_dx_abs, conv_grads *r);
+/* Where dy comes from when it is not on the host whole (a GPU's output read back in pieces):
+ * returns the dy of samples n0 .. n0 + count - 1 (count x c_out x od x oh x ow floats, in
+ * order), its own memory or `room` (that many floats) filled. Called twice for each group when
+ * dy's bits are new (a pass to hash them, a pass to compute), once when they are not. */
+typedef const float *(*conv_dy_fetch)(void *ctx, int n0, int count, float *room);
+/* conv_transpose3d_grads_of with dy fetched a group at a time (room: r->room) */
+int conv_transpose3d_grads_fetch(const convT3d_geom *g, const double *x, const double *w,
+                                 conv_dy_fetch fetch, void *ctx, int with_dx_abs, conv_grads *r);
 /* Forget the dy the references are from (x or w changed): the next call recomputes. */
 void conv_grads_reset(conv_grads *r);
 /* Free the buffers and zero the struct. */

@@ -23,9 +23,24 @@ static double tol_factor = 1.0;
 static verify_result bounded(const float *host, const double *ref, size_t n, hx_bound bound,
                              const double *abs_sum, double tol_rel, double tol)
 {
+    if (bound == HX_ROWS)
+        die(1, "hx_check_output: HX_ROWS needs a row length (hx_check_pieces)");
     return bound == HX_SUM      ? verify_sum_f32(host, ref, abs_sum, n, tol)
            : bound == HX_SCALED ? verify_f32_scaled(host, ref, n, tol_rel, tol)
                                 : verify_f32(host, ref, n, tol_rel, tol);
+}
+
+/* a TF32 version's output that failed fp32's tolerances, checked again at tol_factor times
+ * them (loose): added to out, marked, when it passes there; returns loose.pass */
+static int tf32_within(hx_verdict *out, const char *name, const verify_result *loose)
+{
+    if (!loose->pass)
+        return 0;
+    char marked[64];
+    snprintf(marked, sizeof marked, "%s (over fp32's tolerance, within TF32's x%.0f)", name,
+             tol_factor);
+    hx_verdict_add(out, marked, loose);
+    return 1;
 }
 
 verify_result hx_check_output(hx_verdict *out, const char *name, const float *dev, float *host,
@@ -37,13 +52,8 @@ verify_result hx_check_output(hx_verdict *out, const char *name, const float *de
     if (!r.pass && tol_factor > 1.0) {
         verify_result loose = bounded(host, ref, n, bound, abs_sum, tol_factor * tol_rel,
                                       tol_factor * tol);
-        if (loose.pass) {
-            char marked[64];
-            snprintf(marked, sizeof marked, "%s (over fp32's tolerance, within TF32's x%.0f)",
-                     name, tol_factor);
-            hx_verdict_add(out, marked, &loose);
+        if (tf32_within(out, name, &loose))
             return loose;
-        }
     }
     hx_verdict_add(out, name, &r);
     return r;
@@ -64,11 +74,60 @@ void hx_check_conv_grads(hx_verdict *out, const float *const dev[3], float *cons
                     ref->dbias_abs, 0, tol_sum);
 }
 
-verify_result hx_check_rows(hx_verdict *out, const char *name, const float *dev, float *host,
-                            size_t rows, size_t len, const double *ref, double tol_rel, double tol)
+/* hx_check_pieces' host buffers, grown when a call needs more and kept: an output of 268 M
+ * floats is checked a few dozen times a run, and fresh buffers of that size would be faulted
+ * in page by page at every check */
+static struct {
+    size_t cap;
+    float *out;
+    double *ref, *abs_sum;
+} pieces;
+
+static void pieces_room(size_t piece)
 {
-    CUDA_CHECK(cudaMemcpy(host, dev, sizeof(float) * rows * len, cudaMemcpyDeviceToHost));
-    verify_result r = verify_rows_f32(host, ref, rows, len, tol_rel, tol);
+    if (piece <= pieces.cap)
+        return;
+    free(pieces.out), free(pieces.ref), free(pieces.abs_sum);
+    pieces.out = (float *)host_alloc(sizeof(float) * piece);
+    pieces.ref = (double *)host_alloc(sizeof(double) * piece);
+    pieces.abs_sum = (double *)host_alloc(sizeof(double) * piece);
+    pieces.cap = piece;
+}
+
+static verify_result pieces_pass(const float *dev, size_t n, size_t piece, size_t row_len,
+                                 hx_bound bound, double tol_rel, double tol, hx_piece_ref fn,
+                                 void *ctx, uint64_t *hash)
+{
+    static const verify_kind kind[] = {VERIFY_ABS, VERIFY_SCALED, VERIFY_SUM, VERIFY_ROWS};
+    verify_stream vs;
+    verify_stream_begin(&vs, kind[bound], n, row_len, tol_rel, tol);
+    for (size_t first = 0; first < n; first += piece) {
+        size_t len = n - first < piece ? n - first : piece;
+        CUDA_CHECK(cudaMemcpy(pieces.out, dev + first, sizeof(float) * len, cudaMemcpyDeviceToHost));
+        double *abs_sum = bound == HX_SUM ? pieces.abs_sum : NULL;
+        fn(ctx, first, len, pieces.out, pieces.ref, abs_sum);
+        verify_stream_add(&vs, pieces.out, pieces.ref, abs_sum, len);
+        if (hash)
+            *hash = hash_f32(*hash, pieces.out, len);
+    }
+    return verify_stream_end(&vs);
+}
+
+verify_result hx_check_pieces(hx_verdict *out, const char *name, const float *dev, size_t n,
+                              size_t piece, size_t row_len, hx_bound bound, double tol_rel,
+                              double tol, hx_piece_ref fn, void *ctx, uint64_t *hash)
+{
+    if (piece == 0 || (bound == HX_ROWS) != (row_len > 0) || (row_len && piece % row_len))
+        die(1, "hx_check_pieces %s: pieces of %zu with rows of %zu (HX_ROWS needs whole rows, "
+               "the others no row length)", name, piece, row_len);
+    pieces_room(piece);
+    verify_result r = pieces_pass(dev, n, piece, row_len, bound, tol_rel, tol, fn, ctx, hash);
+    if (!r.pass && tol_factor > 1.0) {
+        verify_result loose = pieces_pass(dev, n, piece, row_len, bound, tol_factor * tol_rel,
+                                          tol_factor * tol, fn, ctx, NULL);
+        if (tf32_within(out, name, &loose))
+            return loose;
+    }
     hx_verdict_add(out, name, &r);
     return r;
 }

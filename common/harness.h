@@ -87,8 +87,10 @@ void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v);
 /* How hx_check_output bounds an output's error (common.h's verify functions):
  *   HX_ABS      verify_f32: relative L2 <= tol_rel and every |error| <= tol
  *   HX_SCALED   verify_f32_scaled: the same, tol scaled by max(1, max |ref|)
- *   HX_SUM      verify_sum_f32: every |error| <= tol x the sum of its terms' magnitudes (abs_sum) */
-typedef enum { HX_ABS, HX_SCALED, HX_SUM } hx_bound;
+ *   HX_SUM      verify_sum_f32: every |error| <= tol x the sum of its terms' magnitudes (abs_sum)
+ *   HX_ROWS     verify_rows_f32: each row by its own scale (hx_check_pieces only, which has the
+ *               row length) */
+typedef enum { HX_ABS, HX_SCALED, HX_SUM, HX_ROWS } hx_bound;
 
 /* One output of a run, checked: copies n floats from the device to host, compares them with the
  * double reference under `bound`, and adds the result to out under name. While a TF32 version
@@ -107,11 +109,25 @@ void hx_check_conv_grads(hx_verdict *out, const float *const dev[3], float *cons
                          const conv_grads *ref, hx_bound dx_bound, double tol_rel, double tol,
                          double tol_sum);
 
-/* An output of `rows` rows of `len` values, each row judged by its own scale (verify_rows_f32:
- * a softmax's rows, whose outputs are all far below 1); copies rows x len floats back into host,
- * adds the result to out under name. */
-verify_result hx_check_rows(hx_verdict *out, const char *name, const float *dev, float *host,
-                            size_t rows, size_t len, const double *ref, double tol_rel, double tol);
+/* The reference of one piece of an output that hx_check_pieces streams: fills ref[0, n) with
+ * the reference of the output's elements [first, first + n) and, for HX_SUM, abs_sum[0, n) with
+ * their terms' magnitudes (else abs_sum is NULL); out[0, n) holds the run's values there. Called
+ * for each piece in order; a second time for each, in order, when a TF32 version's check is
+ * repeated at HX_TF32_TOL times the tolerances. */
+typedef void (*hx_piece_ref)(void *ctx, size_t first, size_t n, const float *out, double *ref,
+                             double *abs_sum);
+
+/* hx_check_output for an output too large to copy back whole beside a whole double reference
+ * (268 M floats are 1.07 GB, their reference 2.15 GB): copies the n floats at dev back `piece`
+ * at a time (the last piece shorter; for HX_ROWS a multiple of row_len, the row length, else
+ * row_len is 0), has fn compute each piece's reference, and feeds both to a verify_stream
+ * (common.h), whose verdict is the whole-array check's, bit for bit. hash, if not NULL: extended
+ * by hash_f32 of each piece in order (a fingerprint of the output's bits for this piece size,
+ * for comparing two runs). Host memory: piece floats and piece doubles (HX_SUM: twice that),
+ * kept for the next call. */
+verify_result hx_check_pieces(hx_verdict *out, const char *name, const float *dev, size_t n,
+                              size_t piece, size_t row_len, hx_bound bound, double tol_rel,
+                              double tol, hx_piece_ref fn, void *ctx, uint64_t *hash);
 
 /* A normalisation's saved statistics, checked (chapters 3 and 4): copies n means and n rstds
  * from the device into host (2n floats, the means first) and compares them with ref (double,

@@ -163,69 +163,100 @@ static void test_verify(void)
     check(!v.pass && v.max_idx == 0, "verify_sum: an error of 1 there still fails (bound 0.1)");
 }
 
-/* the stream's verdict on out against ref, fed in chunks of the given sizes (the last chunk takes
- * what is left), must be verify_f32's on the whole array, bit for bit */
-static verify_result stream_in_chunks(const float *out, const double *ref, size_t n,
-                                      const size_t *cuts, int n_cuts, double tol_rel, double tol)
-{
-    verify_stream s = {0};
-    size_t at = 0;
-    for (int k = 0; k < n_cuts && at < n; k++) {
-        size_t len = cuts[k] < n - at ? cuts[k] : n - at;
-        verify_stream_add(&s, out + at, ref + at, len);
-        at += len;
-    }
-    verify_stream_add(&s, out + at, ref + at, n - at);
-    return verify_stream_result(&s, tol_rel, tol);
-}
-
+/* two verify_results the same, bit for bit (rel_l2 and max_abs compared as bits: NaN-proof) */
 static int same_result(verify_result a, verify_result b)
 {
-    return memcmp(&a.rel_l2, &b.rel_l2, sizeof(double)) == 0 &&
-           memcmp(&a.max_abs, &b.max_abs, sizeof(double)) == 0 && a.max_idx == b.max_idx &&
+    return !memcmp(&a.rel_l2, &b.rel_l2, sizeof a.rel_l2) &&
+           !memcmp(&a.max_abs, &b.max_abs, sizeof a.max_abs) && a.max_idx == b.max_idx &&
            a.nonfinite == b.nonfinite && a.pass == b.pass;
 }
 
-/* verify_stream: cut anywhere (inside spans of 2^20, across them, empty chunks), the same
- * verdict as verify_f32's on the whole, bit for bit; a planted error or NaN in a later chunk
- * is caught at its whole-array index */
+/* kind's stream over out, ref, abs_sum in pieces of the given sizes (cycled) */
+static verify_result streamed(verify_kind kind, const float *out, const double *ref,
+                              const double *abs_sum, size_t n, size_t len, double tol_rel,
+                              double tol, const size_t *sizes, int n_sizes)
+{
+    verify_stream vs;
+    verify_stream_begin(&vs, kind, n, len, tol_rel, tol);
+    for (size_t at = 0, k = 0; at < n; k++) {
+        size_t take = sizes[k % n_sizes] < n - at ? sizes[k % n_sizes] : n - at;
+        verify_stream_add(&vs, out + at, ref + at, abs_sum ? abs_sum + at : NULL, take);
+        at += take;
+    }
+    return verify_stream_end(&vs);
+}
+
+/* verify_stream: in pieces of any size (one element, pieces across the 2^20-element spans,
+ * whole spans, all at once), every kind gives the whole-array function's result bit for bit,
+ * on data with planted faults; a poisoned element in a middle piece fails, at its index */
 static void test_verify_stream(void)
 {
-    enum { N = 3 * (1 << 20) + 777 };
-    static float out[N];
-    static double ref[N];
+    enum { ROWS = 26, LEN = 131072, N = ROWS * LEN }; /* 3.25 spans of 2^20 */
+    float *out = (float *)host_alloc(4 * (size_t)N);
+    double *ref = (double *)host_alloc(8 * (size_t)N), *abs_sum = (double *)host_alloc(8 * (size_t)N);
     rng_state r;
     rng_seed(&r, 17);
     for (size_t i = 0; i < N; i++) {
-        ref[i] = rng_normal(&r) * (i % 1000 == 0 ? 1e-40 : 1.0); /* some below FLT_MIN */
-        out[i] = (float)ref[i];                                 /* float rounding: err2 > 0 */
+        ref[i] = rng_normal(&r) * (i % 7 == 0 ? 1e-40 : 1e-5); /* some below FLT_MIN */
+        out[i] = (float)(ref[i] * (1.0 + 1e-7 * rng_normal(&r)));
+        abs_sum[i] = fabs(ref[i]) * (1.0 + 10.0 * rng_uniform(&r));
     }
-    const size_t odd[] = {1, (1 << 20) + 4, 0, 1000003, 12345, (1 << 20) - 7};
-    const size_t spans[] = {1 << 20, 1 << 20, 1 << 20};
-    const size_t one[] = {N};
-    verify_result whole = verify_f32(out, ref, N, 1e-7, 1e-6);
-    verify_result a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-6);
-    verify_result b = stream_in_chunks(out, ref, N, spans, 3, 1e-7, 1e-6);
-    verify_result c = stream_in_chunks(out, ref, N, one, 1, 1e-7, 1e-6);
-    check(whole.pass && whole.rel_l2 > 0 && same_result(a, whole) && same_result(b, whole) &&
-              same_result(c, whole),
-          "verify_stream: 3.1 M elements in 7 uneven chunks, in whole spans and in one give "
-          "verify_f32's result bit for bit (rel_l2 %.17g)", a.rel_l2);
-
-    size_t bad = 2 * (1 << 20) + 99; /* in the odd cut's fifth chunk */
-    out[bad] += 1e-3f;
-    whole = verify_f32(out, ref, N, 1e-7, 1e-4);
-    a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-4);
-    check(!a.pass && a.max_idx == bad && same_result(a, whole),
-          "verify_stream: an error of 1e-3 planted in a later chunk fails, found at %zu",
-          a.max_idx);
-    out[N - 5] = NAN;
-    a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-4);
-    check(!a.pass && a.nonfinite == 1 && a.max_idx == N - 5 && isinf(a.rel_l2),
-          "verify_stream: a NaN in the last chunk fails, found at N - 5, beside the planted error");
-    out[bad] = (float)ref[bad], out[N - 5] = (float)ref[N - 5];
-    a = stream_in_chunks(out, ref, N, odd, 6, 1e-7, 1e-6);
-    check(a.pass, "verify_stream: passes again once both are removed");
+    /* planted: an error of 1e-7 (1e-2 of its row's scale: every kind's bounds fail there), two
+     * NaNs and an Inf (in other spans), a reference Inf matched by the output */
+    size_t bad = (size_t)3 << 18;
+    out[bad] = (float)(ref[bad] + 1e-7);
+    out[((size_t)1 << 20) + 5] = NAN, out[(size_t)N - 3] = NAN, out[2 * LEN + 1] = INFINITY;
+    ref[7 * LEN] = INFINITY, out[7 * LEN] = INFINITY;
+    static const size_t cut[5][3] = {{(size_t)N, 0, 0},     /* all at once */
+                                     {1 << 20, 0, 0},        /* whole spans */
+                                     {LEN, 3 * LEN, 5 * LEN}, /* whole rows, across spans */
+                                     {1, 999983, 7},          /* odd sizes across spans */
+                                     {2 * LEN + 1, 1, 0}};    /* (rows: not whole, skipped) */
+    static const int n_cut[5] = {1, 1, 3, 3, 2};
+    int same = 0, tries = 0;
+    for (int faults = 1; faults >= 0; faults--) {
+        if (!faults) { /* the second round without the non-finite ones: the finite verdicts */
+            out[((size_t)1 << 20) + 5] = (float)ref[((size_t)1 << 20) + 5];
+            out[(size_t)N - 3] = (float)ref[(size_t)N - 3];
+            out[2 * LEN + 1] = (float)ref[2 * LEN + 1];
+        }
+        verify_result whole[4] = {verify_f32(out, ref, N, 1e-6, 1e-9),
+                                  verify_f32_scaled(out, ref, N, 1e-6, 1e-9),
+                                  verify_sum_f32(out, ref, abs_sum, N, 1e-6),
+                                  verify_rows_f32(out, ref, ROWS, LEN, 1e-5, 1e-5)};
+        for (int kind = 0; kind < 4; kind++)
+            for (int c = 0; c < 5; c++) {
+                if (kind == VERIFY_ROWS && c >= 3)
+                    continue;
+                verify_result v = streamed((verify_kind)kind, out, ref, abs_sum, N, LEN,
+                                           kind == VERIFY_ROWS ? 1e-5 : 1e-6,
+                                           kind == VERIFY_ROWS ? 1e-5 : (kind == VERIFY_SUM ? 1e-6 : 1e-9),
+                                           cut[c], n_cut[c]);
+                same += same_result(v, whole[kind]), tries++;
+            }
+    }
+    check(same == tries, "verify_stream = verify_f32, _scaled, verify_sum_f32, verify_rows_f32 "
+          "bit for bit, in pieces of 1 to 3.25 M elements across 2^20-element spans, with and "
+          "without planted NaN and Inf (%d of %d)", same, tries);
+    /* the one planted error left (1e-7 at element 3 x 2^18; the reference's Inf made finite,
+     * which the sums' bound, |inf - inf| being NaN, would fail): each kind fails there */
+    ref[7 * LEN] = abs_sum[7 * LEN] = 1e-5, out[7 * LEN] = (float)ref[7 * LEN];
+    verify_result f[3] = {
+        streamed(VERIFY_SUM, out, ref, abs_sum, N, 0, 0, 1e-6, cut[3], 3),
+        streamed(VERIFY_ROWS, out, ref, abs_sum, N, LEN, 1e-5, 1e-5, cut[2], 3),
+        streamed(VERIFY_ABS, out, ref, abs_sum, N, 0, 1e-6, 1e-9, cut[3], 3)};
+    check(!f[0].pass && f[0].max_idx == bad && !f[1].pass && f[1].max_idx == bad && !f[2].pass,
+          "verify_stream: an error of 1e-7 (1e-2 of its row's scale) in one element fails every "
+          "kind, found at its index by the sums' and the rows' bounds");
+    out[bad] = (float)ref[bad];
+    verify_result ok = streamed(VERIFY_SUM, out, ref, abs_sum, N, 0, 0, 1e-6, cut[3], 3);
+    memset(&out[(size_t)N / 2 + 3], 0xFF, sizeof(float)); /* unwritten: the GPU poison */
+    verify_result poisoned = streamed(VERIFY_SUM, out, ref, abs_sum, N, 0, 0, 1e-6, cut[3], 3);
+    check(ok.pass && !poisoned.pass && poisoned.nonfinite == 1 &&
+              poisoned.max_idx == (size_t)N / 2 + 3,
+          "verify_stream: passes once the error is removed; a 0xFF-poisoned element in a middle "
+          "piece fails, found at its index");
+    free(out), free(ref), free(abs_sum);
 }
 
 static void test_stats(void)
@@ -755,6 +786,103 @@ static void test_conv_grads(void)
     free(x), free(w), free(dy), free(dx), free(dw), free(dwa), free(dxa), free(dyf);
 }
 
+/* a fetch of dy from a host array by copying (as a GPU's read back would), counting its calls;
+ * shift > 0 plants a fault: each group gets the samples `shift` after the asked ones (wrapped) */
+typedef struct {
+    const float *dy;
+    size_t per; /* elements a sample */
+    int samples, shift, calls;
+} copy_fetch_ctx;
+
+static const float *copy_fetch(void *ctx, int n0, int count, float *room)
+{
+    copy_fetch_ctx *c = (copy_fetch_ctx *)ctx;
+    for (int k = 0; k < count; k++)
+        memcpy(room + (size_t)k * c->per, c->dy + (size_t)((n0 + k + c->shift) % c->samples) * c->per,
+               sizeof(float) * c->per);
+    c->calls++;
+    return room;
+}
+
+/* the largest difference of r's references from the whole-batch backward's (dx, dx_abs when
+ * given, dw, dbias, and the bounds with their largest added) */
+static double grads_diff(const conv_grads *r, const double *dx, const double *dxa, const double *dw,
+                         const double *dwa, const double *db, const double *dba)
+{
+    double e = 0, dwa_max = 0, dba_max = 0;
+    for (size_t i = 0; i < r->n_w; i++)
+        dwa_max = fmax(dwa_max, dwa[i]);
+    for (size_t i = 0; i < r->n_bias; i++)
+        dba_max = fmax(dba_max, dba[i]);
+    for (size_t i = 0; i < r->n_x; i++)
+        e = fmax(e, fmax(fabs(r->dx[i] - dx[i]), dxa ? fabs(r->dx_abs[i] - dxa[i]) : 0.0));
+    for (size_t i = 0; i < r->n_w; i++)
+        e = fmax(e, fmax(fabs(r->dw[i] - dw[i]), fabs(r->dw_abs[i] - (dwa[i] + dwa_max))));
+    for (size_t i = 0; i < r->n_bias; i++)
+        e = fmax(e, fmax(fabs(r->dbias[i] - db[i]), fabs(r->dbias_abs[i] - (dba[i] + dba_max))));
+    return e;
+}
+
+/* conv_grads a group of samples at a time: several groups (5 samples in groups of 2, 2, 1, and
+ * of 1) give the whole-batch backward's references exactly, for a Conv3d from a host dy and a
+ * ConvTranspose3d from a fetch that copies; the fetch is called twice a group for new dy bits,
+ * once (the hash) for the same; a fetch that serves the wrong samples is caught */
+static void test_conv_grads_groups(void)
+{
+    enum { N = 5, CI = 3, CO = 4, D = 3, H = 4, W = 5 };
+    size_t nx = (size_t)N * CI * D * H * W;
+    conv3d_geom g = conv3d_geom_make(N, CI, CO, D, H, W, 3, 1);
+    convT3d_geom tg = convT3d_geom_make(N, CI, CO, D, H, W, 3, 2, 1, 1);
+    size_t nw = (size_t)CO * CI * 27, ny = nx / CI * CO;
+    size_t ty = (size_t)N * CO * tg.od * tg.oh * tg.ow, tper = ty / N;
+    double *x = (double *)host_alloc(8 * nx), *w = (double *)host_alloc(8 * nw), b[CO];
+    double *dy = (double *)host_alloc(8 * ty), *dx = (double *)host_alloc(8 * nx);
+    double *dxa = (double *)host_alloc(8 * nx), *dw = (double *)host_alloc(8 * nw);
+    double *dwa = (double *)host_alloc(8 * nw), db[CO], dba[CO];
+    float *dyf = (float *)host_alloc(4 * ty);
+    fill_conv_case(71, x, nx, w, nw, b, CO, dy, ty);
+    for (size_t i = 0; i < ty; i++)
+        dyf[i] = (float)dy[i], dy[i] = dyf[i];
+
+    conv3d_backward_ref(&g, x, w, dy, dx, dw, db, dwa, dba);
+    double e3[2];
+    int groups3[2];
+    for (int k = 0; k < 2; k++) {
+        conv_grads r = {0};
+        r.group_elems = k ? 1 : 2 * (ny / N); /* 2 samples a group; fewer than 1: 1 */
+        conv3d_grads_of(&g, x, w, dyf, &r);
+        e3[k] = grads_diff(&r, dx, NULL, dw, dwa, db, dba);
+        groups3[k] = r.group;
+        conv_grads_free(&r);
+    }
+    check(e3[0] == 0.0 && e3[1] == 0.0 && groups3[0] == 2 && groups3[1] == 1,
+          "conv3d_grads_of in groups of %d and %d of %d samples = conv3d_backward_ref of the "
+          "whole batch, bit for bit (max diff %.1e, %.1e)", groups3[0], groups3[1], N, e3[0],
+          e3[1]);
+
+    conv_transpose3d_backward_ref(&tg, x, w, dy, dx, dw, db, dwa, dba, dxa);
+    copy_fetch_ctx c = {dyf, tper, N, 0, 0};
+    conv_grads r = {0};
+    r.group_elems = 2 * tper;
+    int first = conv_transpose3d_grads_fetch(&tg, x, w, copy_fetch, &c, 1, &r);
+    int calls_first = c.calls;
+    double e = grads_diff(&r, dx, dxa, dw, dwa, db, dba);
+    c.calls = 0;
+    int again = conv_transpose3d_grads_fetch(&tg, x, w, copy_fetch, &c, 1, &r);
+    check(first == 1 && e == 0.0 && calls_first == 6 && again == 0 && c.calls == 3,
+          "conv_transpose3d_grads_fetch in groups of 2 of %d samples = the whole batch's "
+          "backward, dx_abs too, bit for bit (max diff %.1e); %d fetches for new dy bits, %d "
+          "for the same", N, e, calls_first, c.calls);
+    conv_grads_reset(&r);
+    c.shift = 1; /* planted: every group served the next samples' dy */
+    int shifted = conv_transpose3d_grads_fetch(&tg, x, w, copy_fetch, &c, 1, &r);
+    double e_bad = grads_diff(&r, dx, dxa, dw, dwa, db, dba);
+    check(shifted == 1 && e_bad > 1e-3, "conv_transpose3d_grads_fetch: a fetch serving each "
+          "group the next samples' dy is caught by the same comparison (max diff %.1e)", e_bad);
+    conv_grads_free(&r);
+    free(x), free(w), free(dy), free(dx), free(dxa), free(dw), free(dwa), free(dyf);
+}
+
 int main(void)
 {
     test_verify();
@@ -769,6 +897,7 @@ int main(void)
     test_conv2d_ref();
     test_conv_transpose_ref();
     test_conv_grads();
+    test_conv_grads_groups();
     test_report_csv();
     test_rng();
     test_gradcheck();

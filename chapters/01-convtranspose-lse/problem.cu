@@ -222,7 +222,8 @@ static verify_result verify_dc(const shape *s, const float *cf, const double *cd
                                double *db, double *db_abs)
 {
     size_t per_sample = (size_t)C_OUT * s->s;
-    verify_stream vs = {0};
+    verify_stream vs;
+    verify_stream_begin(&vs, VERIFY_ABS, (size_t)s->n * per_sample, 0, TOL_REL_L2, TOL_ABS);
     *db = *db_abs = 0.0;
     for (int n0 = 0; n0 < s->n; n0 += per) {
         shape chunk = *s;
@@ -232,9 +233,9 @@ static verify_result verify_dc(const shape *s, const float *cf, const double *cd
         *db += epilogue_backward_ref(&chunk, cf ? cf + at : NULL, cd ? cd + at : NULL, b,
                                      g + (size_t)n0 * s->s, part, &chunk_abs);
         *db_abs += chunk_abs;
-        verify_stream_add(&vs, dc + at, part, (size_t)chunk.n * per_sample);
+        verify_stream_add(&vs, dc + at, part, NULL, (size_t)chunk.n * per_sample);
     }
-    return verify_stream_result(&vs, TOL_REL_L2, TOL_ABS);
+    return verify_stream_end(&vs);
 }
 
 /* Share of reference outputs strictly inside (-1, 1). Where it is 0 the clamp decides every

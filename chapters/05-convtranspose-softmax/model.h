@@ -116,15 +116,23 @@ __host__ __device__ static inline int ceil_div(int a, int b) { return (a + b - 1
 
 /* reference.cu: the CPU reference in double (and the backward's derivation) */
 convT3d_geom conv_geom(const shape *s); /* ConvTranspose3d(32 -> 64, 3, 2, 1, output_padding 1) */
-/* xp (N x 32 x PD x PH x PW) = AvgPool3d(2)(x) */
-void pool_ref(const shape *s, const double *x, double *xp);
+/* xp (N x 32 x PD x PH x PW) = AvgPool3d(2)(x), x float (xf) or double (xd), the other NULL */
+void pool_ref(const shape *s, const float *xf, const double *xd, double *xp);
 /* dx (like x) from dxp (like xp): each value of a window gets 1/8 of its window's gradient; the
  * values the pool drops (the last slice of an odd extent) get 0 */
 void pool_backward_ref(const shape *s, const double *dxp, double *dx);
+/* the same, x's elements first .. first + n - 1 alone, into dx[0, n) */
+void pool_backward_range_ref(const shape *s, const double *dxp, size_t first, size_t n,
+                             double *dx);
 /* y (N x 64 x S) from c (cf or cd, exactly one non-NULL) and scale (64); lse (N 64, may be NULL)
- * receives each row's log sum exp(z), the statistic the GPU forwards save */
+ * receives each row's log sum exp(z), the statistic the GPU forwards save; y may be NULL (lse
+ * alone) */
 void epilogue_ref(const shape *s, const float *cf, const double *cd, const double *scale,
                   double *y, double *lse);
+/* y of rows r0 .. r0 + n_rows - 1 alone, from their lse (epilogue_ref's, all rows' array): cf or
+ * cd and y point at row r0's first value. The same values as epilogue_ref's there. */
+void epilogue_rows_ref(const shape *s, int r0, int n_rows, const float *cf, const double *cd,
+                       const double *scale, const double *lse, double *y);
 typedef struct {
     double *dc;               /* N x 64 x S */
     double *abs_dc;           /* N x 64 x S: the scale of dc's float error (NULL: not wanted) */
@@ -134,6 +142,14 @@ typedef struct {
 /* dL/dc and dL/dscale of L = sum g y */
 void epilogue_backward_ref(const shape *s, const float *cf, const double *cd, const double *scale,
                            const float *g, bwd_ref *out);
+/* epilogue_backward_ref in pieces: dc (and abs_dc, may be NULL) of rows r0 .. r0 + n_rows - 1,
+ * cf or cd, g, dc and abs_dc pointing at row r0's first value; parts (2 N 64, all rows') gets
+ * each row's sums of g p and |g p|; once every row's are in, epilogue_dscale_ref sums them over
+ * n in order into dscale and abs_dscale (64 each). The same values as epilogue_backward_ref's. */
+void epilogue_backward_rows_ref(const shape *s, int r0, int n_rows, const float *cf,
+                                const double *cd, const double *scale, const float *g,
+                                double *dc, double *abs_dc, double *parts);
+void epilogue_dscale_ref(const shape *s, const double *parts, double *dscale, double *abs_dscale);
 /* the reference against its definition and central differences, on small awkward shapes */
 void reference_checks(uint64_t seed);
 

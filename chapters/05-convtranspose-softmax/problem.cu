@@ -21,23 +21,37 @@
 #define TOL_LSE 1e-5 /* lse (about ln S + 0.5) against max(1, |lse|) */
 #define TOL_SUM 1e-5 /* dc, dscale, dw, dbias against the sums of their terms' magnitudes */
 
+/* Host memory at the KernelBench shape (c: 268 M values), what stays whole: x (0.54 GB), host_c
+ * (1.07 GB), g (1.07 GB), ref_c (double, 2.15 GB), xpd and the conv's dx references (double,
+ * pooled shape: 0.13 GB each). Every other reference is computed a piece of PIECE values at a
+ * time while its output is read back (hx_check_pieces, harness.h), and the conv's gradient
+ * references widen dc a sample at a time (conv_ref.h). */
+#define PIECE ((size_t)1 << 23) /* values of an output read back and checked at a time */
+
+/* rows a piece of y or dc holds: PIECE values, whole rows, at least one */
+static size_t piece_rows(const shape *s)
+{
+    size_t k = PIECE / (size_t)s->s;
+    return k < 1 ? 1 : k;
+}
+
 struct problem {
     shape sh;
     float *x, *weight, *bias, scale[C_OUT], *g; /* host */
-    double *xd, *wd, *bd, sd[C_OUT];
+    double *wd, *bd, sd[C_OUT];
     run_ctx r;
     lib_conv3d lib;
     int clusters_run; /* this GPU and this build run the cluster versions (sm_90) */
-    float *host_out, *host_c, *host_c_run, *host_dc, *host_dx, host_dw[N_WEIGHT], host_dbias[C_OUT];
-    float host_dscale[C_OUT], *host_lse;
-    double *ref_c, *ref_model, *ref_epilogue; /* y from the double conv; from host_c */
-    double *lse_model, *lse_epi;
+    float *host_c;    /* the GPU's conv output, what the epilogue scopes read */
+    float *c_run;     /* a piece of the c a training step's own conv wrote, read back */
+    float host_dw[N_WEIGHT], host_dbias[C_OUT], host_dscale[C_OUT], *host_lse;
+    double *ref_c;               /* the double conv of the double pool of x */
+    double *lse_model, *lse_epi; /* each row's lse: from ref_c; from host_c */
     double c_err; /* the library conv's largest error against the double one */
-    int have_bwd_refs;
-    bwd_ref bref;
-    double *xpd;                    /* the pooled x, the transposed conv's input */
+    double *parts;               /* each row's sums of g p and |g p| (epilogue_backward_rows_ref) */
+    double dscale[C_OUT], abs_dscale[C_OUT]; /* dscale's reference and its terms' magnitudes */
+    double *xpd;    /* the pooled x, the transposed conv's input */
     conv_grads cgr; /* the conv's gradient references, from a run's own dc (conv_ref.h) */
-    double *ref_dx, *abs_dx;        /* its dx (of xpd) through the pool's backward: x's shape */
 };
 
 static shape shape_of(const int64_t *dims)
@@ -71,11 +85,11 @@ static double device_bytes(const shape *s)
            4.0 * (double)rows(s) * (3.0 + v5_split(s, 1024));
 }
 
-/* the epilogue's references from host_c (the GPU's conv output, or a planted one) */
+/* the epilogue's row statistics from host_c (the GPU's conv output, or a planted one); its
+ * outputs' references are computed from them at each check */
 static void epilogue_refs(problem *pb)
 {
-    epilogue_ref(&pb->sh, pb->host_c, NULL, pb->sd, pb->ref_epilogue, pb->lse_epi);
-    pb->have_bwd_refs = 0;
+    epilogue_ref(&pb->sh, pb->host_c, NULL, pb->sd, NULL, pb->lse_epi);
 }
 
 /* uploads x, runs the library pool and conv, computes the forward references: the model's from
@@ -88,17 +102,15 @@ static void problem_refresh(problem *pb)
     model_front(&pb->r);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(pb->host_c, pb->r.c, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < x_elems(s); i++)
-        pb->xd[i] = pb->x[i];
     for (int i = 0; i < N_WEIGHT; i++)
         pb->wd[i] = pb->weight[i];
     conv_grads_reset(&pb->cgr); /* x or w may have changed */
     for (int i = 0; i < C_OUT; i++)
         pb->bd[i] = pb->bias[i], pb->sd[i] = pb->scale[i];
     convT3d_geom g = conv_geom(s);
-    pool_ref(s, pb->xd, pb->xpd);
+    pool_ref(s, pb->x, NULL, pb->xpd);
     conv_transpose3d_ref(&g, pb->xpd, pb->wd, pb->bd, pb->ref_c);
-    epilogue_ref(s, NULL, pb->ref_c, pb->sd, pb->ref_model, pb->lse_model);
+    epilogue_ref(s, NULL, pb->ref_c, pb->sd, NULL, pb->lse_model);
     epilogue_refs(pb);
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), INFINITY, INFINITY);
     pb->c_err = vc.max_abs;
@@ -124,19 +136,15 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
         die(1, "out of host memory");
     pb->sh = sh;
     size_t nx = x_elems(s), np = pool_elems(s), nc = conv_elems(s), nr = rows(s);
-    pb->x = (float *)host_alloc(4 * nx), pb->xd = (double *)host_alloc(8 * nx);
+    pb->x = (float *)host_alloc(4 * nx);
     pb->weight = (float *)host_alloc(4 * N_WEIGHT), pb->wd = (double *)host_alloc(8 * N_WEIGHT);
     pb->bias = (float *)host_alloc(4 * C_OUT), pb->bd = (double *)host_alloc(8 * C_OUT);
-    pb->g = (float *)host_alloc(4 * nc);
-    pb->host_out = (float *)host_alloc(4 * nc), pb->host_c = (float *)host_alloc(4 * nc);
-    pb->host_c_run = (float *)host_alloc(4 * nc);
-    pb->host_dc = (float *)host_alloc(4 * nc), pb->host_dx = (float *)host_alloc(4 * nx);
+    pb->g = (float *)host_alloc(4 * nc), pb->host_c = (float *)host_alloc(4 * nc);
+    pb->c_run = (float *)host_alloc(4 * piece_rows(s) * (size_t)s->s);
     pb->host_lse = (float *)host_alloc(4 * nr);
     pb->ref_c = (double *)host_alloc(8 * nc), pb->xpd = (double *)host_alloc(8 * np);
-    pb->ref_model = (double *)host_alloc(8 * nc), pb->ref_epilogue = (double *)host_alloc(8 * nc);
     pb->lse_model = (double *)host_alloc(8 * nr), pb->lse_epi = (double *)host_alloc(8 * nr);
-    pb->bref.dc = (double *)host_alloc(8 * nc), pb->bref.abs_dc = (double *)host_alloc(8 * nc);
-    pb->ref_dx = (double *)host_alloc(8 * nx), pb->abs_dx = (double *)host_alloc(8 * nx);
+    pb->parts = (double *)host_alloc(8 * 2 * nr);
     rng_state rng, rng_g;
     rng_seed(&rng, seed);
     fill_uniform(pb->x, nx, 0.0, 1.0, &rng); /* torch.rand */
@@ -205,10 +213,8 @@ static void problem_destroy(problem *pb)
                          r->dscale, r->dxp, r->dx, r->dw, r->dbias};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
-    void *host[] = {pb->x, pb->xd, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_out,
-                    pb->host_c, pb->host_c_run, pb->host_dc, pb->host_dx, pb->host_lse, pb->ref_c, pb->xpd,
-                    pb->ref_model, pb->ref_epilogue, pb->lse_model, pb->lse_epi, pb->bref.dc,
-                    pb->bref.abs_dc, pb->ref_dx, pb->abs_dx};
+    void *host[] = {pb->x, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_c, pb->c_run,
+                    pb->host_lse, pb->ref_c, pb->xpd, pb->lse_model, pb->lse_epi, pb->parts};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     conv_grads_free(&pb->cgr);
@@ -241,11 +247,98 @@ static void problem_poison(problem *pb, int scope)
     }
 }
 
+/* the references of a piece of y: from the double conv (the whole model) or host_c */
+typedef struct {
+    const problem *pb;
+    int whole;
+} y_refs;
+
+static void y_piece(void *ctx, size_t first, size_t n, const float *out, double *ref,
+                    double *abs_sum)
+{
+    const y_refs *k = (const y_refs *)ctx;
+    const problem *pb = k->pb;
+    size_t S = (size_t)pb->sh.s;
+    (void)out, (void)abs_sum;
+    epilogue_rows_ref(&pb->sh, (int)(first / S), (int)(n / S), k->whole ? NULL : pb->host_c + first,
+                      k->whole ? pb->ref_c + first : NULL, pb->sd,
+                      k->whole ? pb->lse_model : pb->lse_epi, ref);
+}
+
+/* y, by row, and lse, against the model's references (whole) or the epilogue's from host_c;
+ * both into v's hash */
+static void check_forward(problem *pb, hx_verdict *v, int whole, double tol_row)
+{
+    const shape *s = &pb->sh;
+    y_refs k = {pb, whole};
+    hx_check_pieces(v, "y (by row)", pb->r.y, out_elems(s), piece_rows(s) * s->s, s->s, HX_ROWS,
+                    TOL_REL_L2, tol_row, y_piece, &k, &v->hash);
+    hx_check_output(v, "lse", pb->r.lse, pb->host_lse, rows(s),
+                    whole ? pb->lse_model : pb->lse_epi, HX_SCALED, NULL, TOL_REL_L2, TOL_LSE);
+    v->hash = hash_f32(v->hash, pb->host_lse, rows(s));
+}
+
+/* the references of a piece of dc: from host_c, or from the c the run's own conv wrote (read
+ * back a piece at a time); each row's sums for dscale into pb->parts */
+typedef struct {
+    problem *pb;
+    int from_run;
+} dc_refs;
+
+static void dc_piece(void *ctx, size_t first, size_t n, const float *out, double *ref,
+                     double *abs_sum)
+{
+    const dc_refs *k = (const dc_refs *)ctx;
+    problem *pb = k->pb;
+    size_t S = (size_t)pb->sh.s;
+    const float *c = pb->host_c + first;
+    (void)out;
+    if (k->from_run) {
+        CUDA_CHECK(cudaMemcpy(pb->c_run, pb->r.c + first, 4 * n, cudaMemcpyDeviceToHost));
+        c = pb->c_run;
+    }
+    epilogue_backward_rows_ref(&pb->sh, (int)(first / S), (int)(n / S), c, NULL, pb->sd,
+                               pb->g + first, ref, abs_sum, pb->parts);
+}
+
+/* dc and dscale against the backward from host_c (the epilogue scope) or from the c the run's
+ * own library conv wrote (a training step); both into v's hash */
+static void check_backward(problem *pb, hx_verdict *v, int from_run)
+{
+    const shape *s = &pb->sh;
+    dc_refs k = {pb, from_run};
+    hx_check_pieces(v, "dc", pb->r.dc, conv_elems(s), piece_rows(s) * s->s, 0, HX_SUM, 0, TOL_SUM,
+                    dc_piece, &k, &v->hash);
+    epilogue_dscale_ref(s, pb->parts, pb->dscale, pb->abs_dscale);
+    hx_check_output(v, "dscale", pb->r.dscale, pb->host_dscale, C_OUT, pb->dscale, HX_SUM,
+                    pb->abs_dscale, 0, TOL_SUM);
+    v->hash = hash_f32(v->hash, pb->host_dscale, C_OUT);
+}
+
+/* the run's dc, count samples from n0, read back for the conv's gradient references */
+static const float *dc_fetch(void *ctx, int n0, int count, float *room)
+{
+    const problem *pb = (const problem *)ctx;
+    size_t per = (size_t)C_OUT * pb->sh.s;
+    CUDA_CHECK(cudaMemcpy(room, pb->r.dc + n0 * per, 4 * count * per, cudaMemcpyDeviceToHost));
+    return room;
+}
+
+/* the references of a piece of dx (x's shape): the conv's dx (xpd's) and its terms' magnitudes
+ * through the pool's backward, whose weights (1/8) are positive */
+static void dx_piece(void *ctx, size_t first, size_t n, const float *out, double *ref,
+                     double *abs_sum)
+{
+    const problem *pb = (const problem *)ctx;
+    (void)out;
+    pool_backward_range_ref(&pb->sh, pb->cgr.dx, first, n, ref);
+    pool_backward_range_ref(&pb->sh, pb->cgr.dx_abs, first, n, abs_sum);
+}
+
 static hx_verdict problem_verify(problem *pb, int scope)
 {
     const run_ctx *r = &pb->r;
     const shape *s = &pb->sh;
-    size_t nc = conv_elems(s), nr = rows(s);
     int whole = scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN;
     hx_verdict v = {1, 1, HASH_INIT, ""};
     /* the library's transposed conv (its backward-data algorithm, common/conv.h) may be
@@ -254,45 +347,25 @@ static hx_verdict problem_verify(problem *pb, int scope)
     /* from x, y carries the conv's float error: z moves by at most c_err, so each p by a factor
      * exp(+-c_err) and the row's sum by as much, a relative error of 2 c_err on top; twice that
      * again for another run of a nondeterministic conv than the one c_err was measured on */
-    hx_check_rows(&v, "y (by row)", r->y, pb->host_out, nr, s->s,
-                  whole ? pb->ref_model : pb->ref_epilogue, TOL_REL_L2,
-                  TOL_ROW + (whole ? 4.0 * pb->c_err : 0.0));
-    hx_check_output(&v, "lse", r->lse, pb->host_lse, nr, whole ? pb->lse_model : pb->lse_epi,
-                    HX_SCALED, NULL, TOL_REL_L2, TOL_LSE);
-    v.hash = hash_f32(hash_f32(v.hash, pb->host_out, nc), pb->host_lse, nr);
+    check_forward(pb, &v, whole, TOL_ROW + (whole ? 4.0 * pb->c_err : 0.0));
     if (scope != SCOPE_EPI_FWDBWD && scope != SCOPE_TRAIN)
         return v;
     /* the backward from the conv output the run read: host_c in the epilogue scope, and in a
-     * training step the c its own library conv wrote (copied back, then host_c's reference is
-     * rebuilt when next needed) */
-    if (scope == SCOPE_TRAIN) {
-        CUDA_CHECK(cudaMemcpy(pb->host_c_run, r->c, 4 * nc, cudaMemcpyDeviceToHost));
-        epilogue_backward_ref(s, pb->host_c_run, NULL, pb->sd, pb->g, &pb->bref);
-        pb->have_bwd_refs = 0;
-    } else if (!pb->have_bwd_refs) {
-        epilogue_backward_ref(s, pb->host_c, NULL, pb->sd, pb->g, &pb->bref);
-        pb->have_bwd_refs = 1;
-    }
-    hx_check_output(&v, "dc", r->dc, pb->host_dc, nc, pb->bref.dc, HX_SUM, pb->bref.abs_dc, 0,
-                    TOL_SUM);
-    hx_check_output(&v, "dscale", r->dscale, pb->host_dscale, C_OUT, pb->bref.dscale, HX_SUM,
-                    pb->bref.abs_dscale, 0, TOL_SUM);
-    v.hash = hash_f32(hash_f32(v.hash, pb->host_dc, nc), pb->host_dscale, C_OUT);
+     * training step the c its own library conv wrote */
+    check_backward(pb, &v, scope == SCOPE_TRAIN);
     if (scope == SCOPE_EPI_FWDBWD)
         return v;
     /* the transposed conv's and the pool's gradients against the double backward of this
-     * run's dc (conv_ref.h); the conv's dx is xpd's, taken through the pool's backward to x's
-     * shape */
+     * run's dc (conv_ref.h, dc read back a sample at a time); the conv's dx is xpd's, taken
+     * through the pool's backward to x's shape. dx is a sum of 864 products a value, which
+     * cancel: against their magnitudes */
     convT3d_geom g = conv_geom(s);
-    conv_transpose3d_grads_of(&g, pb->xpd, pb->wd, pb->host_dc, 1, &pb->cgr);
-    pool_backward_ref(s, pb->cgr.dx, pb->ref_dx);
-    pool_backward_ref(s, pb->cgr.dx_abs, pb->abs_dx); /* the pool's weights are positive */
-    conv_grads pooled = pb->cgr; /* a view of cgr's buffers with x's dx: never freed or reused */
-    pooled.n_x = x_elems(s), pooled.dx = pb->ref_dx, pooled.dx_abs = pb->abs_dx;
-    /* dx is a sum of 864 products a value, which cancel: against their magnitudes */
-    const float *dev[3] = {r->dx, r->dw, r->dbias};
-    float *host[3] = {pb->host_dx, pb->host_dw, pb->host_dbias};
-    hx_check_conv_grads(&v, dev, host, &pooled, HX_SUM, 0, 0, TOL_SUM);
+    conv_transpose3d_grads_fetch(&g, pb->xpd, pb->wd, dc_fetch, pb, 1, &pb->cgr);
+    hx_check_pieces(&v, "dx", r->dx, x_elems(s), PIECE, 0, HX_SUM, 0, TOL_SUM, dx_piece, pb, NULL);
+    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->cgr.dw, HX_SUM, pb->cgr.dw_abs, 0,
+                    TOL_SUM);
+    hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->cgr.dbias, HX_SUM,
+                    pb->cgr.dbias_abs, 0, TOL_SUM);
     return v;
 }
 
@@ -350,7 +423,7 @@ static void golden_case(const char *dir, const char *name)
             wd[i] = t[W][i];
         for (int i = 0; i < C_OUT; i++)
             bd[i] = t[B][i], sd[i] = t[SCALE][i], one[i] = 1.0;
-        pool_ref(&s, xd, xp);
+        pool_ref(&s, NULL, xd, xp);
         conv_transpose3d_ref(&cg, xp, wd, bd, c);
         epilogue_ref(&s, NULL, c, sd, y, NULL);
         epilogue_backward_ref(&s, NULL, c, sd, t[G], &br);
@@ -440,27 +513,17 @@ static void shape_checks(problem *pb, int t)
     v6_epilogue_keep(&pb->r, keep4);
     CUDA_CHECK(cudaDeviceSynchronize());
     hx_verdict v = {1, 1, HASH_INIT, ""};
-    hx_check_rows(&v, "y (by row)", pb->r.y, pb->host_out, rows(s), s->s, pb->ref_epilogue,
-                  TOL_REL_L2, TOL_ROW);
-    hx_check_output(&v, "lse", pb->r.lse, pb->host_lse, rows(s), pb->lse_epi, HX_SCALED, NULL,
-                    TOL_REL_L2, TOL_LSE);
+    check_forward(pb, &v, 0, TOL_ROW);
     check(v.pass, "v6 keeping %d of %d float4 a block in shared memory, the rest read twice, on "
           "%dx32x%dx%dx%d: %s", keep4, v6_keep4(&pb->r), s->n, s->d, s->h, s->w, v.detail);
     /* the same for b3's backward, after v6's forward (lse) */
-    if (!pb->have_bwd_refs) {
-        epilogue_backward_ref(s, pb->host_c, NULL, pb->sd, pb->g, &pb->bref);
-        pb->have_bwd_refs = 1;
-    }
     int keep_b = b3_keep4_max(&pb->r) / 3;
     gpu_poison(pb->r.dc, conv_elems(s));
     gpu_poison(pb->r.dscale, C_OUT);
     b3_backward_keep(&pb->r, keep_b);
     CUDA_CHECK(cudaDeviceSynchronize());
     hx_verdict vb = {1, 1, HASH_INIT, ""};
-    hx_check_output(&vb, "dc", pb->r.dc, pb->host_dc, conv_elems(s), pb->bref.dc, HX_SUM,
-                    pb->bref.abs_dc, 0, TOL_SUM);
-    hx_check_output(&vb, "dscale", pb->r.dscale, pb->host_dscale, C_OUT, pb->bref.dscale, HX_SUM,
-                    pb->bref.abs_dscale, 0, TOL_SUM);
+    check_backward(pb, &vb, 0);
     check(vb.pass, "b3 keeping %d of %d float4 of c and of g a block, the rest read twice, on "
           "%dx32x%dx%dx%d: %s", keep_b, b3_keep4_max(&pb->r), s->n, s->d, s->h, s->w, vb.detail);
 }
@@ -541,9 +604,23 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
            conv_flops(s) / 1e9, conv_flops(s) / (dev->fp32_tflops * 1e9), dev->fp32_tflops);
 }
 
+/* DIR/NAME[_ID].npy from n floats on the device (read back whole: a dump is for small shapes) */
+static void dump_device(const char *dir, const char *name, const char *id, const float *dev,
+                        size_t n, const int64_t *dims)
+{
+    float *host = (float *)host_alloc(4 * n);
+    CUDA_CHECK(cudaMemcpy(host, dev, 4 * n, cudaMemcpyDeviceToHost));
+    if (id)
+        npy_save_id_or_exit(dir, name, id, host, 5, dims);
+    else
+        npy_save_or_exit(dir, name, host, 5, dims);
+    free(host);
+}
+
 static void dump(problem *pb, const char *dir, const char *id, int scope)
 {
     const shape *s = &pb->sh;
+    const run_ctx *r = &pb->r;
     int64_t xs[5] = {s->n, C_IN, s->d, s->h, s->w}, ws[5] = {C_IN, C_OUT, KS, KS, KS};
     int64_t bs[1] = {C_OUT}, ss[5] = {1, C_OUT, 1, 1, 1};
     int64_t cs[5] = {s->n, C_OUT, s->od, s->oh, s->ow};
@@ -556,17 +633,18 @@ static void dump(problem *pb, const char *dir, const char *id, int scope)
         npy_save_or_exit(dir, "grad_output", pb->g, 5, cs);
         return;
     }
+    /* the outputs of the verified run just made, still on the device */
     if (scope != SCOPE_TRAIN) {
         char name[64];
         snprintf(name, sizeof name, scope == SCOPE_MODEL_FWD ? "out_%s_model" : "out_%s", id);
-        npy_save_or_exit(dir, name, pb->host_out, 5, cs);
+        dump_device(dir, name, NULL, r->y, out_elems(s), cs);
         return;
     }
-    npy_save_id_or_exit(dir, "grad_conv_out", id, pb->host_dc, 5, cs);
+    dump_device(dir, "grad_conv_out", id, r->dc, conv_elems(s), cs);
     npy_save_id_or_exit(dir, "grad_scale", id, pb->host_dscale, 5, ss);
     npy_save_id_or_exit(dir, "grad_conv_weight", id, pb->host_dw, 5, ws);
     npy_save_id_or_exit(dir, "grad_conv_bias", id, pb->host_dbias, 1, bs);
-    npy_save_id_or_exit(dir, "grad_x", id, pb->host_dx, 5, xs);
+    dump_device(dir, "grad_x", id, r->dx, x_elems(s), xs);
 }
 
 const hx_chapter chapter_machinery = {

@@ -30,7 +30,7 @@ static size_t window_at(const shape *s, int i, int j, int l, int q)
     return ((size_t)(2 * i + (q >> 2)) * s->h + 2 * j + ((q >> 1) & 1)) * s->w + 2 * l + (q & 1);
 }
 
-void pool_ref(const shape *s, const double *x, double *xp)
+void pool_ref(const shape *s, const float *xf, const double *xd, double *xp)
 {
     size_t plane = (size_t)s->d * s->h * s->w;
 #pragma omp parallel for schedule(static)
@@ -39,8 +39,10 @@ void pool_ref(const shape *s, const double *x, double *xp)
             for (int j = 0; j < s->ph; j++)
                 for (int l = 0; l < s->pw; l++) {
                     double sum = 0.0;
-                    for (int q = 0; q < 8; q++)
-                        sum += x[p * plane + window_at(s, i, j, l, q)];
+                    for (int q = 0; q < 8; q++) {
+                        size_t at = p * plane + window_at(s, i, j, l, q);
+                        sum += xf ? (double)xf[at] : xd[at];
+                    }
                     xp[(size_t)p * s->ps + ((size_t)i * s->ph + j) * s->pw + l] = sum / 8.0;
                 }
 }
@@ -48,19 +50,23 @@ void pool_ref(const shape *s, const double *x, double *xp)
 /* Its backward: xp = (1/8) sum of its window, so each window value receives 1/8 of its window's
  * gradient (the windows do not overlap: stride = kernel), and a dropped value, read by nothing,
  * receives 0. */
+void pool_backward_range_ref(const shape *s, const double *dxp, size_t first, size_t n,
+                             double *dx)
+{
+#pragma omp parallel for schedule(static)
+    for (long long k = 0; k < (long long)n; k++) { /* x's element first + k: plane p, (i, j, l) */
+        size_t at = first + (size_t)k;
+        int l = (int)(at % s->w), j = (int)(at / s->w % s->h), i = (int)(at / s->w / s->h % s->d);
+        size_t p = at / ((size_t)s->d * s->h * s->w);
+        int dropped = i >= 2 * s->pd || j >= 2 * s->ph || l >= 2 * s->pw;
+        dx[k] = dropped ? 0.0
+                        : dxp[p * s->ps + ((size_t)(i / 2) * s->ph + j / 2) * s->pw + l / 2] / 8.0;
+    }
+}
+
 void pool_backward_ref(const shape *s, const double *dxp, double *dx)
 {
-    size_t plane = (size_t)s->d * s->h * s->w;
-    memset(dx, 0, sizeof(double) * x_elems(s));
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < s->n * C_IN; p++)
-        for (int i = 0; i < s->pd; i++)
-            for (int j = 0; j < s->ph; j++)
-                for (int l = 0; l < s->pw; l++) {
-                    double d = dxp[(size_t)p * s->ps + ((size_t)i * s->ph + j) * s->pw + l] / 8.0;
-                    for (int q = 0; q < 8; q++)
-                        dx[p * plane + window_at(s, i, j, l, q)] = d;
-                }
+    pool_backward_range_ref(s, dxp, 0, x_elems(s), dx);
 }
 
 /* ------------------------------------------------------------------ the epilogue
@@ -88,21 +94,41 @@ static double clamped_row(const float *cf, const double *cd, size_t base, int S,
     return logsumexp_ref(z, S, 1);
 }
 
+/* y of one row from its lse: y_i = scale exp(clamp(c_i) - lse) */
+static void epilogue_row(int S, const float *cf, const double *cd, double scale, double lse,
+                         double *y)
+{
+    for (int i = 0; i < S; i++)
+        y[i] = scale * exp(clamp_ref(cf ? (double)cf[i] : cd[i]) - lse);
+}
+
+void epilogue_rows_ref(const shape *s, int r0, int n_rows, const float *cf, const double *cd,
+                       const double *scale, const double *lse, double *y)
+{
+    int S = s->s;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < n_rows; k++) {
+        size_t at = (size_t)k * S;
+        epilogue_row(S, cf ? cf + at : NULL, cd ? cd + at : NULL, scale[(r0 + k) % C_OUT],
+                     lse[r0 + k], y + at);
+    }
+}
+
 void epilogue_ref(const shape *s, const float *cf, const double *cd, const double *scale,
                   double *y, double *lse)
 {
     int S = s->s;
+    double *l = lse ? lse : (double *)host_alloc(sizeof(double) * rows(s));
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows(s); r++) {
         double *z = (double *)host_alloc(sizeof(double) * S);
-        size_t base = (size_t)r * S;
-        double l = clamped_row(cf, cd, base, S, z);
-        for (int i = 0; i < S; i++)
-            y[base + i] = scale[r % C_OUT] * exp(z[i] - l);
-        if (lse)
-            lse[r] = l;
+        l[r] = clamped_row(cf, cd, (size_t)r * S, S, z);
         free(z);
     }
+    if (y)
+        epilogue_rows_ref(s, 0, rows(s), cf, cd, scale, l, y);
+    if (!lse)
+        free(l);
 }
 
 /* ---------------------------------------------------------------------------- the backward
@@ -147,45 +173,65 @@ void epilogue_ref(const shape *s, const float *cf, const double *cd, const doubl
  *                                      verifier's bound of tens of 2^-24 covers both. */
 static double p_err(double z, double lse) { return 1.0 + fabs(z) + fabs(lse); } /* E */
 
+/* one row's dc (and abs_dc, if not NULL) and its sums of g p and |g p| into part[0], part[1] */
+static void epilogue_backward_row(int S, const float *cf, const double *cd, double sc,
+                                  const float *g, double *dc, double *abs_dc, double part[2])
+{
+    double *z = (double *)host_alloc(sizeof(double) * 2 * S), *p = z + S;
+    double l = clamped_row(cf, cd, 0, S, z);
+    double gp = 0.0, gp_abs = 0.0, dot = 0.0, B = 0.0;
+    for (int i = 0; i < S; i++) { /* p, and the row's three sums */
+        double gi = g[i];
+        p[i] = exp(z[i] - l);
+        gp += gi * p[i];
+        gp_abs += fabs(gi * p[i]);
+        dot += gi * sc * p[i]; /* g' p */
+        B += fabs(gi * sc) * p[i] * (p_err(z[i], l) + 2.0);
+    }
+    for (int j = 0; j < S; j++) { /* dc = [0 <= c <= 1] p (g' - dot) */
+        double c = cf ? (double)cf[j] : cd[j];
+        int pass = c >= CLAMP_LO && c <= CLAMP_HI;
+        double gj = g[j] * sc;
+        dc[j] = pass ? p[j] * (gj - dot) : 0.0;
+        if (abs_dc)
+            abs_dc[j] = pass ? p[j] * ((p_err(z[j], l) + 2.0) * (fabs(gj) + fabs(dot)) + B) : 0.0;
+    }
+    part[0] = gp, part[1] = gp_abs;
+    free(z);
+}
+
+void epilogue_backward_rows_ref(const shape *s, int r0, int n_rows, const float *cf,
+                                const double *cd, const double *scale, const float *g,
+                                double *dc, double *abs_dc, double *parts)
+{
+    int S = s->s;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < n_rows; k++) {
+        size_t at = (size_t)k * S;
+        epilogue_backward_row(S, cf ? cf + at : NULL, cd ? cd + at : NULL,
+                              scale[(r0 + k) % C_OUT], g + at, dc + at,
+                              abs_dc ? abs_dc + at : NULL, parts + 2 * (r0 + k));
+    }
+}
+
+void epilogue_dscale_ref(const shape *s, const double *parts, double *dscale, double *abs_dscale)
+{
+    for (int ch = 0; ch < C_OUT; ch++) { /* over n in order: the same sums whatever the threads */
+        dscale[ch] = abs_dscale[ch] = 0.0;
+        for (int n = 0; n < s->n; n++) {
+            dscale[ch] += parts[2 * (n * C_OUT + ch)];
+            abs_dscale[ch] += parts[2 * (n * C_OUT + ch) + 1];
+        }
+    }
+}
+
 void epilogue_backward_ref(const shape *s, const float *cf, const double *cd, const double *scale,
                            const float *g, bwd_ref *out)
 {
-    int S = s->s;
     /* each row's sum of g p and of |g p|, summed over n in a fixed order at the end */
     double *parts = (double *)host_alloc(sizeof(double) * 2 * rows(s));
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows(s); r++) {
-        double *z = (double *)host_alloc(sizeof(double) * 2 * S), *p = z + S;
-        size_t base = (size_t)r * S;
-        double sc = scale[r % C_OUT], l = clamped_row(cf, cd, base, S, z);
-        double gp = 0.0, gp_abs = 0.0, dot = 0.0, B = 0.0;
-        for (int i = 0; i < S; i++) { /* p, and the row's three sums */
-            double gi = g[base + i];
-            p[i] = exp(z[i] - l);
-            gp += gi * p[i];
-            gp_abs += fabs(gi * p[i]);
-            dot += gi * sc * p[i]; /* g' p */
-            B += fabs(gi * sc) * p[i] * (p_err(z[i], l) + 2.0);
-        }
-        for (int j = 0; j < S; j++) { /* dc = [0 <= c <= 1] p (g' - dot) */
-            double c = cf ? (double)cf[base + j] : cd[base + j];
-            int pass = c >= CLAMP_LO && c <= CLAMP_HI;
-            double gj = g[base + j] * sc;
-            out->dc[base + j] = pass ? p[j] * (gj - dot) : 0.0;
-            if (out->abs_dc)
-                out->abs_dc[base + j] =
-                    pass ? p[j] * ((p_err(z[j], l) + 2.0) * (fabs(gj) + fabs(dot)) + B) : 0.0;
-        }
-        parts[2 * r] = gp, parts[2 * r + 1] = gp_abs;
-        free(z);
-    }
-    for (int ch = 0; ch < C_OUT; ch++) {
-        out->dscale[ch] = out->abs_dscale[ch] = 0.0;
-        for (int n = 0; n < s->n; n++) {
-            out->dscale[ch] += parts[2 * (n * C_OUT + ch)];
-            out->abs_dscale[ch] += parts[2 * (n * C_OUT + ch) + 1];
-        }
-    }
+    epilogue_backward_rows_ref(s, 0, rows(s), cf, cd, scale, g, out->dc, out->abs_dc, parts);
+    epilogue_dscale_ref(s, parts, out->dscale, out->abs_dscale);
     free(parts);
 }
 
@@ -217,7 +263,7 @@ typedef struct {
 static void front_ref(loss_ctx *L)
 {
     convT3d_geom cg = conv_geom(&L->sh);
-    pool_ref(&L->sh, L->x, L->xp);
+    pool_ref(&L->sh, NULL, L->x, L->xp);
     conv_transpose3d_ref(&cg, L->xp, L->w, L->b, L->c);
 }
 
@@ -304,7 +350,7 @@ static void pool_checks(const shape *s, uint64_t seed)
         int dropped = i >= 2 * s->pd || j >= 2 * s->ph || l >= 2 * s->pw;
         x[k] = dropped ? NAN : base + a * i + b * j + e * l;
     }
-    pool_ref(s, x, xp);
+    pool_ref(s, NULL, x, xp);
     double worst = 0.0;
     size_t finite = 0;
     for (size_t k = 0; k < np; k++) {
@@ -323,7 +369,7 @@ static void pool_checks(const shape *s, uint64_t seed)
         x[k] = rng_normal(&rng);
     for (size_t k = 0; k < np; k++)
         dxp[k] = rng_normal(&rng);
-    pool_ref(s, x, xp);
+    pool_ref(s, NULL, x, xp);
     pool_backward_ref(s, dxp, dx);
     double lhs = 0.0, rhs = 0.0;
     for (size_t k = 0; k < np; k++)
@@ -594,6 +640,65 @@ static void model_checks(loss_ctx *L)
     free(br.dc), free(dxp), free(dx), free(dw);
 }
 
+/* The references the GPU checks compute a piece at a time (the pool from the float x; dx of a
+ * range of x; y and dc of a run of rows, dscale from the rows' sums) against the whole-tensor
+ * functions above, bit for bit, in pieces of uneven sizes; a piece given the next row's lse is
+ * caught by the same comparison */
+static void piece_checks(const loss_ctx *L)
+{
+    const shape *s = &L->sh;
+    int S = s->s, nr = rows(s);
+    size_t nx = x_elems(s), np = pool_elems(s), nc = conv_elems(s);
+    float *xf = (float *)host_alloc(4 * nx);
+    double *xd = (double *)host_alloc(8 * nx), *xp = (double *)host_alloc(8 * np);
+    double *xp2 = (double *)host_alloc(8 * np), *dx = (double *)host_alloc(8 * nx);
+    double *dx2 = (double *)host_alloc(8 * nx), *lse = (double *)host_alloc(8 * nr);
+    double *y = (double *)host_alloc(8 * nc), *y2 = (double *)host_alloc(8 * nc);
+    double *parts = (double *)host_alloc(8 * 2 * nr), ds[C_OUT], ads[C_OUT];
+    bwd_ref br, br2;
+    br.dc = (double *)host_alloc(8 * nc), br.abs_dc = (double *)host_alloc(8 * nc);
+    br2.dc = (double *)host_alloc(8 * nc), br2.abs_dc = (double *)host_alloc(8 * nc);
+    for (size_t i = 0; i < nx; i++)
+        xf[i] = (float)L->x[i], xd[i] = xf[i];
+    pool_ref(s, xf, NULL, xp);
+    pool_ref(s, NULL, xd, xp2);
+    int pool_same = !memcmp(xp, xp2, 8 * np);
+    pool_backward_ref(s, xp, dx);
+    for (size_t at = 0, k = 0; at < nx; k++) { /* pieces of 1, 37, 1000, ... */
+        size_t take = k % 3 == 0 ? 1 : (k % 3 == 1 ? 37 : 1000);
+        take = take < nx - at ? take : nx - at;
+        pool_backward_range_ref(s, xp, at, take, dx2 + at);
+        at += take;
+    }
+    int dx_same = !memcmp(dx, dx2, 8 * nx);
+
+    epilogue_ref(s, NULL, L->c, L->scale, y, NULL);
+    epilogue_ref(s, NULL, L->c, L->scale, NULL, lse);
+    epilogue_backward_ref(s, NULL, L->c, L->scale, L->g, &br);
+    for (int r0 = 0, k = 0; r0 < nr; k++) { /* runs of 1, 5, 2, ... rows */
+        int take = k % 3 == 0 ? 1 : (k % 3 == 1 ? 5 : 2);
+        take = take < nr - r0 ? take : nr - r0;
+        size_t at = (size_t)r0 * S;
+        epilogue_rows_ref(s, r0, take, NULL, L->c + at, L->scale, lse, y2 + at);
+        epilogue_backward_rows_ref(s, r0, take, NULL, L->c + at, L->scale, L->g + at,
+                                   br2.dc + at, br2.abs_dc + at, parts);
+        r0 += take;
+    }
+    epilogue_dscale_ref(s, parts, ds, ads);
+    int fwd_same = !memcmp(y, y2, 8 * nc);
+    int bwd_same = !memcmp(br.dc, br2.dc, 8 * nc) && !memcmp(br.abs_dc, br2.abs_dc, 8 * nc) &&
+                   !memcmp(br.dscale, ds, sizeof ds) && !memcmp(br.abs_dscale, ads, sizeof ads);
+    epilogue_rows_ref(s, 0, 1, NULL, L->c, L->scale, lse + 1, y2); /* planted: row 1's lse */
+    int caught = memcmp(y, y2, 8 * (size_t)S) != 0;
+    check(pool_same && dx_same && fwd_same && bwd_same && caught,
+          "cpu: the references in pieces on %dx32x%dx%dx%d = the whole-tensor ones, bit for bit: "
+          "the pool from float x, dx in pieces of 1 to 1000 values, y from each row's lse and dc "
+          "in runs of 1 to 5 rows, dscale from the rows' sums; a row given the next row's lse "
+          "is caught", s->n, s->d, s->h, s->w);
+    free(xf), free(xd), free(xp), free(xp2), free(dx), free(dx2), free(lse), free(y), free(y2);
+    free(parts), free(br.dc), free(br.abs_dc), free(br2.dc), free(br2.abs_dc);
+}
+
 void reference_checks(uint64_t seed)
 {
     /* 2 x 32 x 3 x 4 x 5: odd depth and width, the pool drops a slice of each (pooled 1 x 2 x
@@ -604,6 +709,7 @@ void reference_checks(uint64_t seed)
         problem_make(&L, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], seed + 31 * k);
         pool_checks(&L.sh, seed + 7);
         forward_checks(&L, "the model's c");
+        piece_checks(&L);
         backward_checks(&L, seed + 13 * k + 1); /* plants c */
         forward_checks(&L, "planted c");
         if (k == 0)
