@@ -21,8 +21,9 @@
 # ARCH: the visible GPU's own (native), sm_90 when none is visible; e.g. make ARCH=sm_80.
 # sm_90 (or native on a compute capability 9.0 GPU: H100, H200) builds sm_90a code, Hopper's own
 # target, which adds the warpgroup MMA (wgmma, chapter 3's v16 to v18) and runs on compute
-# capability 9.0 only, plus compute_90 PTX, which a newer GPU compiles when it loads the program
-# (without wgmma: v16 to v18 are skipped there).
+# capability 9.0 only; a newer GPU builds its own code (native), where v16 to v18 are skipped.
+# (No PTX beside it: compiling the device code a second time for PTX took a quarter of the
+# build's CPU time, for a binary that no GPU but one built elsewhere would run.)
 # Versions that need Hopper (thread-block clusters) are compiled only for sm_90 and are skipped,
 # with the reason, on other GPUs and builds.
 # CUDNN: cuDNN is optional. Found (cudnn.h and libcudnn.so in CUDNN_HOME, in nvcc's toolkit, or
@@ -46,8 +47,7 @@ ARCH ?= $(if $(HAVE_GPU),native,sm_90)
 NATIVE_CC := $(if $(and $(HAVE_GPU),$(filter native,$(ARCH))),$(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .'))
 comma := ,
 ARCH_TAG := $(if $(or $(filter sm_90 sm_90a,$(ARCH)),$(filter 90,$(NATIVE_CC))),sm_90a,$(ARCH))
-ARCH_FLAGS := $(if $(filter sm_90a,$(ARCH_TAG)),-gencode=arch=compute_90a$(comma)code=sm_90a \
-    -gencode=arch=compute_90$(comma)code=compute_90,-arch=$(ARCH))
+ARCH_FLAGS := $(if $(filter sm_90a,$(ARCH_TAG)),-gencode=arch=compute_90a$(comma)code=sm_90a,-arch=$(ARCH))
 
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDNN_ROOTS := $(CUDNN_HOME) $(CUDA_HOME) /usr/local /usr
@@ -133,7 +133,7 @@ COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/ha
 all: $(BINS) build/test_common build/gpu-tag
 
 # objects remember the ARCH and the CUDNN they were compiled for: one stamp, the others removed
-ARCH_STAMP := build/arch-$(ARCH_TAG)$(if $(filter sm_90a,$(ARCH_TAG)),-compute_90)-cudnn$(CUDNN)
+ARCH_STAMP := build/arch-$(ARCH_TAG)-cudnn$(CUDNN)
 $(ARCH_STAMP):
 	@mkdir -p build && rm -f build/arch-* && touch $@
 

@@ -87,6 +87,7 @@ void device_info_get(device_info *d)
     d->l2_bytes = (size_t)p.l2CacheSize;
     d->global_bytes = p.totalGlobalMem;
     d->copy_gbps = measure_copy_gbps();
+    gpu_code_arch(); /* a build without code for this GPU stops here, saying so */
 }
 
 static __global__ void k_arch_probe(void) {}
@@ -94,7 +95,17 @@ static __global__ void k_arch_probe(void) {}
 int gpu_code_arch(void)
 {
     cudaFuncAttributes fa;
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, k_arch_probe));
+    cudaError_t e = cudaFuncGetAttributes(&fa, k_arch_probe);
+    if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+        int dev = 0, major = 0, minor = 0;
+        cudaGetLastError();
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        die(1, "this build has no code for this GPU (compute capability %d.%d): rebuild it "
+            "here, `make clean && make` (the build targets the visible GPU)", major, minor);
+    }
+    CUDA_CHECK(e);
     return fa.ptxVersion;
 }
 
