@@ -235,15 +235,17 @@ CHECK_SHAPE_05 := 2x32x5x6x7
 golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden$(if $(filter command line environment,$(origin CH)), --chapter $(CH))
 # torch.compile compiles once per batch size, scope and precision (chapter 1 at the KernelBench
-# shape: 8 compiles; its sweep: 56); peers-kb and peers-sweep split the work, BATCHES the sweep
+# shape: 8 compiles; its sweep: 56); peers-kb and peers-sweep split the work, BATCHES the sweep,
+# PRECISIONS=fp32 or default one precision (both when unset)
+PEER_PREC = $(if $(PRECISIONS),--precisions $(PRECISIONS))
 peers: peers-kb peers-sweep
 peers-kb:
-	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches kb
-	$(PYTHON) data/pytorch_peer.py ops --chapter $(CH)
-	$(PYTHON) data/pytorch_peer.py error --chapter $(CH)
+	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches kb $(PEER_PREC)
+	$(PYTHON) data/pytorch_peer.py ops --chapter $(CH) $(PEER_PREC)
+	$(PYTHON) data/pytorch_peer.py error --chapter $(CH) $(PEER_PREC)
 # after peers-kb, when both are asked for: one GPU, one run at a time, whatever make's -j
 peers-sweep: $(if $(filter peers peers-kb,$(MAKECMDGOALS)),peers-kb)
-	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches $(or $(BATCHES),sweep)
+	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches $(or $(BATCHES),sweep) $(PEER_PREC)
 check-pytorch: build/ch0$(CH)
 	@rm -rf build/dump-ch0$(CH)
 	build/ch0$(CH) --shape $(CHECK_SHAPE_0$(CH)) $(ARGS_0$(CH)) --reps 3 --dump build/dump-ch0$(CH) > build/dump-ch0$(CH).log

@@ -19,7 +19,8 @@
 #   peers-kb   the KernelBench shape's rows, the ops and the error (make peers-kb CH=N)
 #   peers-sweep  the sweep's other batch sizes (make peers-sweep CH=N; BATCHES=1,2,4 limits them,
 #              to split a chapter whose sweep would pass a call's time: torch.compile compiles
-#              once per batch size, scope and precision, and each compile's time is printed)
+#              once per batch size, scope and precision, and each compile's time is printed;
+#              PRECISIONS=fp32 or default limits peers, peers-kb and peers-sweep to one)
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
