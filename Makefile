@@ -11,8 +11,12 @@
 #   make record      the tutorial's own data: chapter-N and bench into data/<gpu>/ itself
 #   make golden      PyTorch's float64 results on small shapes, data/golden/ (make test reads them);
 #                    every chapter, or chapter N's alone with CH=N
-#   make peers CH=N  chapter N's PyTorch eager and torch.compile timings, data/<gpu>/pytorch-chNN.csv,
-#                    and its conv's ops alone (pytorch-chNN-ops.csv, the chapters' per-op tables)
+#   make peers CH=N  chapter N's PyTorch eager and torch.compile timings in fp32 (TF32 off) and in
+#                    PyTorch's default precision (cudnn.allow_tf32 on), data/<gpu>/pytorch-chNN.csv,
+#                    its conv's ops alone (pytorch-chNN-ops.csv, the chapters' per-op tables) and
+#                    their error against float64 (pytorch-chNN-error.csv); in two parts:
+#                    make peers-kb CH=N (the KernelBench shape, the ops, the error) and
+#                    make peers-sweep CH=N [BATCHES=1,2,4] (the sweep's other batch sizes)
 #   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
@@ -129,7 +133,8 @@ SWEEP_05 := $(foreach b,1 2 4 8 16,$(b)x32x32x64x64)
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o
 
-.PHONY: all test bench plots sanitize clean golden peers check-pytorch record profile
+.PHONY: all test bench plots sanitize clean golden peers peers-kb peers-sweep check-pytorch record \
+        profile
 all: $(BINS) build/test_common build/gpu-tag
 
 # objects remember the ARCH and the CUDNN they were compiled for: one stamp, the others removed
@@ -242,9 +247,18 @@ CHECK_SHAPE_05 := 2x32x5x6x7
 # CH only when given (CH ?= 1 above is profile's default): plain `make golden` rebuilds every chapter
 golden:
 	$(PYTHON) data/pytorch_peer.py golden --out data/golden$(if $(filter command line environment,$(origin CH)), --chapter $(CH))
-peers:
-	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH)
-	$(PYTHON) data/pytorch_peer.py ops --chapter $(CH)
+# torch.compile compiles once per batch size, scope and precision (chapter 1 at the KernelBench
+# shape: 8 compiles; its sweep: 56); peers-kb and peers-sweep split the work, BATCHES the sweep,
+# PRECISIONS=fp32 or default one precision (both when unset)
+PEER_PREC = $(if $(PRECISIONS),--precisions $(PRECISIONS))
+peers: peers-kb peers-sweep
+peers-kb:
+	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches kb $(PEER_PREC)
+	$(PYTHON) data/pytorch_peer.py ops --chapter $(CH) $(PEER_PREC)
+	$(PYTHON) data/pytorch_peer.py error --chapter $(CH) $(PEER_PREC)
+# after peers-kb, when both are asked for: one GPU, one run at a time, whatever make's -j
+peers-sweep: $(if $(filter peers peers-kb,$(MAKECMDGOALS)),peers-kb)
+	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches $(or $(BATCHES),sweep) $(PEER_PREC)
 check-pytorch: build/ch0$(CH)
 	@rm -rf build/dump-ch0$(CH)
 	build/ch0$(CH) --shape $(CHECK_SHAPE_0$(CH)) $(ARGS_0$(CH)) --reps 3 --dump build/dump-ch0$(CH) > build/dump-ch0$(CH).log

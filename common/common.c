@@ -837,8 +837,8 @@ void report_print(FILE *f, const report_ctx *c, const report_row *r)
 }
 
 const char *const report_csv_header =
-    "gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,ceiling_gbps,"
-    "pct_ceiling,flops,tflops,peak_tflops,floor_ms,pct_floor,reps,date";
+    "gpu,chapter,version,name,precision,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
+    "ceiling_gbps,pct_ceiling,flops,tflops,peak_tflops,floor_ms,pct_floor,reps,date";
 
 /* the n-th comma-separated field of a line (0-based), copied into out */
 static void csv_field(const char *line, int n, char *out, size_t len)
@@ -852,17 +852,23 @@ static void csv_field(const char *line, int n, char *out, size_t len)
     out[k] = '\0';
 }
 
-/* the row's (gpu, chapter, version, scope, shape) is one of the new rows' */
+static const char *row_precision(const report_row *r)
+{
+    return r->precision ? r->precision : "fp32";
+}
+
+/* the row's (gpu, chapter, version, precision, scope, shape) is one of the new rows' */
 static int csv_replaced(const char *line, const report_ctx *c, const report_row *rows, int n)
 {
-    char f[5][64];
-    int col[5] = {0, 1, 2, 4, 5};
-    for (int i = 0; i < 5; i++)
+    char f[6][64];
+    int col[6] = {0, 1, 2, 4, 5, 6};
+    for (int i = 0; i < 6; i++)
         csv_field(line, col[i], f[i], sizeof f[i]);
-    if (strcmp(f[0], c->gpu) || strcmp(f[1], c->chapter) || strcmp(f[4], c->shape))
+    if (strcmp(f[0], c->gpu) || strcmp(f[1], c->chapter) || strcmp(f[5], c->shape))
         return 0;
     for (int i = 0; i < n; i++)
-        if (!strcmp(f[2], rows[i].version) && !strcmp(f[3], rows[i].scope))
+        if (!strcmp(f[2], rows[i].version) && !strcmp(f[3], row_precision(&rows[i])) &&
+            !strcmp(f[4], rows[i].scope))
             return 1;
     return 0;
 }
@@ -896,9 +902,10 @@ int report_csv(const char *path, const report_ctx *c, const report_row *rows, in
         for (char *p = name; *p; p++)
             if (*p == ',' || *p == '"')
                 *p = ';';
-        fprintf(out, "%s,%s,%s,%s,%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.0f,%.2f,%.1f,%.5f,"
+        fprintf(out, "%s,%s,%s,%s,%s,%s,%s,%.5f,%.5f,%.5f,%.0f,%.1f,%.1f,%.2f,%.0f,%.2f,%.1f,%.5f,"
                      "%.1f,%d,%s\n",
-                c->gpu, c->chapter, r->version, name, r->scope, c->shape, r->t.median_ms,
+                c->gpu, c->chapter, r->version, name, row_precision(r), r->scope, c->shape,
+                r->t.median_ms,
                 r->t.min_ms, r->t.max_ms, r->bytes, gbps, c->ceiling_gbps,
                 100.0 * gbps / c->ceiling_gbps, r->flops, r->flops / (r->t.median_ms * 1e9),
                 c->peak_tflops, floor_ms, 100.0 * floor_ms / r->t.median_ms, r->t.reps, date);

@@ -283,6 +283,9 @@ typedef struct {
     timing t;
     double bytes; /* every byte the scope must move: inputs read once, outputs written once */
     double flops; /* the arithmetic it must do (the convolution's 2 x MACs); 0 = bytes bound it */
+    /* the arithmetic's precision, the CSV's `precision` column: "fp32", "tf32" or "3xtf32" for
+     * ours (harness.h's hx_precision), "fp32" or "default" for PyTorch's; NULL is written "fp32" */
+    const char *precision;
 } report_row;
 
 /* The roofline floor of a row, ms: max(bytes / copy ceiling, flops / fp32 peak) */
@@ -295,12 +298,12 @@ void report_print(FILE *f, const report_ctx *c, const report_row *r);
 /* The CSV header line report_csv writes (no newline). */
 extern const char *const report_csv_header;
 /*
- * Writes rows to a CSV file: rows already there with the same gpu, chapter, shape, version and
- * scope are replaced, every other row is kept in its place, new ones go at the end (a file with
- * another header is started anew). Columns: gpu,chapter,version,name,scope,shape,median_ms,
- * min_ms,max_ms,bytes,gbps,ceiling_gbps,pct_ceiling,flops,tflops,peak_tflops,floor_ms,
- * pct_floor,reps,date. Commas and quotes in a name become ';' so every row splits on commas.
- * Returns 0, or -1 with a message on stderr.
+ * Writes rows to a CSV file: rows already there with the same gpu, chapter, shape, version,
+ * precision and scope are replaced, every other row is kept in its place, new ones go at the end
+ * (a file with another header is started anew). Columns: gpu,chapter,version,name,precision,
+ * scope,shape,median_ms,min_ms,max_ms,bytes,gbps,ceiling_gbps,pct_ceiling,flops,tflops,
+ * peak_tflops,floor_ms,pct_floor,reps,date. Commas and quotes in a name become ';' so every row
+ * splits on commas. Returns 0, or -1 with a message on stderr.
  */
 int report_csv(const char *path, const report_ctx *c, const report_row *rows, int n);
 

@@ -9,6 +9,11 @@
 const char *const scope_name[N_SCOPES] = {"epilogue_fwd", "model_fwd", "epilogue_fwdbwd",
                                           "train_step", "stats"};
 
+const char *hx_precision_name(int precision)
+{
+    return precision == HX_TF32 ? "tf32" : precision == HX_3XTF32 ? "3xtf32" : "fp32";
+}
+
 void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v)
 {
     size_t len = strlen(out->detail);
@@ -234,7 +239,10 @@ static void list_versions(const hx_chapter *ch)
             }
         printf("%s%s%s%s\n", v->needs & NEEDS_SM90 ? "  (sm_90: clusters, TMA)" : "",
                v->needs & NEEDS_SM90A ? "  (sm_90a: wgmma)" : "",
-               v->needs & NEEDS_CUDNN ? "  (cuDNN)" : "", v->tf32 ? "  (TF32)" : "");
+               v->needs & NEEDS_CUDNN ? "  (cuDNN)" : "",
+               v->precision == HX_TF32     ? "  (TF32)"
+               : v->precision == HX_3XTF32 ? "  (3xTF32)"
+                                           : "");
     }
 }
 
@@ -290,38 +298,63 @@ static void op_dbias(const void *p)
         lib_conv3d_backward_bias(o->cc, o->b->dout, o->b->dbias);
 }
 
-/* PyTorch eager's medians of the n ops at this chapter's shape on this GPU (-1 where none) from
- * the first of this GPU's data folders whose pytorch-chNN-ops.csv has any; *from: that file, or
- * "" when none has */
-static void pytorch_ops_ms(const device_info *dev, const char *const *op, int n, double *ms,
+/* a CSV line split in place at its commas (no field holds one): up to max fields, their count */
+static int split_csv(char *line, char **field, int max)
+{
+    int k = 0;
+    line[strcspn(line, "\r\n")] = '\0';
+    for (char *p = line; k < max && p;) {
+        field[k++] = p;
+        if ((p = strchr(p, ',')))
+            *p++ = '\0';
+    }
+    return k;
+}
+
+/* PyTorch eager's medians of the n ops at this chapter's shape on this GPU, in strict fp32
+ * (ms[0][i]) and in PyTorch's default precision (ms[1][i]), -1 where none, from the first of this
+ * GPU's data folders whose pytorch-chNN-ops.csv has any; *from: that file, or "" when none has.
+ * Columns are found by their header names; a file without a precision column holds fp32 rows
+ * (the only precision it was written in). */
+static void pytorch_ops_ms(const device_info *dev, const char *const *op, int n, double ms[2][4],
                            char *from, size_t len)
 {
     static const char *const suffix[2] = {"-mine", ""};
+    static const char *const want[7] = {"gpu", "chapter", "version", "precision", "scope",
+                                        "shape", "median_ms"};
     for (int d = 0; d < 2; d++) {
         snprintf(from, len, "data/%s%s/pytorch-ch%s-ops.csv", dev->tag, suffix[d], op_chapter);
         FILE *f = fopen(from, "r");
         if (!f)
             continue;
-        int found = 0;
-        char line[1024];
+        int found = 0, col[7], nf;
+        char line[1024], *field[64];
         for (int i = 0; i < n; i++)
-            ms[i] = -1;
-        while (fgets(line, sizeof line, f)) {
-            /* gpu,chapter,version,name,scope,shape,median_ms,... (no field holds a comma) */
-            char *field[7], *p = line;
-            int k = 0;
-            while (k < 7 && p) {
-                field[k++] = p;
-                p = strchr(p, ',');
-                if (p)
-                    *p++ = '\0';
-            }
-            if (k < 7 || strcmp(field[0], dev->tag) || strcmp(field[1], op_chapter) ||
-                strcmp(field[2], "eager") || strcmp(field[5], op_shape))
+            ms[0][i] = ms[1][i] = -1;
+        nf = fgets(line, sizeof line, f) ? split_csv(line, field, 64) : 0;
+        for (int j = 0; j < 7; j++) {
+            col[j] = -1;
+            for (int k = 0; k < nf; k++)
+                if (!strcmp(field[k], want[j]))
+                    col[j] = k;
+        }
+        int ok = 1;
+        for (int j = 0; j < 7; j++)
+            ok &= col[j] >= 0 || j == 3;
+        while (ok && fgets(line, sizeof line, f)) {
+            nf = split_csv(line, field, 64);
+            int short_row = 0;
+            for (int j = 0; j < 7; j++)
+                short_row |= col[j] >= nf;
+            if (short_row || strcmp(field[col[0]], dev->tag) ||
+                strcmp(field[col[1]], op_chapter) || strcmp(field[col[2]], "eager") ||
+                strcmp(field[col[5]], op_shape))
                 continue;
-            for (int i = 0; i < n; i++)
-                if (!strcmp(field[4], op[i]))
-                    ms[i] = atof(field[6]), found = 1;
+            const char *prec = col[3] >= 0 ? field[col[3]] : "fp32";
+            int p = !strcmp(prec, "fp32") ? 0 : !strcmp(prec, "default") ? 1 : -1;
+            for (int i = 0; p >= 0 && i < n; i++)
+                if (!strcmp(field[col[4]], op[i]))
+                    ms[p][i] = atof(field[col[6]]), found = 1;
         }
         fclose(f);
         if (found)
@@ -350,12 +383,14 @@ int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *
     }
     op_ctx o = {cc, b};
     int n = op_grads ? 4 : 1;
-    double py[4];
+    double py[2][4];
     char from[256];
     pytorch_ops_ms(dev, op, n, py, from, sizeof from);
+    /* ours is fp32 (TF32 off: NVIDIA_TF32_OVERRIDE=0), so the ratio is against PyTorch's fp32;
+     * its default precision (cuDNN may take TF32) is shown beside it */
     printf("the library's %s alone at %s, each op timed by itself beside PyTorch eager's:\n"
            "  op          what ran                                                   median ms"
-           "  TFLOP/s  PyTorch ms  ours/PyTorch\n", kind, op_shape);
+           "  TFLOP/s  PyTorch fp32 ms  ours/PyTorch fp32  PyTorch default ms\n", kind, op_shape);
     for (int i = 0; i < n; i++) {
         timing t = gpu_time(fn[i], &o, reps);
         if (ms)
@@ -366,17 +401,21 @@ int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *
         else
             snprintf(what, sizeof what, "%s%s: cuDNN engine %d, %s", i ? op[i] + 5 : kind,
                      i ? "" : " + bias", engine[i], det[i] ? "deterministic" : "nondeterministic");
-        char tf[16] = "-";
+        char tf[16] = "-", p32[16] = "-", ratio[16] = "-", pdef[16] = "-";
         if (i < 3 && b->flops > 0)
             snprintf(tf, sizeof tf, "%.1f", b->flops / (t.median_ms * 1e9));
-        if (from[0] && py[i] > 0)
-            printf("  %-11s %-58s %9.4f %8s %11.4f %13.2f\n", op[i], what, t.median_ms, tf,
-                   py[i], t.median_ms / py[i]);
-        else
-            printf("  %-11s %-58s %9.4f %8s %11s %13s\n", op[i], what, t.median_ms, tf, "-", "-");
+        if (from[0] && py[0][i] > 0) {
+            snprintf(p32, sizeof p32, "%.4f", py[0][i]);
+            snprintf(ratio, sizeof ratio, "%.2f", t.median_ms / py[0][i]);
+        }
+        if (from[0] && py[1][i] > 0)
+            snprintf(pdef, sizeof pdef, "%.4f", py[1][i]);
+        printf("  %-11s %-58s %9.4f %8s %16s %18s %19s\n", op[i], what, t.median_ms, tf, p32,
+               ratio, pdef);
     }
     if (from[0])
-        printf("  (PyTorch: %s; eager, fp32, TF32 off, cudnn.benchmark on)\n", from);
+        printf("  (PyTorch: %s; eager, cudnn.benchmark on; fp32: TF32 off; default: "
+               "cudnn.allow_tf32 on, as PyTorch ships)\n", from);
     else
         printf("  (PyTorch: no rows for this GPU and shape in data/%s[-mine]/pytorch-ch%s-ops.csv; "
                "make peers CH=N writes them)\n", dev->tag, op_chapter);
@@ -391,7 +430,7 @@ static hx_verdict run_verified(const hx_chapter *ch, problem *pb, const hx_versi
     v->launch(ch->ctx(pb), scope);
     LAUNCH_CHECK();
     CUDA_CHECK(cudaDeviceSynchronize());
-    tol_factor = v->tf32 ? HX_TF32_TOL : 1.0;
+    tol_factor = v->precision == HX_TF32 ? HX_TF32_TOL : 1.0;
     hx_verdict verdict = ch->verify(pb, scope);
     tol_factor = 1.0;
     return verdict;
@@ -539,8 +578,9 @@ static int run_bench(const hx_chapter *ch, const cli_args *a, const int64_t *dim
             hx_verdict after = run_verified(ch, pb, v, s);
             gpu_mem_sample();
             report_row *row = &rows[n_rows];
-            *row = (report_row){v->id, v->title, scope_name[s], t, bytes[s], flops[s]};
-            if (v->tf32) { /* the CSV says so: the READMEs' fp32 summaries leave it out */
+            *row = (report_row){v->id, v->title, scope_name[s], t, bytes[s], flops[s],
+                                hx_precision_name(v->precision)};
+            if (v->precision == HX_TF32) { /* the name says so too, as the recorded rows do */
                 snprintf(marked[n_rows], sizeof marked[n_rows], "%s [TF32]", v->title);
                 row->name = marked[n_rows];
             }

@@ -10,7 +10,7 @@
  *   (no flag)        for each version and scope: poison -> run -> verify -> time (warm-up, L2
  *                    flushed, min/median/max) -> poison -> run -> verify again; the table, the
  *                    chapter's notes, CSV rows (--csv FILE replaces this GPU's rows of the same
- *                    shape, version and scope), --dump
+ *                    shape, version, precision and scope; every row names its precision), --dump
  *   --version v5     only that version (b2: a backward version)
  *   --test           the chapter's CPU checks, then every version in every scope on the
  *                    chapter's awkward shapes and extreme-value cases, each run twice (outputs
@@ -62,15 +62,20 @@ typedef struct {
     /* queues the version's kernels for one of its scopes on the default stream */
     void (*launch)(const run_ctx *r, int scope);
     unsigned needs;    /* NEEDS_SM90 | NEEDS_SM90A | NEEDS_CUDNN, or 0 */
-    /* 1: the version computes in TF32 on purpose (tensor cores, a 10-bit mantissa: about 5e-4
-     * relative per product), to show what that precision costs. Its outputs are verified at
-     * HX_TF32_TOL times the chapter's tolerances; where they pass only there, the verdict says
-     * "over fp32's tolerance" (hx_check_output). Its CSV rows' name ends in " [TF32]", and the
-     * READMEs' summaries of the fastest version (data/readme-table.sh glance) leave them out.
-     * 0 for every fp32 version. */
-    int tf32;
+    /* The precision of its arithmetic, the CSV's `precision` column (hx_precision_name):
+     * HX_FP32 (0, every fp32 version); HX_3XTF32, tensor cores in 3xTF32 (three TF32 products a
+     * product, fp32's accuracy: verified at fp32's tolerances, as an fp32 version); HX_TF32, TF32
+     * on purpose (tensor cores, a 10-bit mantissa: about 5e-4 relative per product), to show what
+     * that precision costs. A TF32 version's outputs are verified at HX_TF32_TOL times the
+     * chapter's tolerances; where they pass only there, the verdict says "over fp32's tolerance"
+     * (hx_check_output). Its CSV rows' name also ends in " [TF32]", and the READMEs' summaries of
+     * the fastest version (data/readme-table.sh glance) leave it out. */
+    int precision;
 } hx_version;
 #define HX_TF32_TOL 100.0
+enum hx_precision { HX_FP32 = 0, HX_TF32 = 1, HX_3XTF32 = 2 };
+/* "fp32", "tf32" or "3xtf32": the CSV's precision column of a version's rows */
+const char *hx_precision_name(int precision);
 
 /* What a verification of one run found. */
 typedef struct {
@@ -94,8 +99,8 @@ typedef enum { HX_ABS, HX_SCALED, HX_SUM, HX_ROWS } hx_bound;
 
 /* One output of a run, checked: copies n floats from the device to host, compares them with the
  * double reference under `bound`, and adds the result to out under name. While a TF32 version
- * (hx_version.tf32) is verified, an output over the tolerances is checked again at HX_TF32_TOL
- * times them and, if it passes there, added as passed with "over fp32's tolerance". */
+ * (hx_version.precision HX_TF32) is verified, an output over the tolerances is checked again at
+ * HX_TF32_TOL times them and, if it passes there, added as passed with "over fp32's tolerance". */
 verify_result hx_check_output(hx_verdict *out, const char *name, const float *dev, float *host,
                               size_t n, const double *ref, hx_bound bound, const double *abs_sum,
                               double tol_rel, double tol);
@@ -216,15 +221,16 @@ typedef struct {
 /* For a chapter's notes: times the library conv's forward (with bias) and, when the run has a
  * version with a backward scope (every version, or --version of a backward one), its data,
  * weight and bias gradients, each alone (gpu_time: warm-up, L2 flushed, median of reps), and
- * prints them as a table beside PyTorch eager's time for the same op, shape and precision: the
- * rows `python3 data/pytorch_peer.py ops` (make peers CH=N) wrote to pytorch-chNN-ops.csv in
- * this GPU's data folder (data/<gpu>-mine/, then data/<gpu>/), "-" where none matches this
- * GPU, chapter and shape. Overwrites out, din, dw and dbias. In a build without cuDNN it prints
- * one line saying so (the direct kernels are a stand-in, too slow to time at a KernelBench
- * shape). ms, if not NULL: the medians of forward, dx, dw, dbias in milliseconds, -1 for an op
- * not timed, so that a chapter's own tables quote these rather than time the op again.
- * Returns 1 when the run has a backward scope (the gradients were timed, or would have been
- * with cuDNN), else 0. */
+ * prints them as a table beside PyTorch eager's time for the same op and shape: in fp32 (TF32
+ * off, the precision ours runs in; the ratio ours / PyTorch is against it) and in PyTorch's
+ * default precision (cudnn.allow_tf32 on), the rows `python3 data/pytorch_peer.py ops` (make
+ * peers CH=N) wrote to pytorch-chNN-ops.csv in this GPU's data folder (data/<gpu>-mine/, then
+ * data/<gpu>/), "-" where none matches this GPU, chapter, shape and precision. Overwrites out,
+ * din, dw and dbias. In a build without cuDNN it prints one line saying so (the direct kernels
+ * are a stand-in, too slow to time at a KernelBench shape). ms, if not NULL: the medians of
+ * forward, dx, dw, dbias in milliseconds, -1 for an op not timed, so that a chapter's own tables
+ * quote these rather than time the op again. Returns 1 when the run has a backward scope (the
+ * gradients were timed, or would have been with cuDNN), else 0. */
 int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps,
                 double ms[4]);
 

@@ -382,7 +382,7 @@ static void test_gpu_tag(void)
     }
 }
 
-/* report_csv replaces the rows of the same GPU, chapter, shape, version and scope */
+/* report_csv replaces the rows of the same GPU, chapter, shape, version, precision and scope */
 static void test_report_csv(void)
 {
     char path[] = "/tmp/test_common_csv_XXXXXX";
@@ -394,24 +394,28 @@ static void test_report_csv(void)
     close(fd);
     report_ctx c = {"h100", "NVIDIA H100", "02", "4x32x8x8x8", 3000.0, 67.0, 132, 50.0};
     timing t = {1.0, 2.0, 3.0, 20};
-    report_row a[2] = {{"v1", "first, with a comma", "epilogue_fwd", t, 6e9, 0},
-                       {"v1", "first", "model_fwd", t, 1e6, 1.34e11}};
+    report_row a[3] = {{"v1", "first, with a comma", "epilogue_fwd", t, 6e9, 0, "fp32"},
+                       {"v1", "first", "model_fwd", t, 1e6, 1.34e11, NULL},
+                       {"v1", "first", "model_fwd", t, 1e6, 1.34e11, "tf32"}};
     report_csv(path, &c, a, 2);
-    report_csv(path, &c, a, 1); /* the same (version, scope): replaced, not appended */
+    report_csv(path, &c, a, 1); /* the same (version, precision, scope): replaced, not appended */
+    report_csv(path, &c, a + 2, 1); /* another precision: kept beside */
     c.shape = "1x32x8x8x8";
     report_csv(path, &c, a, 1); /* another shape: kept beside */
     FILE *f = fopen(path, "r");
     char line[1024];
-    int lines = 0, header = 0, epi = 0, comma_free = 1;
+    int lines = 0, header = 0, epi = 0, comma_free = 1, fp32 = 0, tf32 = 0;
     double floor_model = 0;
     while (f && fgets(line, sizeof line, f)) {
         lines++;
         header += !strncmp(line, report_csv_header, strlen(report_csv_header));
-        epi += strstr(line, ",epilogue_fwd,4x32x8x8x8,") != NULL;
+        epi += strstr(line, ",fp32,epilogue_fwd,4x32x8x8x8,") != NULL;
         comma_free &= strstr(line, "first, with") == NULL;
-        if (strstr(line, ",model_fwd,")) { /* floor_ms, field 17: 1.34e11 / 67e12 s = 2 ms */
+        fp32 += strstr(line, ",first,fp32,model_fwd,4x32x8x8x8,") != NULL; /* NULL: fp32 */
+        tf32 += strstr(line, ",first,tf32,model_fwd,4x32x8x8x8,") != NULL;
+        if (strstr(line, ",fp32,model_fwd,")) { /* floor_ms, field 18: 1.34e11 / 67e12 s = 2 ms */
             const char *p = line;
-            for (int k = 0; k < 16 && p; k++)
+            for (int k = 0; k < 17 && p; k++)
                 if ((p = strchr(p, ',')))
                     p++;
             floor_model = p ? atof(p) : 0;
@@ -420,9 +424,9 @@ static void test_report_csv(void)
     if (f)
         fclose(f);
     unlink(path);
-    check(lines == 4 && header == 1 && epi == 1 && comma_free,
-          "report_csv: header once, a rerun replaces its rows, another shape is kept (%d lines)",
-          lines);
+    check(lines == 5 && header == 1 && epi == 1 && comma_free && fp32 == 1 && tf32 == 1,
+          "report_csv: header once, a rerun replaces its rows, another precision and another "
+          "shape are kept (%d lines)", lines);
     check(fabs(floor_model - 2.0) < 1e-9, "report_csv: floor = max(bytes / ceiling, FLOPs / peak) "
           "= %.5f ms (want 2)", floor_model);
 }

@@ -8,14 +8,21 @@
   check DIR            compare a dump's out_v*.npy, conv_out.npy and grad_*.npy with the
                        model run in float64 on exactly the dumped tensors; one line each,
                        then "N passed, N failed"; exit 1 on any FAIL
-  bench                time PyTorch eager and torch.compile on CUDA (fp32, TF32 off) and
-                       write rows to data/<gpu>/pytorch-chNN.csv, replacing the rows of the
-                       same GPU, chapter, version, scope and shape (as the C programs do);
-                       data/<gpu>-mine/ where data/<gpu>/ holds the recorded runs (it has a
-                       README.md) and RECORD is not set, as common/datadir.sh decides
-All take --chapter (1 = ch01, KB L2 #58, the default of check and bench; 2 = ch02,
+  bench                time PyTorch eager and torch.compile on CUDA in two precisions, fp32
+                       (TF32 off) and PyTorch's default (cudnn.allow_tf32 on), with the C
+                       programs' timer (Timer), and write rows to data/<gpu>/pytorch-chNN.csv,
+                       replacing the rows of the same GPU, chapter, version, precision, scope
+                       and shape (as the C programs do); data/<gpu>-mine/ where data/<gpu>/
+                       holds the recorded runs (it has a README.md) and RECORD is not set, as
+                       common/datadir.sh decides. --dry-run lists the rows it would time.
+  ops                  the chapter's conv alone at the KernelBench shape, each op (forward,
+                       dx, dw, dbias, all three) in both precisions: pytorch-chNN-ops.csv
+  error                the conv's forward, dx and dw and the whole model's forward (eager and
+                       torch.compile) in both precisions against float64 from the same float32
+                       inputs, at the KernelBench shape: pytorch-chNN-error.csv
+All take --chapter (1 = ch01, KB L2 #58, the default of check, bench, ops and error; 2 = ch02,
 KB L2 #43; 3 = ch03, KB L2 #79; 4 = ch04, KB L2 #92; 5 = ch05, KB L2 #38).
-Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench).
+Exit 2: usage error, bad dump, no PyTorch (or no CUDA for bench, ops and error).
 """
 import argparse
 import csv
@@ -24,6 +31,7 @@ import os
 import re
 import statistics
 import sys
+import time
 
 try:  # any import failure means "not usable"; reported once the mode is known
     import numpy as np
@@ -206,7 +214,7 @@ def c03_golden_ok(y, arrays):
     """At least a quarter of the outputs must come from a channel whose normalised value
     is strictly inside (-1, 1): where the winner is clamped, the gradient stops at the
     clamp and only m's gradient (through the second product) is non-zero."""
-    t = lambda k: torch.from_numpy(np.array(arrays[k])).double()  # noqa: E731
+    t = lambda k: torch.from_numpy(np.array(arrays[k])).to(y.device).double()  # noqa: E731
     n = c03_normalized(c03_pre(t("x"), t("conv_weight"), t("conv_bias")), t("m"))
     idx = torch.max(torch.clamp(n, -1, 1) * t("m"), dim=1).indices  # the channel max picks
     inside = n.gather(1, idx.unsqueeze(1)).abs() < 1
@@ -345,7 +353,7 @@ def c05_golden_ok(y, arrays):
     about half of c below 0 (c ~ bias + a few hundred small products), none above 1: accept
     a seed when at least 10% of c lie strictly inside (0, 1), where the gradient flows, and
     at least 1% are clamped, so that the clamp's mask is tested too."""
-    c = c05_pre(*[torch.from_numpy(np.array(arrays[k])).double()
+    c = c05_pre(*[torch.from_numpy(np.array(arrays[k])).to(y.device).double()
                   for k in ("x", "conv_weight", "conv_bias")])
     inside = float(((c > 0) & (c < 1)).double().mean())
     return inside >= 0.1 and 1 - inside >= 0.01
@@ -372,8 +380,9 @@ def c05_bytes(scope, shape):
 #   batched:      inputs whose first dim is the batch (checked chunk by chunk)
 #   pre_args:     inputs consumed by pre(); epi_in = dump stem of pre()'s output
 #   epi_args:     further epilogue() arguments after epi_in (may be empty)
-#   golden_ok:    golden_ok(y, arrays) with y the float64 output, arrays the inputs:
-#                 False rejects the seed as degenerate (golden tries seed + 100)
+#   golden_ok:    golden_ok(y, arrays) with y the float64 output, arrays the inputs (numpy;
+#                 computed on y's device): False rejects the seed as degenerate (golden and
+#                 error try seed + 100)
 #   seed:         default base seed of golden/bench; bench_batches: default --batches
 #   conv:         the model's convolution as torch.nn.functional runs it (fn, stride, padding,
 #                 output_padding; pool: the average pool before it): what `ops` times alone
@@ -752,14 +761,141 @@ def golden_chapter(key, spec, args):
     return total
 
 
-# ---- Benchmark ----
+# ---- Precision ----
+# Every PyTorch timing and error is taken in two precisions, named in the CSVs' precision column:
+#   fp32     cudnn.allow_tf32 = False and cuda.matmul.allow_tf32 = False: every conv in fp32, the
+#            precision of our versions (the C programs run cuDNN with NVIDIA_TF32_OVERRIDE=0)
+#   default  the flags as PyTorch ships them (cudnn.allow_tf32 True, cuda.matmul.allow_tf32
+#            False), read at start-up before anything sets them: cuDNN may run a conv in TF32 (a
+#            10-bit mantissa). KernelBench times its baselines so.
+# The flags reach a conv when it runs (aten.convolution reads them), in eager and in the extern
+# conv call of a torch.compile graph alike; see compiled() for what compilation needs.
+PRECISIONS = ("fp32", "default")
+DEFAULT_FLAGS = None  # (cudnn.allow_tf32, cuda.matmul.allow_tf32) as PyTorch started
+
+
+def set_precision(name):
+    if name == "fp32":
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    else:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = DEFAULT_FLAGS
+
+
+def precision_list(text):
+    """--precisions: a comma-separated subset of PRECISIONS, in their order."""
+    want = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in want if p not in PRECISIONS]
+    if bad or not want:
+        die("--precisions wants a comma-separated list of %s (got %r)" % (", ".join(PRECISIONS),
+                                                                          text))
+    if "default" in want and os.environ.get("NVIDIA_TF32_OVERRIDE") == "0":
+        die("NVIDIA_TF32_OVERRIDE=0 is set: it turns TF32 off in every library, so the 'default' "
+            "precision would be fp32; unset it")
+    return [p for p in PRECISIONS if p in want]
+
+
+def compiled(fn):
+    """torch.compile(fn) specialised to the precision flags set now. Dynamo's guards on global
+    state cover the matmul TF32 flag but not cuDNN's (checked on PyTorch 2.15: after
+    cudnn.allow_tf32 flips, GlobalStateGuard.check() still passes; after matmul's, it fails),
+    and Inductor's FX-graph cache key leaves cudnn.allow_tf32 out too: a graph compiled under
+    one setting would be served under the other. Inductor (without max-autotune) calls the conv
+    as an extern aten.convolution, which reads the flag when it runs, but its Triton conv
+    templates (max-autotune) bake ALLOW_TF32 in at compile time. So every compile starts
+    afresh: torch._dynamo.reset() drops the compiled frames, and the FX-graph and AOTAutograd
+    caches are off (compile_caches_off, in bench and error), so that each (precision, scope,
+    shape) is traced and compiled under its own flags; a compile then costs its full time,
+    which bench prints as the first call's. error's torch.compile rows show the result: the
+    compiled model's error follows eager's in each precision."""
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def compile_caches_off():
+    """Inductor's FX-graph cache and the AOTAutograd cache off: see compiled()."""
+    import torch._functorch.config
+    import torch._inductor.config
+    torch._inductor.config.fx_graph_cache = False
+    if hasattr(torch._functorch.config, "enable_autograd_cache"):  # not in older PyTorch
+        torch._functorch.config.enable_autograd_cache = False
+
+
+# ---- Timing: common/gpu.cu's gpu_time, in PyTorch ----
+class Timer:
+    """Times a function as our harness does (common/gpu.cu gpu_time, common/common.c
+    stats_from_samples): 3 warm-up calls, then reps repetitions of [flush L2; event; the
+    function; event; wait for it], and the min, median and max of the repetitions' event times.
+
+    The flush reads a buffer of twice the L2 size, allocated once, with a reduction whose only
+    writes are its output and a few bytes of partial sums: a flush that writes (a zero fill)
+    leaves L2 full of dirty lines, whose write-back to DRAM then lands inside the next timed
+    region (3 to 11 us on our DRAM-bound scopes, H100); a read-only sweep leaves only clean
+    lines, which are dropped for free. Waiting for each repetition's end event before the next
+    flush is also ours: the host's launch time counts where it exceeds the flush's."""
+
+    def __init__(self):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        l2 = getattr(props, "L2_cache_size", 0) or (1 << 20)  # gpu.cu's fallback: 1 MiB
+        n = ((2 * l2) // 4 + 3) & ~3  # floats, a multiple of 4 as ours
+        self.buf = torch.zeros(n, dtype=torch.float32, device="cuda")
+        self.sink = torch.empty((), dtype=torch.float32, device="cuda")
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.l2 = l2
+        torch.cuda.synchronize()
+
+    def flush(self):
+        torch.sum(self.buf, dim=0, out=self.sink)
+
+    def time(self, run, reset, reps):
+        """(median, min, max) ms of run(); reset() (outside the timed region, before the flush)
+        clears what a repetition leaves behind, e.g. the gradients a backward accumulates."""
+        for _ in range(3):
+            reset()
+            run()
+        torch.cuda.synchronize()
+        ms = []
+        for _ in range(reps):
+            reset()
+            self.flush()
+            self.start.record()
+            run()
+            self.end.record()
+            self.end.synchronize()
+            ms.append(self.start.elapsed_time(self.end))
+        return statistics.median(ms), min(ms), max(ms)
+
+
+def copy_ceiling_gbps():
+    """Device-to-device copy bandwidth of 1 GiB, bytes read + written: gpu.cu's
+    measure_copy_gbps (2 unrecorded copies, the median of 7, no flush)."""
+    src = torch.full((1 << 28,), 1.0, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for i in range(-2, 7):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        if i >= 0:
+            ms.append(start.elapsed_time(end))
+    del src, dst
+    return 2 * (1 << 30) / (statistics.median(ms) * 1e-3) / 1e9
+
+
+# ---- CSV files ----
 SCOPES = ("model_fwd", "epilogue_fwd", "epilogue_fwdbwd", "train_step")
 VERSIONS = (("eager", "PyTorch eager"), ("compile", "torch.compile"))
 # the C programs' header (common/common.c); flops, tflops and peak_tflops stay empty here: the
 # FLOPs are counted by the C programs, whose rows give them
-COLUMNS = ("gpu,chapter,version,name,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
+COLUMNS = ("gpu,chapter,version,name,precision,scope,shape,median_ms,min_ms,max_ms,bytes,gbps,"
            "ceiling_gbps,pct_ceiling,flops,tflops,peak_tflops,floor_ms,pct_floor,reps,"
            "date").split(",")
+# pytorch-chNN-error.csv: PyTorch's outputs against float64 from the same float32 inputs.
+# rel_l2 = ||out - ref|| / ||ref||, max_abs_err = max |out - ref|, max_abs_ref = max |ref|
+ERROR_COLUMNS = ("gpu,chapter,version,name,precision,scope,shape,seed,rel_l2,max_abs_err,"
+                 "max_abs_ref,torch,cudnn,date").split(",")
 TAG_NOISE = {"nvidia", "geforce", "tesla", "quadro", "gpu", "pcie", "sxm", "sxm2", "sxm4",
              "sxm5", "nvl", "hbm2", "hbm2e", "hbm3", "hbm3e", "mig", "generation"}
 
@@ -788,62 +924,63 @@ def data_dir(tag):
     return d
 
 
-def csv_rows(path):
-    """The rows of a CSV in COLUMNS' layout. A file in another layout is started afresh, as
-    the C programs do (its rows could not be compared with the new ones)."""
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-    except FileNotFoundError:
-        return []
-    if rows and rows[0] != COLUMNS:
-        print("note: %s has another header; its rows are replaced" % path)
-        return []
-    return rows[1:]
+class CsvFile:
+    """A CSV in one layout (columns), its rows replaced by key: gpu, chapter, version,
+    precision, scope, shape, as the C programs do. A file in another layout is started afresh
+    (its rows could not be compared with the new ones)."""
+
+    KEY = ("gpu", "chapter", "version", "precision", "scope", "shape")
+
+    def __init__(self, path, columns):
+        self.path, self.columns = path, list(columns)
+        self.key = [self.columns.index(k) for k in self.KEY]
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        try:
+            with open(path, newline="") as fh:
+                rows = list(csv.reader(fh))
+        except FileNotFoundError:
+            rows = []
+        if rows and rows[0] != self.columns:
+            print("note: %s has another header; its rows are replaced" % path)
+            rows = []
+        self.rows = rows[1:]
+
+    def put(self, values):
+        """values: {column: value}; the row takes the place of the one with its key, else goes
+        at the end, and the file is rewritten (through a temporary file, after every row, so an
+        interrupted run keeps what it measured)."""
+        missing = set(self.columns) - set(values)
+        if missing:
+            raise ValueError("row lacks %s" % ", ".join(sorted(missing)))
+        row = [str(values[c]) for c in self.columns]
+        k = [row[i] for i in self.key]
+        self.rows = [r for r in self.rows if [r[i] for i in self.key] != k] + [row]
+        with open(self.path + ".tmp", "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(self.columns)
+            w.writerows(self.rows)
+        os.replace(self.path + ".tmp", self.path)
 
 
-def csv_put(path, rows, row):
-    """Puts row in rows in place of the one of the same (gpu, chapter, version, scope, shape),
-    else at the end, and rewrites the file (through a temporary file, after every row, so an
-    interrupted run keeps what it measured)."""
-    key = lambda r: (r[0], r[1], r[2], r[4], r[5])  # noqa: E731
-    rows[:] = [r for r in rows if key(r) != key(row)] + [row]
-    with open(path + ".tmp", "w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(COLUMNS)
-        w.writerows(rows)
-    os.replace(path + ".tmp", path)
+def csv_path(args, gpu, key, suffix):
+    return args.csv or os.path.join(data_dir(gpu), "pytorch-ch%s%s.csv" % (key, suffix))
 
 
-def time_cuda(run, reset, reps, flush):
-    """Median/min/max milliseconds of run(), L2 flushed before each repetition."""
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for start, end in ev:
-        reset()
-        flush.zero_()
-        start.record()
-        run()
-        end.record()
-    torch.cuda.synchronize()
-    ms = sorted(s.elapsed_time(e) for s, e in ev)
-    return statistics.median(ms), ms[0], ms[-1]
+def cuda_setup(mode):
+    """Dies without CUDA; cuDNN autotunes every conv (cudnn.benchmark), as the C programs do with
+    cudnnFind, so that each peer runs at its best."""
+    if not torch.cuda.is_available():
+        die("CUDA is not available; %s needs a GPU" % mode)
+    torch.backends.cudnn.benchmark = True
+    gpu = gpu_tag(torch.cuda.get_device_name())
+    return gpu
 
 
-def copy_ceiling_gbps(reps=10):
-    """Device-to-device copy bandwidth of a 1 GiB tensor, bytes read + written."""
-    src = torch.ones(1 << 28, dtype=torch.float32, device="cuda")
-    dst, noflush = torch.empty_like(src), torch.empty(0, device="cuda")
-    for _ in range(3):
-        dst.copy_(src)
-    med = time_cuda(lambda: dst.copy_(src), lambda: None, reps, noflush)[0]
-    return 2 * (1 << 30) / (med * 1e-3) / 1e9
-
-
-def make_step(spec, scope, p, c, g, compiled):
-    """Returns (run, reset) for one scope; compiled wraps the model function."""
+# ---- Benchmark ----
+def make_step(spec, scope, p, c, g, compile_it):
+    """Returns (run, reset) for one scope; compile_it wraps the model function in compiled()."""
     fwd_fn = spec["forward"] if scope in ("model_fwd", "train_step") else spec["epilogue"]
-    fn = torch.compile(fwd_fn, dynamic=False) if compiled else fwd_fn
+    fn = compiled(fwd_fn) if compile_it else fwd_fn
     if scope == "model_fwd":
         args = [p[k] for k in spec["inputs"]]
     elif scope == "epilogue_fwd":
@@ -858,136 +995,272 @@ def make_step(spec, scope, p, c, g, compiled):
     return (lambda: fn(*args).backward(g)), (lambda: [setattr(a, "grad", None) for a in args])
 
 
+def bench_plan(spec, args):
+    """The batches, scopes and precisions bench runs (from the options), checked."""
+    kb, sweep = spec["default_shape"][0], [int(b) for b in spec["bench_batches"].split(",")]
+    text = args.batches or "all"
+    try:
+        batches = {"all": sweep, "kb": [kb], "sweep": [b for b in sweep if b != kb]}.get(text) \
+            or [int(b) for b in text.split(",")]
+        assert batches and min(batches) > 0
+    except (ValueError, AssertionError):
+        die("--batches wants positive integers like 1,2,4, or kb, sweep or all")
+    scopes = [s.strip() for s in (args.scopes or ",".join(SCOPES)).split(",") if s.strip()]
+    if not scopes or any(s not in SCOPES for s in scopes):
+        die("--scopes wants a comma-separated list of %s" % ", ".join(SCOPES))
+    if args.reps < 20:
+        die("--reps: at least 20, as the C programs time (their rows are compared with these)")
+    return batches, [s for s in SCOPES if s in scopes], precision_list(args.precisions)
+
+
 def cmd_bench(args):
     key, spec = get_chapter(args.chapter)
     seed = spec["seed"] if args.seed is None else args.seed
-    try:
-        batches = [int(b) for b in (args.batches or spec["bench_batches"]).split(",")]
-        assert batches and min(batches) > 0 and args.reps > 0
-    except (ValueError, AssertionError):
-        die("--batches wants positive integers like 1,2,4 and --reps a positive count")
-    if not torch.cuda.is_available():
-        die("CUDA is not available; bench needs a GPU")
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    # each peer at its best: cuDNN autotunes the conv, as the C programs do with cudnnFind
-    torch.backends.cudnn.benchmark = True
-    gpu = gpu_tag(torch.cuda.get_device_name())
-    path = args.csv or os.path.join(data_dir(gpu), "pytorch-ch%s.csv" % key)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    rows = csv_rows(path)
-    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
-    ceiling = copy_ceiling_gbps()
-    print("chapter %s (%s)\n%s (%s), torch %s: copy ceiling %.1f GB/s; rows -> %s"
+    batches, scopes, precisions = bench_plan(spec, args)
+    n_compiles = len(batches) * len(scopes) * len(precisions)
+    if args.dry_run:
+        for n in batches:
+            for scope in scopes:
+                for version, _ in VERSIONS:
+                    for prec in precisions:
+                        print("n=%-4d %-16s %-8s %s" % (n, scope, version, prec))
+        print("chapter %s: %d timed rows, %d of them torch.compile (one compile each)"
+              % (key, 2 * n_compiles, n_compiles))
+        return 0
+    gpu = cuda_setup("bench")
+    compile_caches_off()
+    out = CsvFile(csv_path(args, gpu, key, ""), COLUMNS)
+    timer, ceiling = Timer(), copy_ceiling_gbps()
+    print("chapter %s (%s)\n%s (%s), torch %s, cuDNN %s: copy ceiling %.1f GB/s, L2 %.1f MB "
+          "(flushed by reading %.1f MB); default flags: cudnn.allow_tf32 %s, "
+          "cuda.matmul.allow_tf32 %s; rows -> %s"
           % (key, spec["title"], torch.cuda.get_device_name(), gpu, torch.__version__,
-             ceiling, path))
+             torch.backends.cudnn.version(), ceiling, timer.l2 / 1e6, 2 * timer.l2 / 1e6,
+             DEFAULT_FLAGS[0], DEFAULT_FLAGS[1], out.path))
     date = datetime.date.today().isoformat()
     for n in batches:
         shape = (n,) + tuple(spec["default_shape"][1:])
         p = {k: torch.from_numpy(v).cuda()
              for k, v in spec["make_params"](seed, shape).items()}
+        set_precision("fp32")  # the epilogue's input, the same for both precisions
         with torch.no_grad():
             c = spec["pre"](*[p[k] for k in spec["pre_args"]])
         g = torch.randn(spec["shapes"](shape)["out"], device="cuda")
-        for scope in SCOPES:
+        for scope in scopes:
             nbytes = spec["bytes"](scope, shape)
             for version, label in VERSIONS:
-                torch._dynamo.reset()  # fresh compile for every (batch, scope)
-                try:
-                    run, reset = make_step(spec, scope, p, c, g, version == "compile")
-                    for _ in range(3):  # warm-up (includes compilation)
+                for prec in precisions:
+                    set_precision(prec)
+                    try:
+                        t0 = time.perf_counter()
+                        run, reset = make_step(spec, scope, p, c, g, version == "compile")
                         reset()
-                        run()
-                    torch.cuda.synchronize()
-                    med, lo, hi = time_cuda(run, reset, args.reps, flush)
-                except Exception as e:  # noqa: BLE001 - report and go on
-                    print("n=%-4d %-16s %-8s failed: %s" % (n, scope, version, str(e)[:200]))
-                    continue
-                gbps = nbytes / (med * 1e-3) / 1e9
-                floor = nbytes / (ceiling * 1e9) * 1e3
-                # floor: bytes at the copy ceiling alone (the FLOPs are the C programs' count)
-                csv_put(path, rows, [gpu, key, version, label, scope, "x".join(map(str, shape)),
-                                     "%.6g" % med, "%.6g" % lo, "%.6g" % hi, nbytes,
-                                     "%.6g" % gbps, "%.6g" % ceiling,
-                                     "%.4g" % (100 * gbps / ceiling), "", "", "",
-                                     "%.6g" % floor, "%.4g" % (100 * floor / med), args.reps,
-                                     date])
-                print("n=%-4d %-16s %-8s median %9.4f ms (min %.4f, max %.4f) "
-                      "%7.1f GB/s = %5.1f%% of copy" % (n, scope, version, med, lo, hi,
-                                                        gbps, 100 * gbps / ceiling))
-                del run, reset
+                        run()  # the first call: compiles, and cuDNN's search for this precision
+                        torch.cuda.synchronize()
+                        first_s = time.perf_counter() - t0
+                        med, lo, hi = timer.time(run, reset, args.reps)
+                    except Exception as e:  # noqa: BLE001 - report and go on
+                        print("n=%-4d %-16s %-8s %-8s failed: %s"
+                              % (n, scope, version, prec, str(e)[:200]))
+                        continue
+                    gbps = nbytes / (med * 1e-3) / 1e9
+                    floor = nbytes / (ceiling * 1e9) * 1e3
+                    # floor: bytes at the copy ceiling alone (the FLOPs are the C programs' count)
+                    out.put(dict(gpu=gpu, chapter=key, version=version, name=label,
+                                 precision=prec, scope=scope, shape="x".join(map(str, shape)),
+                                 median_ms="%.6g" % med, min_ms="%.6g" % lo, max_ms="%.6g" % hi,
+                                 bytes=nbytes, gbps="%.6g" % gbps, ceiling_gbps="%.6g" % ceiling,
+                                 pct_ceiling="%.4g" % (100 * gbps / ceiling), flops="", tflops="",
+                                 peak_tflops="", floor_ms="%.6g" % floor,
+                                 pct_floor="%.4g" % (100 * floor / med), reps=args.reps,
+                                 date=date))
+                    print("n=%-4d %-16s %-8s %-8s median %9.4f ms (min %.4f, max %.4f) "
+                          "%7.1f GB/s = %5.1f%% of copy; first call %.1f s"
+                          % (n, scope, version, prec, med, lo, hi, gbps, 100 * gbps / ceiling,
+                             first_s))
+                    del run, reset
         del p, c, g
+        torch._dynamo.reset()
         torch.cuda.empty_cache()
     return 0
 
 
+# ---- The conv alone: ops (timings) and error (against float64) ----
 OPS = (  # name, what convolution_backward's output_mask asks for (None: the forward)
     ("conv_fwd", None), ("conv_dx", (True, False, False)), ("conv_dw", (False, True, False)),
     ("conv_dbias", (False, False, True)), ("conv_bwd", (True, True, True)))
 
 
-def cmd_ops(args):
-    """Times the chapter's convolution alone, op by op, as PyTorch runs it in a training step
-    (F.conv* forward; aten.convolution_backward for each gradient alone and for all three,
-    as autograd calls it), at the KernelBench shape: the peer of the C program's per-op table
-    (common/conv.h's library calls). --kernels lists the CUDA kernels each op launched
-    (torch.profiler), to see which cuDNN engine PyTorch chose."""
-    key, spec = get_chapter(args.chapter)
-    if not torch.cuda.is_available():
-        die("CUDA is not available; ops needs a GPU")
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    cv = spec["conv"]
-    gpu = gpu_tag(torch.cuda.get_device_name())
-    path = args.csv or os.path.join(data_dir(gpu), "pytorch-ch%s-ops.csv" % key)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    rows = csv_rows(path)
-    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
+class ConvOp:
+    """The chapter's convolution at the KernelBench shape, as PyTorch runs it in a training
+    step: F.conv* forward, aten.convolution_backward for the gradients (on the pooled input
+    in chapter 5), in the dtype of the tensors it is given."""
+
+    def __init__(self, spec, p):
+        cv = spec["conv"]
+        self.x, self.w, self.b = p["x"], p["conv_weight"], p["conv_bias"]
+        if "pool" in cv:
+            self.x = F.avg_pool3d(self.x, cv["pool"])
+        self.transposed = cv["fn"].startswith("conv_transpose")
+        self.nd = 2 if cv["fn"] == "conv2d" else 3
+        self.kw = dict(stride=cv["stride"], padding=cv["padding"])
+        if self.transposed:
+            self.kw["output_padding"] = cv["output_padding"]
+        self.fn, self.cv = getattr(F, cv["fn"]), cv
+
+    def double(self):
+        o = ConvOp.__new__(ConvOp)
+        o.__dict__.update(self.__dict__)
+        o.x, o.w, o.b = self.x.double(), self.w.double(), self.b.double()
+        return o
+
+    def forward(self):
+        return self.fn(self.x, self.w, self.b, **self.kw)
+
+    def backward(self, g, mask):
+        nd, cv = self.nd, self.cv
+        return torch.ops.aten.convolution_backward(
+            g, self.x, self.w, [self.b.numel()], [cv["stride"]] * nd, [cv["padding"]] * nd,
+            [1] * nd, self.transposed, [cv.get("output_padding", 0)] * nd, 1, list(mask))
+
+    def op(self, g, mask):
+        if mask is None:
+            return self.forward
+        return lambda: self.backward(g, mask)
+
+
+def kb_problem(spec, args):
     shape = tuple(spec["default_shape"])
     p = {k: torch.from_numpy(v).cuda() for k, v in spec["make_params"](
         spec["seed"] if args.seed is None else args.seed, shape).items()}
-    x, w, b = p["x"], p["conv_weight"], p["conv_bias"]
-    if "pool" in cv:
-        x = F.avg_pool3d(x, cv["pool"])
-    transposed = cv["fn"].startswith("conv_transpose")
-    nd = 2 if cv["fn"] == "conv2d" else 3
-    kw = dict(stride=cv["stride"], padding=cv["padding"])
-    if transposed:
-        kw["output_padding"] = cv["output_padding"]
-    fwd = getattr(F, cv["fn"])
-    y = fwd(x, w, b, **kw)
-    g = torch.randn_like(y)
-    print("chapter %s: %s%s, x %s -> y %s, %s, torch %s, cuDNN %s (TF32 off, benchmark on)"
-          % (key, cv["fn"], kw, tuple(x.shape), tuple(y.shape), torch.cuda.get_device_name(),
-             torch.__version__, torch.backends.cudnn.version()))
+    return shape, p
 
-    def op(mask):
-        if mask is None:
-            return lambda: fwd(x, w, b, **kw)
-        return lambda: torch.ops.aten.convolution_backward(
-            g, x, w, [b.numel()], [cv["stride"]] * nd, [cv["padding"]] * nd, [1] * nd,
-            transposed, [cv.get("output_padding", 0)] * nd, 1, list(mask))
+
+def cmd_ops(args):
+    """Times the chapter's convolution alone, op by op, as PyTorch runs it in a training step
+    (F.conv* forward; aten.convolution_backward for each gradient alone and for all three,
+    as autograd calls it), at the KernelBench shape, in each precision: the peer of the C
+    program's per-op table (common/conv.h's library calls, hx_conv_ops). --kernels lists the
+    CUDA kernels each op launched (torch.profiler), to see which cuDNN engine PyTorch chose."""
+    key, spec = get_chapter(args.chapter)
+    precisions = precision_list(args.precisions)
+    if args.reps < 20:
+        die("--reps: at least 20, as the C programs time")
+    gpu = cuda_setup("ops")
+    out = CsvFile(csv_path(args, gpu, key, "-ops"), COLUMNS)
+    timer = Timer()
+    shape, p = kb_problem(spec, args)
+    conv = ConvOp(spec, p)
+    set_precision("fp32")
+    y = conv.forward()
+    g = torch.randn_like(y)
+    print("chapter %s: %s%s, x %s -> y %s, %s, torch %s, cuDNN %s (benchmark on)"
+          % (key, spec["conv"]["fn"], conv.kw, tuple(conv.x.shape), tuple(y.shape),
+             torch.cuda.get_device_name(), torch.__version__, torch.backends.cudnn.version()))
+    del y
     date = datetime.date.today().isoformat()
-    for name, mask in OPS:
-        run = op(mask)
-        for _ in range(3):  # warm-up: cudnn.benchmark's search happens here
-            run()
-        torch.cuda.synchronize()
-        med, lo, hi = time_cuda(run, lambda: None, args.reps, flush)
-        csv_put(path, rows, [gpu, key, "eager", "PyTorch eager", name, "x".join(map(str, shape)),
-                             "%.6g" % med, "%.6g" % lo, "%.6g" % hi, "", "", "", "", "", "", "",
-                             "", "", args.reps, date])
-        print("%-10s median %9.4f ms (min %.4f, max %.4f)" % (name, med, lo, hi))
-        if args.kernels:
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                run()
-                torch.cuda.synchronize()
-            for e in prof.key_averages():
-                if e.device_type == torch.autograd.DeviceType.CUDA:
-                    print("    %8.3f ms  %s" % (e.device_time_total / 1e3, e.key[:150]))
+    for prec in precisions:
+        set_precision(prec)
+        for name, mask in OPS:
+            run = conv.op(g, mask)
+            run()  # the first call: cudnn.benchmark's search for this precision happens here
+            torch.cuda.synchronize()
+            med, lo, hi = timer.time(run, lambda: None, args.reps)
+            out.put(dict(gpu=gpu, chapter=key, version="eager", name="PyTorch eager",
+                         precision=prec, scope=name, shape="x".join(map(str, shape)),
+                         median_ms="%.6g" % med, min_ms="%.6g" % lo, max_ms="%.6g" % hi,
+                         bytes="", gbps="", ceiling_gbps="", pct_ceiling="", flops="",
+                         tflops="", peak_tflops="", floor_ms="", pct_floor="", reps=args.reps,
+                         date=date))
+            print("%-8s %-10s median %9.4f ms (min %.4f, max %.4f)"
+                  % (prec, name, med, lo, hi))
+            if args.kernels:
+                with torch.profiler.profile(
+                        activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    run()
+                    torch.cuda.synchronize()
+                for e in prof.key_averages():
+                    if e.device_type == torch.autograd.DeviceType.CUDA:
+                        print("    %8.3f ms  %s" % (e.device_time_total / 1e3, e.key[:150]))
+    return 0
+
+
+def error_of(out, ref):
+    """(rel_l2, max_abs_err, max_abs_ref) of out against ref, in float64"""
+    d = out.double() - ref
+    r = float(torch.linalg.vector_norm(ref))
+    return (float(torch.linalg.vector_norm(d)) / (r if r > 0 else 1.0), float(d.abs().max()),
+            float(ref.abs().max()))
+
+
+def cmd_error(args):
+    """Measures, at the KernelBench shape and in each precision, how far PyTorch's float32
+    results are from float64 ones computed on the GPU from the same float32 inputs: the conv
+    alone (forward, and its dx and dw for a seeded output gradient) and the whole model's
+    forward, eager and torch.compile (the latter compiled afresh for each precision: its error
+    shows whether the compiled conv followed the flags)."""
+    key, spec = get_chapter(args.chapter)
+    precisions = precision_list(args.precisions)
+    gpu = cuda_setup("error")
+    compile_caches_off()
+    out = CsvFile(csv_path(args, gpu, key, "-error"), ERROR_COLUMNS)
+    shape, base = tuple(spec["default_shape"]), spec["seed"] if args.seed is None else args.seed
+    set_precision("fp32")
+    ref = {}
+    # the first seed (base, base + 100, ...) whose case is not degenerate by golden's rule: at
+    # chapter 1's seed 58 the bias (-1.17) clamps every output, whose error is then 0 in any
+    # precision
+    for seed in range(base, base + 2000, 100):
+        arrays = spec["make_params"](seed, shape)
+        p = {k: torch.from_numpy(v).cuda() for k, v in arrays.items()}
+        with torch.no_grad():
+            ref["model_fwd"] = spec["forward"](*[p[k].double() for k in spec["inputs"]])
+            if spec["golden_ok"](ref["model_fwd"], arrays):
+                break
+    else:
+        die("no seed from %d to %d gives a case that is not degenerate" % (base, seed))
+    del arrays
+    conv = ConvOp(spec, p)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 2000)
+    with torch.no_grad():
+        g = torch.randn(conv.forward().shape, device="cuda", generator=gen)
+        c64 = conv.double()  # float64 never runs in TF32, whatever the flags
+        ref["conv_fwd"] = c64.forward()
+        ref["conv_dx"], ref["conv_dw"], _ = c64.backward(g.double(), (True, True, False))
+        del c64
+    date, shape_s = datetime.date.today().isoformat(), "x".join(map(str, shape))
+    versions = dict(VERSIONS)
+
+    def put(version, prec, scope, result):
+        rel, mx, rmax = error_of(result, ref[scope])
+        out.put(dict(gpu=gpu, chapter=key, version=version, name=versions[version],
+                     precision=prec, scope=scope, shape=shape_s, seed=seed, rel_l2="%.3e" % rel,
+                     max_abs_err="%.3e" % mx, max_abs_ref="%.3e" % rmax,
+                     torch=torch.__version__, cudnn=torch.backends.cudnn.version(), date=date))
+        print("%-8s %-8s %-10s rel_l2 %.3e  max_abs_err %.3e  (max |ref| %.3e)"
+              % (prec, version, scope, rel, mx, rmax))
+
+    print("chapter %s: %s at %s (seed %d) against float64, %s, torch %s, cuDNN %s; rows -> %s"
+          % (key, spec["conv"]["fn"], shape_s, seed, torch.cuda.get_device_name(),
+             torch.__version__, torch.backends.cudnn.version(), out.path))
+    model_args = [p[k] for k in spec["inputs"]]
+    for prec in precisions:
+        set_precision(prec)
+        with torch.no_grad():
+            put("eager", prec, "conv_fwd", conv.forward())
+            dx, dw, _ = conv.backward(g, (True, True, False))
+            put("eager", prec, "conv_dx", dx)
+            put("eager", prec, "conv_dw", dw)
+            del dx, dw
+            put("eager", prec, "model_fwd", spec["forward"](*model_args))
+            put("compile", prec, "model_fwd", compiled(spec["forward"])(*model_args))
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
     return 0
 
 
 def main(argv=None):
+    global DEFAULT_FLAGS
     ap = argparse.ArgumentParser(prog="pytorch_peer", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
     pg = sub.add_parser("golden", help="write small float64-computed reference cases")
@@ -999,32 +1272,46 @@ def main(argv=None):
     pc.add_argument("--rtol", type=float, default=1e-5, help="max rel-L2 error (1e-5)")
     pc.add_argument("--atol", type=float, default=1e-4, help="max abs error (1e-4)")
     pb = sub.add_parser("bench", help="time PyTorch eager and torch.compile on CUDA")
-    pb.add_argument("--csv", help="replaces rows of the same GPU, chapter, version, scope and "
-                    "shape, keeps the others (default: data/<gpu>/pytorch-chNN.csv, or "
-                    "data/<gpu>-mine/ where data/<gpu>/ has a README.md and RECORD is unset)")
-    pb.add_argument("--batches", help="batch sizes, comma-separated (default: 1,2,4,...,128 "
-                    "for chapters 1, 3 and 4, 1,2,4 for chapter 2, 1,2,4,...,32 for chapter 5)")
-    pb.add_argument("--reps", type=int, default=50)
+    pb.add_argument("--csv", help="replaces rows of the same GPU, chapter, version, precision, "
+                    "scope and shape, keeps the others (default: data/<gpu>/pytorch-chNN.csv, "
+                    "or data/<gpu>-mine/ where data/<gpu>/ has a README.md and RECORD is unset)")
+    pb.add_argument("--batches", help="batch sizes, comma-separated, or kb (the KernelBench "
+                    "shape's alone), sweep (the others), all (the default: 1,2,4,...,128 for "
+                    "chapters 1, 3 and 4, 1,2,4 for chapter 2, 1,2,4,...,32 for chapter 5)")
+    pb.add_argument("--scopes", help="scopes, comma-separated (default: all four, %s)"
+                    % ", ".join(SCOPES))
+    pb.add_argument("--reps", type=int, default=20, help="timed repetitions (at least 20; 20)")
+    pb.add_argument("--dry-run", action="store_true",
+                    help="print what would be timed and how many compiles; needs no GPU")
     po = sub.add_parser("ops", help="time the chapter's convolution alone, op by op, on CUDA")
     po.add_argument("--csv", help="as bench's (default: data/<gpu>/pytorch-chNN-ops.csv)")
-    po.add_argument("--reps", type=int, default=20)
+    po.add_argument("--reps", type=int, default=20, help="timed repetitions (at least 20; 20)")
     po.add_argument("--kernels", action="store_true", help="list each op's CUDA kernels")
+    pe = sub.add_parser("error", help="the conv's and the model's error against float64 on CUDA")
+    pe.add_argument("--csv", help="as bench's (default: data/<gpu>/pytorch-chNN-error.csv)")
     pg.add_argument("--chapter", default=None,
                     help="chapter number, 1 to 5 (also 01 .. 05; default: every chapter)")
-    for p in (pc, pb, po):
+    for p in (pc, pb, po, pe):
         p.add_argument("--chapter", default="1",
                        help="chapter number, 1 to 5 (also 01 .. 05; default 1)")
-    for p in (pg, pb, po):
+    for p in (pg, pb, po, pe):
         p.add_argument("--seed", type=int,
                        help="base seed (default: the chapter's own, 58, 43, 79, 92 and 38 "
                        "for chapters 1 to 5)")
+    for p in (pb, po, pe):
+        p.add_argument("--precisions", default=",".join(PRECISIONS),
+                       help="comma-separated: fp32 (TF32 off), default (PyTorch's flags as "
+                       "shipped: cudnn.allow_tf32 on); default: both")
     args = ap.parse_args(argv)
+    if args.mode == "bench" and args.dry_run:  # the plan alone: no PyTorch needed
+        return cmd_bench(args)
     if torch is None:
         die("PyTorch is not installed (python3 -c 'import torch' failed)")
     if np is None:
         die("NumPy is not installed (python3 -c 'import numpy' failed)")
+    DEFAULT_FLAGS = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
     return {"golden": cmd_golden, "check": cmd_check, "bench": cmd_bench,
-            "ops": cmd_ops}[args.mode](args)
+            "ops": cmd_ops, "error": cmd_error}[args.mode](args)
 
 
 if __name__ == "__main__":

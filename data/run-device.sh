@@ -12,8 +12,16 @@
 #   check      make check-pytorch CH=N for every chapter (PyTorch on exactly the dumped tensors, float64)
 #   golden     make golden (PyTorch's float64 model on the CPU, small shapes; CH=N for each chapter
 #              of ONLY): data/golden/ is packed into results.tgz too, to bring the tensors back
-#   peers      make peers CH=N for every chapter: PyTorch eager and torch.compile timings into
-#              data/<gpu>/pytorch-chNN.csv itself (RECORD=1, as record: the rows the READMEs quote)
+#   peers      make peers CH=N for every chapter: PyTorch eager and torch.compile timings in fp32
+#              (TF32 off) and in PyTorch's default precision (cudnn.allow_tf32 on) into
+#              data/<gpu>/pytorch-chNN.csv itself (RECORD=1, as record: the rows the READMEs
+#              quote), the conv's ops alone (-ops.csv) and their error against float64
+#              (-error.csv): peers-kb, then peers-sweep, each chapter's parts as steps of their own
+#   peers-kb   the KernelBench shape's rows, the ops and the error (make peers-kb CH=N)
+#   peers-sweep  the sweep's other batch sizes (make peers-sweep CH=N; BATCHES=1,2,4 limits them,
+#              to split a chapter whose sweep would pass a call's time: torch.compile compiles
+#              once per batch size, scope and precision, and each compile's time is printed;
+#              PRECISIONS=fp32 or default limits peers, peers-kb and peers-sweep to one)
 #   sm80       an sm_80 build on this GPU (its PTX runs by JIT): make test, and chapter 3's table
 #              at a small shape, to show the Hopper-only versions skipped with their reason
 #   ncu        make profile CH=$NCU_CH V=$NCU_V (NCU_ARGS passed on)
@@ -35,7 +43,7 @@
 #   findlog    every chapter's library conv set up at its KernelBench shape with CONV_FIND_LOG=1
 #              (common/conv.h): every engine each search considered and timed, into
 #              build/out/findlogN.log (b1 run with 3 reps: all three directions are searched)
-#   ops        make peers' second half: each chapter's conv ops alone in PyTorch
+#   ops        part of peers-kb: each chapter's conv ops alone in PyTorch, in both precisions
 #              (pytorch_peer.py ops, RECORD=1: data/<gpu>/pytorch-chNN-ops.csv), which the
 #              chapters' per-op tables read; run it before the stages that print those tables
 #   train      every backward version of each chapter at its KernelBench shape into the recorded
@@ -49,8 +57,9 @@
 #   kb         every version of each chapter at its KernelBench shape into data/<gpu>/chNN.csv
 #              (record without the sweep)
 #   (none given: test record check sanitize sm80)
-# ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers, record, sweep,
-# sanitize and nocudnn's chapter runs to those chapters; test always runs every chapter.
+# ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers (and its
+# parts), ops, record, sweep, sanitize and nocudnn's chapter runs to those chapters; test always
+# runs every chapter.
 set -uo pipefail
 OUT=${OUT:-build/out-pack}
 LOGS=build/out
@@ -80,7 +89,12 @@ for s in $stages; do
     golden) if [ -n "${ONLY:-}" ]; then for c in $ONLY; do step golden$c make -s golden CH=$c; done
             else step golden make -s golden; fi
             pack_golden=data/golden ;;
-    peers) for c in $CHAPTER_NUMBERS; do step peers$c env RECORD=1 make -s peers CH=$c; done ;;
+    peers) for c in $CHAPTER_NUMBERS; do step peers$c-kb env RECORD=1 make -s peers-kb CH=$c
+               step peers$c-sweep env RECORD=1 make -s peers-sweep CH=$c; done ;;
+    peers-kb) for c in $CHAPTER_NUMBERS; do step peers$c-kb env RECORD=1 make -s peers-kb CH=$c
+              done ;;
+    peers-sweep) for c in $CHAPTER_NUMBERS; do step peers$c-sweep env RECORD=1 make -s peers-sweep \
+                     CH=$c; done ;;
     sm80) step sm80-build make -s -j16 all ARCH=sm_80
           step sm80-test make -s test ARCH=sm_80
           step sm80-ch03 build/ch03 --shape 4x3x16x32x32 --reps 5 ;;

@@ -1,6 +1,7 @@
 # bars.gp: one chapter at its KernelBench shape (data/<gpu>/chNN.csv) on one GPU, a panel per
 # scope: every version's median as a bar (log axis, its value above it), PyTorch eager and
-# torch.compile beside them where data/<gpu>/pytorch-chNN.csv has that shape, and the floor,
+# torch.compile beside them where data/<gpu>/pytorch-chNN.csv has that shape (in fp32, and in
+# PyTorch's default precision where it has those rows: "eager default"), and the floor,
 # max(bytes / copy ceiling, FLOPs / fp32 peak) from the floor_ms column, as a dotted line. All
 # versions are shown, so chapter 3's reduction progression (v1..v8) reads left to right; a
 # version the GPU skipped has no row and no bar.
@@ -14,6 +15,7 @@ set key top right samplen 3 font ",10" opaque
 set style fill solid 0.85 border lc rgb "#333333"
 set grid noxtics
 set xtics scale 0 font ",10"
+set bmargin 3.5   # room for the two-line labels of PyTorch's default-precision bars
 rows = (np + 1) / 2
 do for [fmt in "png svg"] {
     eval "set terminal " . term(fmt, 1700, 520 * rows + 40)
@@ -27,7 +29,7 @@ do for [fmt in "png svg"] {
         set xrange [-0.6:n - 0.4]
         lo = panel("YB"); hi = panel("YT"); load "plots/logtics.gp"
         # the bars stand on the bottom of the axis (a log axis has no 0)
-        plot f using 1:3:($1 - 0.38):($1 + 0.38):(lo):3:(vid(strcol(2))):xtic(2) \
+        plot f using 1:3:($1 - 0.38):($1 + 0.38):(lo):3:(vid(strcol(2))):xtic(xlab(strcol(2))) \
                  with boxxyerror lc variable notitle, \
              f using 1:3:(sprintf("%.3g", $3)) with labels offset 0,0.8 font ",9" notitle, \
              for [k = 1:(fl > 0)] fl with lines lt 29 title sprintf("%s = %.3g ms", floorlabel, fl)

@@ -6,7 +6,9 @@
 #               order, y range YB_i..YT_i (plain variables: gnuplot's arrays need 5.2)
 # Doing the CSV work here keeps the gnuplot scripts about drawing. Columns are found by their
 # header names, so any file with gpu, version, name, scope, shape, median_ms (floor_ms when
-# present) reads. PyTorch rows (second file, optional) come in as the ids eager and compile.
+# present) reads. PyTorch rows (second file, optional) come in as the ids eager and compile in
+# fp32 (TF32 off, or a file without a precision column) and eager_default and compile_default in
+# PyTorch's default precision (cudnn.allow_tf32 on).
 # usage: awk -f plots/prep.awk -v mode=sweep|bars -v tmp=DIR -v dir=h100 -v chname="1 (...)" \
 #            OURS.csv [PYTORCH.csv]
 BEGIN {
@@ -21,12 +23,15 @@ BEGIN {
 FNR == 1 { split("", col); for (i = 1; i <= NF; i++) col[$i] = i; nfile++; next }
 {
     v = $col["version"]; s = $col["scope"]; sh = $col["shape"]; t = $col["median_ms"]
+    if (nfile > 1 && ("precision" in col) && $col["precision"] == "default") v = v "_default"
     fl = ("floor_ms" in col) ? $col["floor_ms"] : ""
     b = sh; sub(/x.*/, "", b); rest = sh; sub(/^[0-9]+x/, "", rest)
     if (nfile == 1) {
         if (gpu == "") { gpu = toupper($col["gpu"]); rest0 = rest }
         if (!(s in seen)) { seen[s] = 1; if (!(s in title)) sorder[++nsc] = s }
         name[v] = v ": " $col["name"]; last = sh
+        pr = ("precision" in col) ? $col["precision"] : index($col["name"], "[TF32]") ? "tf32" : "fp32"
+        if (pr != "fp32") prec[v] = pr
         if (s == "stats") stats[v] = 1
     } else if (rest != rest0 || !((mode == "sweep" ? s : sh SUBSEP s) in have)) next
     else if (mode == "sweep" && !(b in batch)) next   # PyTorch only where ours were timed
@@ -39,9 +44,10 @@ FNR == 1 { split("", col); for (i = 1; i <= NF; i++) col[$i] = i; nfile++; next 
     if (fl != "" && fl > 0 && !(fk in floor)) floor[fk] = fl
     if (mode == "sweep" && !(b in batch)) { batch[b] = 1; nb++ }
 }
-# v1..v13 first, then b1..b3, then eager and compile
+# v1..v13 first, then b1..b3, then eager and compile, each in fp32 then in the default precision
 function vkey(v) {
-    return v == "eager" ? 1000 : v == "compile" ? 1001 : v ~ /^v[0-9]+$/ ? substr(v, 2) + 0 \
+    return v == "eager" ? 1000 : v == "eager_default" ? 1001 : v == "compile" ? 1002 \
+         : v == "compile_default" ? 1003 : v ~ /^v[0-9]+$/ ? substr(v, 2) + 0 \
          : v ~ /^b[0-9]+$/ ? 100 + substr(v, 2) : 2000
 }
 function sortkeys(arr, out, byver,   n, k, i, j, x) {
@@ -61,7 +67,9 @@ END {
     nv = sortkeys(ids, V, 1)
     gpuname = gpu (tolower(gpu) == dir ? "" : " (data/" dir ")")
     vars = tmp "/vars.gp"
-    name["eager"] = "PyTorch eager"; name["compile"] = "torch.compile"
+    name["eager"] = "PyTorch eager, fp32"; name["compile"] = "torch.compile, fp32"
+    name["eager_default"] = "PyTorch eager, default precision (TF32 convs allowed)"
+    name["compile_default"] = "torch.compile, default precision (TF32 convs allowed)"
     for (i = 1; i <= nv; i++) print "L_" V[i] " = " q(name[V[i]]) > vars
     if (mode == "sweep") sweep(); else bars()
 }
@@ -79,7 +87,7 @@ function sweep(   nbs, B, i, j, k, s, n, np, list, ns, S, hide, note, f, lo, hi,
     if (ns > 2) note = "\\n" S[2] "-" S[ns - 1] " left out: they differ from " S[ns] \
                        " only in the statistics kernel (see the stats panel)"
     printf "title = %s\n", q("Chapter " chname " on " gpuname ": median time against batch " \
-        "size, beside the floor and PyTorch; fp32, L2 flushed, medians") > vars
+        "size, beside the floor and PyTorch; " precnote() "; L2 flushed, medians") > vars
     printf "xlab = %s\n", q("batch size N (input N x " spaced(rest0) ")") > vars
     printf "xmin = %g; xmax = %g\nset xtics (", B[1] / 1.25, B[nbs] * 1.25 > vars
     for (i = 1; i <= nbs; i++) printf "%s\"%s\" %s", (i > 1 ? ", " : ""), B[i], B[i] > vars
@@ -115,7 +123,7 @@ function sweep(   nbs, B, i, j, k, s, n, np, list, ns, S, hide, note, f, lo, hi,
 }
 function bars(   i, k, s, n, np, f, lo, hi, t) {
     printf "title = %s\n", q("Chapter " chname " on " gpuname ", KernelBench shape " last \
-        ": every version against its floor; fp32, L2 flushed, medians") > vars
+        ": every version against its floor;\\n" precnote() "; L2 flushed, medians") > vars
     for (k = 1; k <= nsc; k++) {
         s = sorder[k]
         if (!((last, s) in have)) continue
@@ -135,6 +143,16 @@ function bars(   i, k, s, n, np, f, lo, hi, t) {
             np, lo / 2.5, np, hi * 3 > vars
     }
     printf "np = %d\n", np > vars
+}
+# "ours fp32 (v7: tf32; v8, v9: 3xtf32), PyTorch fp32 and default": the precisions plotted
+function precnote(   n, P, i, t, d, out, order, no) {
+    n = sortkeys(prec, P, 1)
+    for (i = 1; i <= n; i++) {
+        t = prec[P[i]]
+        if (!(t in d)) { d[t] = P[i]; order[++no] = t } else d[t] = d[t] ", " P[i]
+    }
+    for (i = 1; i <= no; i++) out = out (i > 1 ? "; " : "") d[order[i]] ": " order[i]
+    return "ours fp32" (out == "" ? "" : " (" out ")") ", PyTorch fp32 and default precision"
 }
 # "3x16x32x32" -> "3 x 16 x 32 x 32"
 function spaced(str) { gsub(/x/, " x ", str); return str }

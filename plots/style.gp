@@ -3,7 +3,8 @@
 # "v4" is the same green in chapter 1's sweep and in its bar chart; ours are solid lines,
 # PyTorch's dashed, the floor black dotted. vid(v) maps an id to its line type:
 #   v1..v16 -> 1..16, b1..b6 -> 17..22 (23..26 left for b7..b10), eager -> 27,
-#   compile -> 28, the floor -> 29.
+#   compile -> 28, the floor -> 29, and PyTorch in its default precision (cudnn.allow_tf32 on):
+#   eager_default -> 30, compile_default -> 31, their fp32 colours lighter and dotted-dashed.
 # v1 and b1 (the eager-like and autograd-like baselines) are greys: the start, not a result.
 
 set linetype  1 lc rgb "#7f7f7f" lw 2 pt 7  ps 1.0 dt 1   # v1
@@ -31,9 +32,14 @@ set linetype 22 lc rgb "#6d4c41" lw 2 pt 7  ps 1.0 dt 1   # b6
 set linetype 27 lc rgb "#d62728" lw 2.5 pt 6 ps 1.0 dt 2  # PyTorch eager
 set linetype 28 lc rgb "#6a1b9a" lw 2.5 pt 4 ps 1.0 dt 2  # torch.compile
 set linetype 29 lc rgb "black"   lw 2.5 pt 0 ps 0   dt 3  # the floor
-set linetype cycle 29
+set linetype 30 lc rgb "#f4a3a3" lw 2.5 pt 6 ps 1.0 dt 4  # PyTorch eager, default precision
+set linetype 31 lc rgb "#c39bd3" lw 2.5 pt 4 ps 1.0 dt 4  # torch.compile, default precision
+set linetype cycle 31
 
-vid(v) = v eq "eager" ? 27 : v eq "compile" ? 28 : v[1:1] eq "b" ? 16 + v[2:] : v[2:] + 0
+vid(v) = v eq "eager" ? 27 : v eq "compile" ? 28 : v eq "eager_default" ? 30 \
+    : v eq "compile_default" ? 31 : v[1:1] eq "b" ? 16 + v[2:] : v[2:] + 0
+# a bar's label under the axis: the id, PyTorch's default-precision ones on two lines
+xlab(v) = v eq "eager_default" ? "eager\ndefault" : v eq "compile_default" ? "compile\ndefault" : v
 # panel i's variable from vars.gp: panel("S") is S_1 in panel 1 (no arrays before gnuplot 5.2)
 panel(name) = value(sprintf("%s_%d", name, i))
 floorlabel = "floor: max(bytes/copy ceiling, FLOPs/fp32 peak)"

@@ -1,5 +1,6 @@
 # sweep.gp: one chapter's batch sweep on one GPU, a panel per scope: median time (ms, log)
-# against batch size (log2), each version a line, PyTorch eager and torch.compile dashed, and the
+# against batch size (log2), each version a line, PyTorch eager and torch.compile dashed (in fp32,
+# and dot-dashed in lighter colours in PyTorch's default precision where the CSV has it), and the
 # floor, max(bytes / copy ceiling, FLOPs / fp32 peak) from the floor_ms column, dotted black.
 #
 # Why time against the floor, not a speedup: the floor says how much faster a version could

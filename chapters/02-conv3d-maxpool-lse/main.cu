@@ -58,12 +58,12 @@ static const hx_version versions[] = {
     {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, online LSE: c read once", v4_launch, 0},
     {"v5", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "fused, 4 outputs a thread, 16-byte loads", v5_launch, 0},
     {"v6", SC(SCOPE_MODEL_FWD), "own conv: implicit GEMM on FMA, then v5", v6_launch, 0},
-    {"v7", SC(SCOPE_MODEL_FWD), "own conv on tensor cores in TF32, then v5", v7_launch, 0, 1},
-    {"v8", SC(SCOPE_MODEL_FWD), "own conv in 3xTF32 (fp32 accuracy), then v5", v8_launch, 0},
-    {"v9", SC(SCOPE_MODEL_FWD), "full fusion: 3xTF32 conv, pool + LSE in its epilogue", v9_launch, 0},
+    {"v7", SC(SCOPE_MODEL_FWD), "own conv on tensor cores in TF32, then v5", v7_launch, 0, HX_TF32},
+    {"v8", SC(SCOPE_MODEL_FWD), "own conv in 3xTF32 (fp32 accuracy), then v5", v8_launch, 0, HX_3XTF32},
+    {"v9", SC(SCOPE_MODEL_FWD), "full fusion: 3xTF32 conv, pool + LSE in its epilogue", v9_launch, 0, HX_3XTF32},
     {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: saved indices, memset + scatter", b1_launch, 0},
     {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v5, then recompute + write all of dc", b2_launch, 0},
-    {"b3", SC(SCOPE_TRAIN), "b2, then our dx and dw: tensor cores, 3xTF32", b3_launch, 0},
+    {"b3", SC(SCOPE_TRAIN), "b2, then our dx and dw: tensor cores, 3xTF32", b3_launch, 0, HX_3XTF32},
 };
 
 int main(int argc, char **argv)
