@@ -86,6 +86,15 @@ static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * (torch.clamp) */
 __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }
 
+/* a = c m rounded to a float once, as PyTorch's tensor c * m is. The statistics and the
+ * normalisation must take the same a: a mean of rounded products subtracted from an exact one
+ * (what an FMA of c m - mean computes) misses by up to half an ulp of a, which rstd magnifies
+ * where a slice's values lie close together against their size (reference.cu, the forward
+ * checks' bounds: at two values a slice, r ~ 1 / h), and a - mean no longer sums to zero over
+ * the slice. __fmul_rn is never contracted into an FMA (CUDA C++ Programming Guide, "Intrinsic
+ * Functions"). */
+__device__ static inline float a_rounded(float c, float m) { return __fmul_rn(c, m); }
+
 /* Block sizes and partial-sum counts that the device buffers are sized by (problem.cu) */
 #define RED_BLOCK 256   /* v2..v5: a block reduces RED_BLOCK (v4, v5: 2 RED_BLOCK) elements */
 #define MANY_BLOCK 256  /* v6..v8 and b1: one block a slice */

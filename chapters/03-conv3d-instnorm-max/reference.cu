@@ -71,11 +71,11 @@ void epilogue_ref(const shape *s, const float *cf, const double *cd, const doubl
  *
  * Over one slice (n, c) of S positions: a_i = c_i m, mu = mean(a), var = mean((a - mu)^2),
  * r = rstd = (var + eps)^(-1/2), xh_i = (a_i - mu) r. A float kernel sees each a_i with an error:
- * a = c m rounded to float once (PyTorch's order, and v1 .. v9's), or not rounded at all (an FMA
- * with c and m, as v10 reduces); in the whole model also the conv's own float sum, a small
- * multiple of u = 2^-24 times its terms' magnitudes, sum |w| |x| + |b| <= T (T: channel c's sum of
- * |w| times the sample's largest |x|, plus |b_c|). So |d a_i| <= k u A_i, with A_i = |a_i| +
- * |m| T (T = 0 for the epilogue, whose c is given) and k a small count of roundings.
+ * a = c m rounded to float once (PyTorch's order, and the versions' through a_rounded, model.h),
+ * or c's statistics scaled by m (v12, v15 .. v18); in the whole model also the conv's own float
+ * sum, a small multiple of u = 2^-24 times its terms' magnitudes, sum |w| |x| + |b| <= T (T:
+ * channel c's sum of |w| times the sample's largest |x|, plus |b_c|). So |d a_i| <= k u A_i, with
+ * A_i = |a_i| + |m| T (T = 0 for the epilogue, whose c is given) and k a small count of roundings.
  *
  *   mean   d mu = mean(d a) plus the float sum's own rounding, within k u mean(A), and
  *          mean(|a|) <= |mu| + mean(|a - mu|) <= |mu| + std, so
