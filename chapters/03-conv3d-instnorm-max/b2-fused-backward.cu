@@ -34,7 +34,7 @@ __device__ static inline void position_forward(const float *__restrict__ cp, int
     *k = 0;
 #pragma unroll
     for (int co = 0; co < C_OUT; co++) {
-        xh[co] = (cp[(size_t)co * S] * mc[co] - mean[co]) * rstd[co];
+        xh[co] = (a_rounded(cp[(size_t)co * S], mc[co]) - mean[co]) * rstd[co];
         float u = clampf1(xh[co]) * mc[co];
         if (co == 0 || u > best)
             best = u, *k = co;

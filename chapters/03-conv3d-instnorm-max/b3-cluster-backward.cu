@@ -123,7 +123,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
             for (int i = 0; i < B3_PT; i++) {
                 int j = threadIdx.x + i * CL_THREADS;
                 if (j < len) {
-                    float u = clampf1((vals[co * cap + j] * mc - mu) * rs) * mc;
+                    float u = clampf1((a_rounded(vals[co * cap + j], mc) - mu) * rs) * mc;
                     if (co == 0 || u > best[i])
                         best[i] = u, kk[i] = co;
                 }
@@ -149,8 +149,8 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
             int k = 0;
 #pragma unroll
             for (int co = 0; co < C_OUT; co++) {
-                float u = clampf1((vals[co * cap + j] * cs.m[co] - cs.mean[co]) * cs.rstd[co]) *
-                          cs.m[co];
+                float u = clampf1((a_rounded(vals[co * cap + j], cs.m[co]) - cs.mean[co]) *
+                                  cs.rstd[co]) * cs.m[co];
                 if (co == 0 || u > best)
                     best = u, k = co;
             }
@@ -163,7 +163,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
         float s1 = 0.0f, s2 = 0.0f, gt = 0.0f;
         for (int j = lane; j < len; j += 32)
             if (ks[j] == warp) {
-                float xh = (vals[warp * cap + j] * mc - mu) * rs;
+                float xh = (a_rounded(vals[warp * cap + j], mc) - mu) * rs;
                 float d = xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
                 s1 += d, s2 += d * xh, gt += gs[j] * clampf1(xh);
             }
@@ -191,7 +191,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
                 unsigned char kv[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    float xh = (cv[k] * mc - mu) * rs;
+                    float xh = (a_rounded(cv[k], mc) - mu) * rs;
                     float d = kv[k] == co && xh >= -1.0f && xh <= 1.0f ? gv[k] * mc : 0.0f;
                     float da = rs * (d - m1 - xh * m2);
                     o[k] = da * mc;
@@ -202,7 +202,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
             }
         } else { /* one position a thread: S not a multiple of 4 leaves rows unaligned */
             for (int j = threadIdx.x; j < len; j += CL_THREADS) {
-                float cv = vals[co * cap + j], xh = (cv * mc - mu) * rs;
+                float cv = vals[co * cap + j], xh = (a_rounded(cv, mc) - mu) * rs;
                 float d = ks[j] == co && xh >= -1.0f && xh <= 1.0f ? gs[j] * mc : 0.0f;
                 float da = rs * (d - m1 - xh * m2);
                 dcb[(size_t)co * S + j] = da * mc;

@@ -267,7 +267,7 @@ __device__ static inline void stream_dc(float (*k)[C_OUT], float (*red)[C_OUT],
             float mc = k[0][co], mu = k[1][co], rs = k[2][co], m1 = k[3][co], m2 = k[4][co], o[V];
 #pragma unroll
             for (int i = 0; i < V; i++) {
-                float xh = (cv[co][i] * mc - mu) * rs;
+                float xh = (a_rounded(cv[co][i], mc) - mu) * rs;
                 float d = wv[i] == (unsigned)(co | WIN_INSIDE) ? gv[i] * mc : 0.0f;
                 float da = rs * (d - m1 - xh * m2);
                 o[i] = da * mc;

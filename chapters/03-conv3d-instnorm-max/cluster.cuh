@@ -281,11 +281,11 @@ __device__ static inline void cluster_stats(cluster_shared *cs, const float *val
     const float *row = vals + warp * cap;
     float mult = cs->m[warp], acc = 0.0f;
     for (int j = lane; j < len; j += 32)
-        acc += row[j] * mult;
+        acc += a_rounded(row[j], mult);
     acc = warp_sum(acc);
     float lm = len > 0 ? __shfl_sync(FULL, acc, 0) / len : 0.0f, q = 0.0f;
     for (int j = lane; j < len; j += 32) {
-        float d = row[j] * mult - lm;
+        float d = a_rounded(row[j], mult) - lm;
         q += d * d;
     }
     q = warp_sum(q);
@@ -315,7 +315,7 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
         int k = 0;
 #pragma unroll
         for (int co = 0; co < C_OUT; co++) {
-            float xh = (vals[co * cap + j] * cs->m[co] - cs->mean[co]) * cs->rstd[co];
+            float xh = (a_rounded(vals[co * cap + j], cs->m[co]) - cs->mean[co]) * cs->rstd[co];
             float t = clampf1(xh);
             float u = t * cs->m[co];
             if (co == 0 || u > best) {
@@ -328,7 +328,7 @@ __device__ static inline void cluster_apply(const cluster_shared *cs, const floa
         if (SAVE && TRACK) {
             win[j] = (unsigned char)k;
         } else if (SAVE) { /* the winner's xh again (four more shared loads) */
-            float xh = (vals[k * cap + j] * cs->m[k] - cs->mean[k]) * cs->rstd[k];
+            float xh = (a_rounded(vals[k * cap + j], cs->m[k]) - cs->mean[k]) * cs->rstd[k];
             win[j] = (unsigned char)(k | (xh >= -1.0f && xh <= 1.0f ? WIN_INSIDE : 0));
         }
     }

@@ -86,6 +86,15 @@ static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * (torch.clamp) */
 __device__ static inline float clampf1(float v) { return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }
 
+/* a = c m rounded to a float once, as PyTorch's tensor c * m is. The statistics and the
+ * normalisation must take the same a: a mean of rounded products subtracted from an exact one
+ * (what an FMA of c m - mean computes) misses by up to half an ulp of a, which rstd magnifies
+ * where a slice's values lie close together against their size (reference.cu, the forward
+ * checks' bounds: at two values a slice, r ~ 1 / h), and a - mean no longer sums to zero over
+ * the slice. __fmul_rn is never contracted into an FMA (CUDA C++ Programming Guide, "Intrinsic
+ * Functions"). */
+__device__ static inline float a_rounded(float c, float m) { return __fmul_rn(c, m); }
+
 /* Block sizes and partial-sum counts that the device buffers are sized by (problem.cu) */
 #define RED_BLOCK 256   /* v2..v5: a block reduces RED_BLOCK (v4, v5: 2 RED_BLOCK) elements */
 #define MANY_BLOCK 256  /* v6..v8 and b1: one block a slice */
@@ -126,6 +135,8 @@ struct run_ctx {
     const float *g;                     /* dL/dy */
     float *dc, *dx, *dw, *dbias, *dm;   /* the gradients */
     const lib_conv3d *lib;
+    int *var_from_squares; /* host memory: the check's to clear, v2..v6's launches set it (their
+                            * variance is sum of squares less mean^2, bounded as such) */
 };
 
 /* reference.cu: the CPU reference in double (and the backward's derivation) */
@@ -134,6 +145,14 @@ void slice_stats_ref(const float *cf, const double *cd, size_t base, int S, doub
                      double *mean, double *rstd);
 void epilogue_ref(const shape *s, const float *cf, const double *cd, const double *m, double eps,
                   double *y, double *mean_out, double *rstd_out);
+/* the forward checks' bounds (derived in reference.cu), from c (cf or cd, as epilogue_ref) and m;
+ * conv_terms: T of every (n, c) for the whole model (the conv's terms, bounded), NULL for the
+ * epilogue; squares: the statistics are sum and sum of squares (v2..v6). Out, per (n, c): the
+ * mean's scale M = |mean| + std and rstd's condition number V r^2 (V_sq r^2 with squares); per
+ * output position: y's bound over TOL_SUM */
+void forward_bounds(const shape *s, const float *cf, const double *cd, const double *m,
+                    const double *conv_terms, int squares, double *mean_scale, double *rstd_cond,
+                    double *y_terms);
 #define AMB 2e-6     /* the margin of an ambiguous decision (reference.cu) */
 #define TOL_SUM 1e-5 /* reduced and cancelling results, against the sum of their terms' magnitudes */
 typedef struct {

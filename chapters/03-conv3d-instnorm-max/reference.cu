@@ -64,6 +64,102 @@ void epilogue_ref(const shape *s, const float *cf, const double *cd, const doubl
     }
 }
 
+/* ------------------------------------------------------------ the forward checks' bounds
+ * How far a float kernel's mean, rstd and y may land from the reference above, derived here for
+ * the checks (problem.cu). The statistics' conditioning decides it, and at few positions a slice
+ * it is poor: two values a slice are the least instance norm allows.
+ *
+ * Over one slice (n, c) of S positions: a_i = c_i m, mu = mean(a), var = mean((a - mu)^2),
+ * r = rstd = (var + eps)^(-1/2), xh_i = (a_i - mu) r. A float kernel sees each a_i with an error:
+ * a = c m rounded to float once (PyTorch's order, and the versions' through a_rounded, model.h),
+ * or c's statistics scaled by m (v12, v15 .. v18); in the whole model also the conv's own float
+ * sum, a small multiple of u = 2^-24 times its terms' magnitudes, sum |w| |x| + |b| <= T (T:
+ * channel c's sum of |w| times the sample's largest |x|, plus |b_c|). So |d a_i| <= k u A_i, with
+ * A_i = |a_i| + |m| T (T = 0 for the epilogue, whose c is given) and k a small count of roundings.
+ *
+ *   mean   d mu = mean(d a) plus the float sum's own rounding, within k u mean(A), and
+ *          mean(|a|) <= |mu| + mean(|a - mu|) <= |mu| + std, so
+ *              |d mu| <= k u (M + |m| T),  M = |mu| + std.
+ *          Well conditioned: the check allows TOL_STATS M + TOL_SUM |m| T.
+ *   var    to first order d var = (2 / S) sum (a_i - mu) d a_i: the mean's own error drops out,
+ *          since sum (a_i - mu) = 0. A stable algorithm (two passes, Welford's update, Chan's
+ *          merge) rounds deviations a_i - mu, whose subtraction (and a Welford update's running
+ *          mean) errs by u (|a_i| + |mu|) at most, so
+ *              |d var| <= k u 2 V,   V = mean(|a_i - mu| (A_i + |mu|))  (>= var).
+ *          Sum and sum of squares (v2..v6: var = mean(a^2) - mu^2) round the squares
+ *          themselves: their sum within k u mean(A^2), mu^2 within 2 k u |mu| mean(A), so V
+ *          becomes V_sq = mean((A_i + |mu|)^2), about 2 |mu| / std times V where the mean
+ *          dominates: the variance's condition number squared, where the stable algorithms pay
+ *          it once (Chan, Golub and LeVeque, "Algorithms for computing the sample variance",
+ *          1983).
+ *   rstd   d r = -(1/2) r^3 d var, so |d r| / r <= k u V r^2, plus the last steps' own rounding
+ *          (eps added in float, rsqrtf's 2 ulp: CUDA C++ Programming Guide, "Mathematical
+ *          Functions"; PyTorch's rstd is rsqrtf(var + eps) too). V r^2 = V / (var + eps) is
+ *          rstd's condition number: about 2 where a slice's mean lies a standard deviation or
+ *          so from 0. Two values mu +- h give var = h^2, V = 2 h |mu| (|mu| >= h), and
+ *              V r^2 = 2 h |mu| / (h^2 + eps) = 4 |mu| / |a_0 - a_1|  (h >> sqrt(eps)),
+ *          which grows as the two values close in on each other against their size, at most
+ *          |mu| / sqrt(eps) (at h = sqrt(eps); below it eps takes over); V_sq r^2 grows as its
+ *          square, 4 mu^2 / h^2. The check allows |d r| <= r (TOL_STATS + TOL_SUM V r^2).
+ *   xh     d xh_i = r (d a_i - d mu) + xh_i d r / r + the product's rounding; with std r <= 1,
+ *              |d xh_i| <= k u X_i,  X_i = (|a_i| + |mu| + 2 |m| T) r + 1 + |xh_i| (1 + V r^2).
+ *          (|a_i| + |mu|) r are xh's terms, the sizes a - mu subtracts (the backward's bound
+ *          below measures xh the same way). At S = 2, xh = +-h / sqrt(h^2 + eps) barely depends
+ *          on h, but a float mean misses mu by up to half an ulp of |mu|, and (a - mu) r by that
+ *          times r ~ 1 / h: PyTorch's own order (a rounded, a Welford mean) errs so too.
+ *   y      u_c = m_c clamp(xh_c) moves by at most |m_c| k u X_c (a clamped value moves no more
+ *          than its argument), and y = max_c u_c by at most the largest over c of
+ *          |m_c| k u X_c - (y - u_c): each channel's reach past its gap to the maximum (the
+ *          winner's gap is 0). The check allows TOL_SUM times that, element by element.
+ * TOL_SUM (1e-5) is 168 u: room for k and for the roundings a bound of this kind leaves
+ * uncounted, as in the backward's checks. Where V r^2 is small (a slice's mean within a few
+ * standard deviations of 0) rstd's bound is TOL_STATS, as it was before these bounds; y's,
+ * element by element, replaces a normwise one (rel_l2 within 1e-5) that had no term for the
+ * conditioning. In the whole model T, the conv's terms bounded by the sample's largest |x|,
+ * widens both: r |m| T is about |m| T / (|m| std(c)), the conv's terms against the slice's
+ * spread.
+ */
+void forward_bounds(const shape *s, const float *cf, const double *cd, const double *m,
+                    const double *conv_terms, int squares, double *mean_scale, double *rstd_cond,
+                    double *y_terms)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->n; n++) {
+        double mean[C_OUT], rstd[C_OUT], cond[C_OUT], mt[C_OUT];
+        size_t base = (size_t)n * C_OUT * s->s;
+        for (int co = 0; co < C_OUT; co++) {
+            size_t b = base + (size_t)co * s->s;
+            slice_stats_ref(cf, cd, b, s->s, m[co], IN_EPS, &mean[co], &rstd[co]);
+            mt[co] = fabs(m[co]) * (conv_terms ? conv_terms[n * C_OUT + co] : 0.0);
+            double v = 0.0, var = 0.0, mu = fabs(mean[co]);
+            for (int i = 0; i < s->s; i++) {
+                double a = cval(cf, cd, b + i) * m[co], big = fabs(a) + mt[co] + mu;
+                v += squares ? big * big : fabs(a - mean[co]) * big;
+                var += (a - mean[co]) * (a - mean[co]);
+            }
+            cond[co] = v / s->s * rstd[co] * rstd[co];
+            mean_scale[n * C_OUT + co] = mu + sqrt(var / s->s);
+            rstd_cond[n * C_OUT + co] = cond[co];
+        }
+        for (int i = 0; i < s->s; i++) {
+            double u[C_OUT], reach[C_OUT], best = 0.0;
+            for (int co = 0; co < C_OUT; co++) {
+                double a = cval(cf, cd, base + (size_t)co * s->s + i) * m[co];
+                double xh = (a - mean[co]) * rstd[co];
+                double x_terms = (fabs(a) + fabs(mean[co]) + 2.0 * mt[co]) * rstd[co] + 1.0 +
+                                 fabs(xh) * (1.0 + cond[co]);
+                u[co] = clamp1(xh) * m[co], reach[co] = fabs(m[co]) * x_terms;
+                if (co == 0 || u[co] > best)
+                    best = u[co];
+            }
+            double t = 0.0;
+            for (int co = 0; co < C_OUT; co++)
+                t = fmax(t, reach[co] - (best - u[co]) / TOL_SUM);
+            y_terms[(size_t)n * s->s + i] = t;
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------- the backward
  * L = sum over (n, s) of g y, g = dL/dy given. Walking the forward backwards, per sample n,
  * with sums over the S positions j of one (n, c) slice:

@@ -81,22 +81,23 @@ __device__ static inline welford chunk_stats(const float4 *row, int a, int b, in
     float s = 0.0f, q = 0.0f;
     for (int i = a + lane; i < end; i += 32) {
         float4 v = row[i];
-        s += (v.x * mult + v.y * mult) + (v.z * mult + v.w * mult);
+        s += (a_rounded(v.x, mult) + a_rounded(v.y, mult)) +
+             (a_rounded(v.z, mult) + a_rounded(v.w, mult));
     }
     if (lane == 0)
         for (int e = 0; e < tail; e++)
-            s += ((const float *)(row + full))[e] * mult;
+            s += a_rounded(((const float *)(row + full))[e], mult);
     s = __shfl_sync(FULL, warp_sum(s), 0);
     float mean = count > 0 ? s / count : 0.0f;
     for (int i = a + lane; i < end; i += 32) {
         float4 v = row[i];
-        float d0 = v.x * mult - mean, d1 = v.y * mult - mean, d2 = v.z * mult - mean,
-              d3 = v.w * mult - mean;
+        float d0 = a_rounded(v.x, mult) - mean, d1 = a_rounded(v.y, mult) - mean,
+              d2 = a_rounded(v.z, mult) - mean, d3 = a_rounded(v.w, mult) - mean;
         q += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);
     }
     if (lane == 0)
         for (int e = 0; e < tail; e++) {
-            float d = ((const float *)(row + full))[e] * mult - mean;
+            float d = a_rounded(((const float *)(row + full))[e], mult) - mean;
             q += d * d;
         }
     q = __shfl_sync(FULL, warp_sum(q), 0);
@@ -106,18 +107,21 @@ __device__ static inline welford chunk_stats(const float4 *row, int a, int b, in
 
 /* u = m clamp(xh, -1, 1) of one value v of c, xh = (v m - mean) rstd (mean and rstd of x = c m),
  * with k = (m, mean, m rstd, |m|): m clamp(xh, -1, 1) = clamp(m xh, -|m|, |m|) (the fold v17 uses,
- * later in this chapter), and m xh = fma(v, m, -mean) (m rstd): the difference first, in one
- * rounding, then the scale. An FMA, a multiply and two FMNMX, where v10's form takes three
- * multiplies, an add and two compares: this form with y's streaming store (below) took 0.0605 -
- * 0.0608 ms against 0.0611 - 0.0614 with v10's form and a plain store (three interleaved rounds),
- * and the store alone changed nothing. The one-FMA form, fma(v, m^2 rstd, -m rstd mean), scales
+ * later in this chapter), and m xh = (a - mean) (m rstd), a = v m rounded once, as the statistics
+ * took it (a_rounded, model.h): the difference first, then the scale. Timed with the difference
+ * as fma(v, m, -mean), an FMA, a multiply and two FMNMX where v10's form takes three multiplies,
+ * an add and two compares: that form with y's streaming store (below) took 0.0605 - 0.0608 ms
+ * against 0.0611 - 0.0614 with v10's form and a plain store (three interleaved rounds), and the
+ * store alone changed nothing; the FMA took the mean from the exact product, the statistics from
+ * rounded ones, and a_rounded costs a multiply more (not timed since). The one-FMA form,
+ * fma(v, m^2 rstd, -m rstd mean), scales
  * before it cancels: on c = 50 +- 1 at S = 2 its y missed the check's bound (rel_l2 1.2e-5, 1e-5
  * allowed), where this form and v10's pass. A NaN: fmaxf and fminf turn it into -|m|, and max_u
  * keeps the first channel where one is NaN, where v10's clampf1 and `u > best` would keep or skip
  * it; finite inputs have none, and the checks plant none. */
 __device__ static inline float channel_u(float v, float4 k)
 {
-    return fminf(fmaxf(fmaf(v, k.x, -k.y) * k.z, -k.w), k.w);
+    return fminf(fmaxf((a_rounded(v, k.x) - k.y) * k.z, -k.w), k.w);
 }
 
 /* the larger of two channels' u, the first where they tie (v10's `u > best`) */

@@ -25,7 +25,7 @@ __global__ void k_apply_fused(const float *__restrict__ c, const float *__restri
 #pragma unroll
         for (int co = 0; co < C_OUT; co++) {
             float mc = __ldg(m + co);
-            float u = clampf1((cp[(size_t)co * S] * mc - __ldg(mean + n * C_OUT + co)) *
+            float u = clampf1((a_rounded(cp[(size_t)co * S], mc) - __ldg(mean + n * C_OUT + co)) *
                               __ldg(rstd + n * C_OUT + co)) * mc;
             if (co == 0 || u > best)
                 best = u;
