@@ -77,6 +77,9 @@ step() { # step NAME COMMAND...: run, log to $LOGS/NAME.log, one summary line
     [ $rc -ne 0 ] && status=1
     printf '%-12s rc=%d %4ds  %s\n' "$name" $rc $((SECONDS - t0)) "$(tail -n 1 "$LOGS/$name.log")"
 }
+args_of() { # the Makefile's ARGS_0N of chapter N (chapter 1's seed), as make record passes them
+    make -s --no-print-directory --eval "args: ; @echo \$(ARGS_0$1)" args | tail -n 1
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
 step build make -s -j16 all ARCH=sm_90
 for s in $stages; do
@@ -117,15 +120,18 @@ for s in $stages; do
     train) d=$(RECORD=1 sh common/datadir.sh)
            for c in $CHAPTER_NUMBERS; do
                for v in $(build/ch0$c --list | awk '$1 ~ /^b[0-9]+$/ {print $1}'); do
-                   step train$c-$v build/ch0$c --version $v --csv $d/ch0$c.csv; done; done ;;
+                   step train$c-$v build/ch0$c $(args_of $c) --version $v --csv $d/ch0$c.csv
+               done; done ;;
     version) d=$(RECORD=1 sh common/datadir.sh) # V=b3 ONLY=2: one version's rows, replaced
              for c in $CHAPTER_NUMBERS; do
-                 step version$c-$V build/ch0$c --version $V --csv $d/ch0$c.csv
+                 step version$c-$V build/ch0$c $(args_of $c) --version $V --csv $d/ch0$c.csv
                  for sh in $(make -s --no-print-directory --eval "sweep: ; @echo \$(SWEEP_0$c)" sweep | tail -1); do
-                     step version$c-$V-$sh build/ch0$c --version $V --shape $sh --csv $d/ch0$c-sweep.csv
+                     step version$c-$V-$sh build/ch0$c $(args_of $c) --version $V --shape $sh \
+                         --csv $d/ch0$c-sweep.csv
                  done; done ;;
     kb) d=$(RECORD=1 sh common/datadir.sh)
-        for c in $CHAPTER_NUMBERS; do step kb$c build/ch0$c --csv $d/ch0$c.csv; done ;;
+        for c in $CHAPTER_NUMBERS; do
+            step kb$c build/ch0$c $(args_of $c) --csv $d/ch0$c.csv; done ;;
     ncu2) for v in v6 v7 v8 v9 b3; do n=1; [ $v = b3 ] && n=2 # b3: dx, then dw
           step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
               --kernel-name regex:'k_(conv_ffma|conv_mma|fused|dw_3xtf32)' --launch-count $n build/ch02 \
