@@ -11,18 +11,18 @@
  * 3 x 63, logsumexp backward 1008 + 126 + 1008: 3.21 GB. Prediction: 5.10 GB against the
  * 3.15 GB floor of forward + backward (1.056 ms); at the 2.46 TB/s v1 reached (1.89 GB in
  * 0.767 ms), 2.07 ms, 2x the floor.
- * Measured (H100, KernelBench shape): 2.39 ms [b1 epilogue_fwdbwd] for forward + backward, 2.3x
- * [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.053 ms [b1 epilogue_fwdbwd floor_ms] floor; PyTorch
- * eager takes 5.70 ms [eager epilogue_fwdbwd] for the same (its logsumexp and autograd launch more
+ * Measured (H100, KernelBench shape): 2.41 ms [b1 epilogue_fwdbwd] for forward + backward, 2.3x
+ * [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.056 ms [b1 epilogue_fwdbwd floor_ms] floor; PyTorch
+ * eager takes 5.73 ms [eager epilogue_fwdbwd] for the same (its logsumexp and autograd launch more
  * kernels).
  *
  * The training step (every b version): the conv, the epilogue forward and backward, then the
  * conv's gradients. b1 and b2 take them from cuDNN, through the Conv3d the transposed conv is
  * the input gradient of (common/conv.h): dx = that Conv3d's forward of dc, dw = its backward
  * filter with dc as its input and x as its output gradient, dbias = the backward bias of dc.
- * b3 replaces the conv forward, dw and dbias with its own kernels. b1's step measured 15.38 ms
+ * b3 replaces the conv forward, dw and dbias with its own kernels. b1's step measured 15.43 ms
  * [b1 train_step] (the README's table): cuDNN's transposed conv 6.23, dw 4.38, dx 1.98 and dbias
- * 0.39 (each timed alone, the notes after the table) and the epilogue's forward and backward 2.39
+ * 0.39 (each timed alone, the notes after the table) and the epilogue's forward and backward 2.41
  * [b1 epilogue_fwdbwd]: 15.37 together.
  */
 #include "model.h"

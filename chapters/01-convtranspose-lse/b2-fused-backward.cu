@@ -2,14 +2,14 @@
  * b2: the fused backward, c read once more and dc written once
  *
  * Defect of b1: a kernel per op and three saved tensors, 1.9 GB of traffic beyond the floor
- * (2.39 ms [b1 epilogue_fwdbwd]). Change: one kernel after the forward: each thread takes two
+ * (2.41 ms [b1 epilogue_fwdbwd]). Change: one kernel after the forward: each thread takes two
  * adjacent positions (8-byte loads on the misaligned planes, load_shifted<2> in shifted-load.cuh),
  * recomputes z from the 32 values it holds (a two-pass logsumexp is cheap once the values are in
  * registers, and keeps e_c = exp(v_c - m) for the softmax), applies the chain rule of reference.cu
  * and writes dc for its two positions in every channel. -ds is summed per block
  * (common/reduce.cuh's block_sum) into one partial a block, and one block adds the partials in
  * a fixed order: db is deterministic, no atomics.
- * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v4's 0.375 ms
+ * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v4's 0.368 ms
  * [v4 epilogue_fwd], about 1.07 ms for forward + backward, near the 1.056 ms floor.
  *
  * First written with four positions a thread, as v4 does: 1.30 ms (recorded), 18% over the
@@ -23,9 +23,9 @@
  * Measured (same H100, same call, commit 0c77edb): 1.210 ms against 1.311 for four positions a
  * thread, 7.7% faster but not the floor: less v4's 0.375 ms, the backward takes about 0.835 ms,
  * 84% of the copy ceiling. With v7's forward (0.370 ms) instead of v4's, 0.0063-0.0068 ms less in
- * each of three interleaved rounds of one call. Recorded: 1.202 ms [b2 epilogue_fwdbwd] (the
- * README's table), 9% over the target; torch.compile's 1.183 ms [compile epilogue_fwdbwd], timed
- * the same day, is 1.7% ahead [b2 vs compile epilogue_fwdbwd]. Between calls b2 has taken 1.194 to
+ * each of three interleaved rounds of one call. Recorded: 1.180 ms [b2 epilogue_fwdbwd] (the
+ * README's table), 9% over the target; torch.compile's 1.340 ms [compile epilogue_fwdbwd], timed
+ * the same day, is 11.9% ahead [b2 vs compile epilogue_fwdbwd]. Between calls b2 has taken 1.194 to
  * 1.215 ms with the same code. ncu on the kernel alone (commit 0c77edb): 48% of warps active, still
  * 16 cycles of long-scoreboard stall an issue, DRAM at 71% of peak. It wrote 0.99 GB to DRAM, where
  * the four-position form wrote 1.14 GB for the same 1.008 GB of dc (both leave some of dc in L2 at

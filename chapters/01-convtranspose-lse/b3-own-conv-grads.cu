@@ -20,11 +20,11 @@
  * Prediction, each piece at the copy ceiling: the conv writes 1.008 GB (0.34 ms), dw reads dc
  * and x (1.03 GB, 0.35 ms), dbias reads dc (0.34 ms); with b2's measured 1.286 ms and cuDNN's
  * 2.1 ms dx: 0.34 + 0.35 + 0.34 + 1.29 + 2.1 = 4.4 ms.
- * Measured (the README's table): the training step takes 4.88 ms [b3 train_step], against 14.2 ms
- * [b2 train_step] for b2 with cuDNN's gradients and, on the same GPU, 18.5 ms [eager train_step]
- * for PyTorch eager and 13.5 ms [compile train_step] for torch.compile (cudnn.benchmark on). Its
+ * Measured (the README's table): the training step takes 4.87 ms [b3 train_step], against 14.2 ms
+ * [b2 train_step] for b2 with cuDNN's gradients and, on the same GPU, 18.7 ms [eager train_step]
+ * for PyTorch eager and 14.1 ms [compile train_step] for torch.compile (cudnn.benchmark on). Its
  * pieces, each timed alone (the notes after the table): our transposed conv 0.48 ms, dw 0.74, dbias
- * 0.50, cuDNN's dx 1.98, and the epilogue's forward and backward 1.20 [b3 epilogue_fwdbwd]: dw and
+ * 0.50, cuDNN's dx 1.98, and the epilogue's forward and backward 1.18 [b3 epilogue_fwdbwd]: dw and
  * dbias are where the 0.5 ms over the prediction went (0.74 and 0.50 against 0.35 and 0.34 at the
  * ceiling). Fusing the conv's backward with the epilogue's (dc never written) is the next step and
  * is not done here.

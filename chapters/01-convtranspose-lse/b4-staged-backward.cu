@@ -25,13 +25,13 @@
  * under the target. Its 44 registers (allocated as 48) allow 5 blocks of 256 an SM, 62.5% of
  * warps, and the driver sizes the SM's shared memory for those 5 tiles of 33 KB (ncu reports
  * both limits at 5).
- * Measured (H100, 2026-11-25, the README's table, v7 by then in blocks of 1024): 1.0811 ms
- * [1.0790 - 1.0844] [b4 epilogue_fwdbwd median_ms min_ms max_ms] against b2's 1.2023
- * [b2 epilogue_fwdbwd] in the same run, 10% less time [b4 vs b2 epilogue_fwdbwd]; 97.4%
- * [b4 epilogue_fwdbwd pct_floor] of the 1.053 ms [b4 epilogue_fwdbwd floor_ms] floor at that run's
- * 2992 GB/s [b4 epilogue_fwdbwd ceiling_gbps] ceiling, 1.7% under the target, and 8.6% under
- * [b4 vs compile epilogue_fwdbwd] torch.compile's 1.1826 [compile epilogue_fwdbwd] (timed the same
- * day); first recorded at 1.0818 with v7's blocks of 512 (cdcc3f1). Less v7's 0.3674
+ * Measured (H100, 2026-11-25, the README's table, v7 by then in blocks of 1024): 1.0923 ms
+ * [1.0889 - 1.0941] [b4 epilogue_fwdbwd median_ms min_ms max_ms] against b2's 1.1797
+ * [b2 epilogue_fwdbwd] in the same run, 7% less time [b4 vs b2 epilogue_fwdbwd]; 96.7%
+ * [b4 epilogue_fwdbwd pct_floor] of the 1.056 ms [b4 epilogue_fwdbwd floor_ms] floor at that run's
+ * 2983 GB/s [b4 epilogue_fwdbwd ceiling_gbps] ceiling, 1.7% under the target, and 18.5% under
+ * [b4 vs compile epilogue_fwdbwd] torch.compile's 1.3395 [compile epilogue_fwdbwd] (timed the same
+ * day); first recorded at 1.0818 with v7's blocks of 512 (cdcc3f1). Less v7's 0.3594
  * [v7 epilogue_fwd], the backward takes about 0.714 ms for its 2.079 GB: 2912 GB/s, 97% of the
  * ceiling: the prediction, slightly beaten. ncu on each kernel alone (ncu's clocks, this code):
  *                      time      DRAM busy  cycles between   warps active  registers
@@ -52,8 +52,8 @@
  * v7's 0.3695: the forward has no stores to align, and v7 is already at 96.8%). And in b4's own
  * recording call: 6 blocks an SM (__launch_bounds__(256, 6): 40 registers, 4 bytes spilled) 1.1059
  * and 1.1061 against 1.0812 and 1.0812 interleaved: more warps, slower.
- * b4's training step is b3's (own conv forward, dw, dbias; cuDNN's dx) with this backward: 4.756
- * ms [b4 train_step] in the README's table, against b3's 4.878 [b3 train_step].
+ * b4's training step is b3's (own conv forward, dw, dbias; cuDNN's dx) with this backward: 4.776
+ * ms [b4 train_step] in the README's table, against b3's 4.866 [b3 train_step].
  */
 #include <cuda_pipeline.h>
 #include "model.h"

@@ -23,7 +23,7 @@
  *   common/lse.cuh           the online logsumexp: a running max and sum, one exp per value
  *   v4-float4-online-lse.cu
  *                        v4  four positions a thread, 16-byte loads, the online logsumexp,
- *                            the fast intrinsics: the epilogue at 95% of the copy ceiling
+ *                            the fast intrinsics: the epilogue at 98% of the copy ceiling
  *                            [v4 epilogue_fwd pct_ceiling]
  *   parity.cuh               the transposed conv by output parity: a thread's 2x2x2 output cube
  *   v5-fused-conv.cu     v5  full fusion: the transposed conv computed in the kernel, weights

@@ -9,16 +9,16 @@
  * Bytes: the logsumexp reads 1.008 GB and writes 63 MB; the 6 elementwise kernels then read 7
  * and write 6 tensors of 63 MB: 1.008 + 0.063 + 13 * 0.063 = 1.9 GB moved for a result whose
  * floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch01.csv): 0.767 ms [v1 epilogue_fwd],
- * 2.1x [v1 epilogue_fwd median_ms/floor_ms] the 0.358 ms [v1 epilogue_fwd floor_ms] floor, 47% of
- * the copy ceiling [v1 epilogue_fwd pct_ceiling]. PyTorch eager's epilogue takes 2.80 ms
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch01.csv): 0.758 ms [v1 epilogue_fwd],
+ * 2.1x [v1 epilogue_fwd median_ms/floor_ms] the 0.359 ms [v1 epilogue_fwd floor_ms] floor, 47% of
+ * the copy ceiling [v1 epilogue_fwd pct_ceiling]. PyTorch eager's epilogue takes 2.78 ms
  * [eager epilogue_fwd] on the same GPU (data/h100/pytorch-ch01.csv): its logsumexp alone is nine
  * kernels (torch.profiler, PyTorch 2.11 on the H100: amax; abs, == inf and masked_fill for the
  * guard; sub, exp, sum, log, add; 2.5 ms of kernel time together) and writes 1 GB twice (sub's
  * result, then exp in place).
  *
  * The whole model (scope model_fwd) of v1 to v4 is cuDNN's transposed conv, then the epilogue:
- * v1's measured 6.99 ms [v1 model_fwd], of which the epilogue is 0.77 [v1 epilogue_fwd] and the
+ * v1's measured 6.99 ms [v1 model_fwd], of which the epilogue is 0.76 [v1 epilogue_fwd] and the
  * conv the rest (cuDNN's engine 74, 6.23 ms alone: its own line follows the table). v5 and v6
  * compute the conv themselves.
  */

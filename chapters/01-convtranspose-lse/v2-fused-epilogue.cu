@@ -7,8 +7,8 @@
  * adjacent positions, so for each channel the warp reads 128 contiguous bytes: coalesced. The
  * 16 loads are independent, so each thread has 16 in flight (64 bytes) before the first is used.
  * Prediction: the 1.07 GB floor, 0.359 ms, if 64 bytes a thread in flight hide DRAM latency.
- * Measured: 0.425 ms [v2 epilogue_fwd], 84% of the copy ceiling [v2 epilogue_fwd pct_ceiling],
- * 1.80x v1 [v1/v2 epilogue_fwd]. Not the floor. Suspects: 16 load instructions per position for 64
+ * Measured: 0.416 ms [v2 epilogue_fwd], 86% of the copy ceiling [v2 epilogue_fwd pct_ceiling],
+ * 1.82x v1 [v1/v2 epilogue_fwd]. Not the floor. Suspects: 16 load instructions per position for 64
  * bytes, and an integer division per position; v4 removes most of the loads and the divisions, and
  * measures what that was worth.
  */

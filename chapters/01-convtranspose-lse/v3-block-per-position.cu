@@ -8,11 +8,11 @@
  * 16 separate 32-byte sectors for 64 useful bytes, so DRAM moves 8x the bytes it needs unless
  * L2 keeps the neighbouring positions' sectors until their blocks come by; (3) eleven barriers
  * and two trees (a max, then a sum) per 68 bytes of work. Prediction: several times slower than v2.
- * Measured: 9.47 ms [v3 epilogue_fwd], 22x slower than v2 [v3/v2 epilogue_fwd], 3.8% of the copy
- * ceiling [v3 epilogue_fwd pct_ceiling]. At batch 1 the gap is only 9x [v3/v2 epilogue_fwd @1]
+ * Measured: 9.47 ms [v3 epilogue_fwd], 23x slower than v2 [v3/v2 epilogue_fwd], 3.8% of the copy
+ * ceiling [v3 epilogue_fwd pct_ceiling]. At batch 1 the gap is only 11x [v3/v2 epilogue_fwd @1]
  * (data/h100/ch01-sweep.csv), not because v3 gains there (3.6% of the ceiling
  * [v3 epilogue_fwd @1 pct_ceiling], though the 7.9 MB conv output fits in the 50 MB L2) but because
- * v2 falls to 33% [v2 epilogue_fwd @1 pct_ceiling]: 8.5 us [v2 epilogue_fwd @1] for a launch
+ * v2 falls to 39% [v2 epilogue_fwd @1 pct_ceiling]: 7.2 us [v2 epilogue_fwd @1] for a launch
  * that small is mostly launch and latency.
  */
 #include "model.h"

@@ -1,7 +1,7 @@
 /*
  * v6: full fusion, tuned by its profile: shared-memory weights, a base-2 logsumexp
  *
- * Defect of v5 (0.391 ms [v5 model_fwd], 2.8x its issue estimate). Its SASS (cuobjdump -sass, nvcc
+ * Defect of v5 (0.390 ms [v5 model_fwd], 2.8x its issue estimate). Its SASS (cuobjdump -sass, nvcc
  * 13.0, sm_90, commit 7f6adb2), per thread: 1440 FFMA, 892 LDC, 440 FMUL, 280 FADD, 153 MUFU; about
  * 3300 instructions over 65.5 K warps is 0.21 ms of issue at 1.98 GHz. ncu (H100, commit
  * 7f6adb2): 10.3 cycles between a warp's instructions, 3.6 of them stalled on
@@ -23,8 +23,8 @@
  * 3300 - 892 + 336 - 128 = 2616 instructions a thread. If the 3.6 cycles of constant-cache
  * stall go too (10.3 -> 6.7 cycles an instruction), v5's time scales to 0.391 x (2616 / 3300)
  * x (6.7 / 10.3) = 0.20 ms.
- * Measured: 0.270 ms [v6 model_fwd], 1.45x v5 [v5/v6 model_fwd] and 21x torch.compile
- * [compile/v6 model_fwd] (5.68 ms [compile model_fwd]); 35% above the prediction and 8%
+ * Measured: 0.268 ms [v6 model_fwd], 1.45x v5 [v5/v6 model_fwd] and 21x torch.compile
+ * [compile/v6 model_fwd] (5.75 ms [compile model_fwd]); 35% above the prediction and 8%
  * above the 0.25 ms target. ncu counts about 3390 instructions a thread, not 2616 (222.1 M warp
  * instructions over 65,536 warps: v8's comment), 30% more, which is most of the miss. ncu on this
  * kernel (commit 7f6adb2): 80.7% of issue slots busy and 2.25 cycles per instruction "not selected"

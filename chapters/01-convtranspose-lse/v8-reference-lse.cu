@@ -1,7 +1,7 @@
 /*
  * v8: back to the whole model: v6's logsumexp without its running max
  *
- * Defect of v6 (0.270 ms [v6 model_fwd], 8% over the 0.25 ms target): it is issue-bound (ncu: 80.7%
+ * Defect of v6 (0.268 ms [v6 model_fwd], 8% over the 0.25 ms target): it is issue-bound (ncu: 80.7%
  * of issue slots busy), and of the ~2616 instructions a thread issues for its 8 outputs, about 6
  * per (output, channel) are the online logsumexp's update (lse2_online in parity.cuh): the
  * difference to the running max, ex2 of minus its magnitude, a compare, then either a fused
@@ -31,7 +31,7 @@
  * more (0.327 ms, the README's Tried list); 72 registers (7 blocks) gave 0.2532-0.2537. ncu: 48%
  * of warps active (36% before), issue slots 77.5% busy, 194.3 M instructions (the spills' share
  * included). Recorded: 0.2484 ms, under the 0.25 ms target by 0.6% (its slowest of 20 runs
- * 0.2513), 8% faster than v6; in the README's table (a later run) 0.2480 [0.2474 - 0.2490]
+ * 0.2513), 8% faster than v6; in the README's table (a later run) 0.2466 [0.2461 - 0.2476]
  * [v8 model_fwd median_ms min_ms max_ms].
  */
 #include <float.h>

@@ -10,9 +10,9 @@
  * but up to the whole 537 MB in 32-byte sectors unless they merge in L2 with the memset's:
  * 0.8 to 1.3 GB. Prediction: with v1's 0.68 GB forward, 1.5 to 2.0 GB against the 1.61 GB
  * floor of forward + backward: 0.50 to 0.67 ms at the copy ceiling.
- * Measured: 0.827 ms [b1 epilogue_fwdbwd] for forward + backward, 1.53x the floor
- * [b1 epilogue_fwdbwd median_ms/floor_ms] (PyTorch eager: 1.25 ms [eager epilogue_fwdbwd],
- * torch.compile 1.02 [compile epilogue_fwdbwd]).
+ * Measured: 0.816 ms [b1 epilogue_fwdbwd] for forward + backward, 1.50x the floor
+ * [b1 epilogue_fwdbwd median_ms/floor_ms] (PyTorch eager: 1.24 ms [eager epilogue_fwdbwd],
+ * torch.compile 1.10 [compile epilogue_fwdbwd]).
  *
  * The training step (b1 and b2): cuDNN's conv, the epilogue forward and backward, then the
  * conv's gradients: cuDNN's dx (backward data) and dw (backward filter), and dbias: cuDNN's

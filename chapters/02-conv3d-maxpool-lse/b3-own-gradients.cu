@@ -1,10 +1,10 @@
 /*
  * b3: the training step's conv gradients on our tensor cores, dx and dw in 3xTF32
  *
- * Defect of b2: its training step is the library's. Of b2's 34.45 ms [b2 train_step] at the
+ * Defect of b2: its training step is the library's. Of b2's 34.39 ms [b2 train_step] at the
  * KernelBench shape (record run of 2026-11-23), cuDNN's three convs take about 33.6 (per-op table:
- * forward 5.9, dx 9.2, dw 18.4) and our epilogue 0.58 [b2 epilogue_fwdbwd]; torch.compile calls the
- * same cuDNN and is level with it (34.74 [compile train_step]). Yet dx runs at 25 TFLOP/s and dw at
+ * forward 5.9, dx 9.2, dw 18.4) and our epilogue 0.56 [b2 epilogue_fwdbwd]; torch.compile calls the
+ * same cuDNN and is level with it (35.24 [compile train_step]). Yet dx runs at 25 TFLOP/s and dw at
  * 12.6, against the forward's 39, though each is the same 232 GFLOP: cuDNN's deterministic engines
  * for them, the ones PyTorch picks too.
  *
@@ -56,9 +56,9 @@
  * Errors: within 2x of cuDNN's fp32 gradients (relative L2 and largest, against the double
  * reference from the same dc), checked by --test on every awkward shape.
  * Measured (H100, KernelBench shape, the run of 2026-11-23 that recorded b3's rows): the
- * training step 18.447 ms [18.397 - 19.034] [b3 train_step median_ms min_ms max_ms], 1.88x
- * torch.compile [compile/b3 train_step] (34.74 [compile train_step]) and 1.90x eager
- * [eager/b3 train_step] (35.03 [eager train_step]). Alone (L2 flushed): dx 5.883 ms (39.4 TFLOP/s,
+ * training step 18.491 ms [18.391 - 18.876] [b3 train_step median_ms min_ms max_ms], 1.91x
+ * torch.compile [compile/b3 train_step] (35.24 [compile train_step]) and 1.90x eager
+ * [eager/b3 train_step] (35.19 [eager train_step]). Alone (L2 flushed): dx 5.883 ms (39.4 TFLOP/s,
  * cuDNN's 9.225), dw 6.205 ms (37.4, cuDNN's 18.453); dx came out as predicted within 11%, dw
  * within 4%. Errors against the double reference: dx rel_l2 3.6e-7 (cuDNN 3.9e-7), dw 6.9e-7 (cuDNN
  * 7.3e-7). Against the double backward of the same dc instead of the exact dc's (the check since

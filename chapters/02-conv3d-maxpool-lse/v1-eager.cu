@@ -10,10 +10,10 @@
  * against the 0.54 GB floor. Prediction: 0.68 / 0.54 = 1.26x the floor, plus four launches.
  * v2 moves the same bytes through a library kernel: the same time, or better if cuDNN's pool
  * loads its windows more efficiently than the naive one.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch02.csv): v1 0.264 ms [v1 epilogue_fwd],
- * 1.47x [v1 epilogue_fwd median_ms/floor_ms] the 0.180 ms [v1 epilogue_fwd floor_ms] floor; v2 with
- * cuDNN's pooling 0.278 ms [v2 epilogue_fwd], 5% slower [v2 vs v1 epilogue_fwd] than the naive pool
- * (each median repeats within about 1%). PyTorch eager: 0.495 ms [eager epilogue_fwd].
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch02.csv): v1 0.254 ms [v1 epilogue_fwd],
+ * 1.40x [v1 epilogue_fwd median_ms/floor_ms] the 0.182 ms [v1 epilogue_fwd floor_ms] floor; v2 with
+ * cuDNN's pooling 0.269 ms [v2 epilogue_fwd], 6% slower [v2 vs v1 epilogue_fwd] than the naive pool
+ * (each median repeats within about 1%). PyTorch eager: 0.485 ms [eager epilogue_fwd].
  *
  * The whole model (scope model_fwd) of every version is cuDNN's conv, then its epilogue. The
  * conv is not fused in this chapter: it is 232 GFLOP, 3.5 ms at the fp32 peak even if every FMA

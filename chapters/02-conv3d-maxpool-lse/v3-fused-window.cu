@@ -10,7 +10,7 @@
  * again.
  * Prediction: c read once from DRAM is the 0.18 ms floor; the second read comes partly from
  * L1/L2, so between 1x and 2x the floor (0.18 to 0.36 ms).
- * Measured: 0.363 ms [v3 epilogue_fwd], 2.0x the floor [v3 epilogue_fwd median_ms/floor_ms] and
+ * Measured: 0.354 ms [v3 epilogue_fwd], 1.9x the floor [v3 epilogue_fwd median_ms/floor_ms] and
  * slower than v1. Most likely the second pass reads DRAM again: between a thread's two reads of a
  * window every resident thread reads 64 windows, 2 MB apart (one channel plane each), far more than
  * L1 holds (not profiled).

@@ -15,7 +15,7 @@
  * chapter's fp32 tolerance of 1e-5. The table's y passes only at TF32's looser tolerance
  * (harness.h: HX_TF32_TOL), and --test checks that the conv alone fails fp32's.
  * Measured (H100, KernelBench shape, record run of 2026-11-23): the conv alone 2.730 ms, 84.9
- * TFLOP/s, 2.2x v6; the whole model 2.925 ms [v7 model_fwd]. Error: rel_l2 2.8e-4, max_abs 5.4e-4,
+ * TFLOP/s, 2.2x v6; the whole model 2.987 ms [v7 model_fwd]. Error: rel_l2 2.8e-4, max_abs 5.4e-4,
  * 570x and 210x cuDNN's fp32 conv. Nsight Compute: tensor pipe 27% busy, 49% of issue slots used:
  * the loads and conversions, as predicted, not the tensor cores, set the pace.
  */

@@ -16,7 +16,7 @@
  * within 2x of cuDNN's fp32 conv (relative L2 and largest error against the double
  * reference), checked by --test on every awkward shape.
  * Measured (H100, KernelBench shape, record run of 2026-11-23): the conv alone 5.266 ms, 44.0
- * TFLOP/s (1.93x v7's time, 1.13x cuDNN's speed); the whole model 5.456 ms [v8 model_fwd]. Error:
+ * TFLOP/s (1.93x v7's time, 1.13x cuDNN's speed); the whole model 5.472 ms [v8 model_fwd]. Error:
  * rel_l2 2.0e-7, max_abs 8.4e-7, 0.41x and 0.32x cuDNN's; --test finds 0.3-0.55x on every test
  * shape. Summing all 108 taps in the tensor cores' accumulators instead was 7% faster (4.895
  * ms) and 12x less accurate (rel_l2 5.7e-6). Nsight Compute (1x32x16x128x128): tensor pipe 41%

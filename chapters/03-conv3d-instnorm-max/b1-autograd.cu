@@ -12,14 +12,14 @@
  * or read two (dt = du m, dm's first sum, the means, dc = da m, dm's second sum: 1032 MB) and
  * two that read two and write one (the clamp's mask, da: 619 MB): 2.81 GB in all.
  * Prediction: 0.95 ms at the copy ceiling, plus what v1's serial statistics cost beyond their
- * share (1.262 [v1 stats] - 0.035 ms, v1's stats row): about 2.2 ms.
- * Measured, forward + backward: 2.432 ms [b1 epilogue_fwdbwd] (PyTorch eager 1.49 ms
- * [eager epilogue_fwdbwd], torch.compile 0.875 ms [compile epilogue_fwdbwd]).
+ * share (1.257 [v1 stats] - 0.035 ms, v1's stats row): about 2.2 ms.
+ * Measured, forward + backward: 2.426 ms [b1 epilogue_fwdbwd] (PyTorch eager 1.53 ms
+ * [eager epilogue_fwdbwd], torch.compile 1.261 ms [compile epilogue_fwdbwd]).
  *
  * The training step (every b version): cuDNN's conv, the epilogue forward and backward, then
  * the conv's gradients: cuDNN's dx (backward data); dw by cuDNN's backward filter (b1) or our
- * own (b2, b3); our own deterministic dbias (training-grads.cu). Measured (b1): 5.873 ms
- * [b1 train_step], of which the epilogue forward and backward 2.432 [b1 epilogue_fwdbwd], cuDNN's
+ * own (b2, b3); our own deterministic dbias (training-grads.cu). Measured (b1): 5.868 ms
+ * [b1 train_step], of which the epilogue forward and backward 2.426 [b1 epilogue_fwdbwd], cuDNN's
  * conv 0.492, dx 1.253 and backward filter 1.629 (the notes after the table, same run).
  */
 #include "model.h"

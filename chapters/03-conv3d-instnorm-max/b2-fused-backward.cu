@@ -16,11 +16,11 @@
  * dm's partials are added in order (training-grads.cu): deterministic.
  * Bytes of the backward: c and g read twice, dc written: 3 x 103.2 + 2 x 6.45 = 322.5 MB,
  * against its floor of c and g read once and dc written (212.9 MB).
- * Prediction: v9's forward (0.091 ms [v9 epilogue_fwd]) plus 322.5 MB at the copy ceiling (0.109
+ * Prediction: v9's forward (0.083 ms [v9 epilogue_fwd]) plus 322.5 MB at the copy ceiling (0.109
  * ms): 0.20 ms.
- * Measured, forward + backward: 0.254 ms [b2 epilogue_fwdbwd] (v9's forward 0.091 [v9 epilogue_fwd]
- * of it), 3.4x torch.compile [compile/b2 epilogue_fwdbwd] (0.875 ms [compile epilogue_fwdbwd]),
- * 9.6x b1 [b1/b2 epilogue_fwdbwd] (2.432 ms [b1 epilogue_fwdbwd]).
+ * Measured, forward + backward: 0.251 ms [b2 epilogue_fwdbwd] (v9's forward 0.083 [v9 epilogue_fwd]
+ * of it), 5.0x torch.compile [compile/b2 epilogue_fwdbwd] (1.261 ms [compile epilogue_fwdbwd]),
+ * 9.7x b1 [b1/b2 epilogue_fwdbwd] (2.426 ms [b1 epilogue_fwdbwd]).
  */
 #include "model.h"
 #include "sums.cuh"

@@ -44,9 +44,9 @@
  * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread
  * (commit bb128ae). With (d), three rounds of a third call: 0.1877 - 0.1880 against 0.1912 -
  * 0.1923 without it, 2% (64 registers, no spill, either way).
- * Recorded (the README's table): 0.1860 ms [0.1833 - 0.1893]
- * [b3 epilogue_fwdbwd median_ms min_ms max_ms], 57.8% [b3 epilogue_fwdbwd pct_floor] of the 0.108
- * ms [b3 epilogue_fwdbwd floor_ms] floor, 4.70x [compile/b3 epilogue_fwdbwd] torch.compile's 0.875
+ * Recorded (the README's table): 0.1857 ms [0.1831 - 0.1878]
+ * [b3 epilogue_fwdbwd median_ms min_ms max_ms], 58.0% [b3 epilogue_fwdbwd pct_floor] of the 0.108
+ * ms [b3 epilogue_fwdbwd floor_ms] floor, 6.79x [compile/b3 epilogue_fwdbwd] torch.compile's 1.261
  * [compile epilogue_fwdbwd]; issue 15's 0.15 ms is missed by 24%. ncu on this kernel alone at the
  * GPU's own clocks, before and after each step, each pair in one call: (a) and (b) 139.7 against
  * 127.9 us, DRAM 41.8% against 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; (c)

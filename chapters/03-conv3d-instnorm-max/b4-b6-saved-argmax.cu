@@ -35,7 +35,7 @@
  * in a pass with no on-chip phase to wait for.
  * Prediction: the stream is a copy with arithmetic, and a copy runs at the copy ceiling (3000
  * GB/s here) by definition; allowing 10% for its start and tail, 214.5 MB take 0.079 ms, the
- * sums' 14.5 MB 0.005 ms at the ceiling; with v10's 0.068 [v10 epilogue_fwd] forward and the 0.0005
+ * sums' 14.5 MB 0.005 ms at the ceiling; with v10's 0.065 [v10 epilogue_fwd] forward and the 0.0005
  * of the bytes saved, about 0.153 ms against b3's 0.186 [b3 epilogue_fwdbwd]. The 0.15 target
  * leaves the stream 0.15 - 0.068 - 0.0005 - 0.005 = 0.0765 ms: 93% of the ceiling.
  * Measured (H100, one call; each figure a median of 50, three interleaved rounds): 0.1571,
@@ -43,7 +43,7 @@
  * call (20 repetitions): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms floor, 5.56x
  * torch.compile's 0.8745; issue 15's 0.15 ms is missed by 4.8%. Re-recorded with b5, whose
  * kernels share b4's as the device functions below (b4's the same instructions, in another
- * order; the README's table): 0.1563 ms [0.1537 - 0.1592]
+ * order; the README's table): 0.1489 ms [0.1464 - 0.1521]
  * [b4 epilogue_fwdbwd median_ms min_ms max_ms]. ncu, each kernel alone at the GPU's own clocks: the
  * stream 72.5 - 72.7 us, 2.95 TB/s over its 214.5 MB: 99% of the copy ceiling (2988 GB/s in the
  * recording run), 7 us under its prediction; b3's backward kernel 111.5 - 112.2 us. The rest
@@ -420,10 +420,10 @@ void b4_launch(const run_ctx *r, int scope)
  *     the same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of
  *     the 0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
  *   - with the stream's grid revised (b6's comment): rounds 0.1520, 0.1515, 0.1515; recorded
- *     at 0.1507 ms [0.1488 - 0.1543] [b5 epilogue_fwdbwd median_ms min_ms max_ms], 5.80x
+ *     at 0.1492 ms [0.1469 - 0.1520] [b5 epilogue_fwdbwd median_ms min_ms max_ms], 8.45x
  *     [compile/b5 epilogue_fwdbwd] torch.compile, the same within the spread between
  *     calls; 0.15 ms missed by 0.5%.
- * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 54% of
+ * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 57% of
  * the copy ceiling [v10 epilogue_fwd pct_ceiling]), and the sums' 10 us for 14.5 MB, 4.9 us at the
  * copy ceiling. ncu on the sums: one wave of 512 blocks, the SMs active 71% of its cycles (ramp and
  * tail), DRAM 43% busy, per issued instruction 8.8 of 17.4 cycles waiting on loads; their loads
@@ -557,9 +557,9 @@ void b5_launch(const run_ctx *r, int scope)
  * unchanged). Three interleaved rounds of one call: 0.1476, 0.1473, 0.1480 ms against the
  * recorded code's 0.1471, 0.1473, 0.1474, the same within the spread of each run (0.1445 -
  * 0.1526), so b6's recorded row stands.
- * Recorded in the next call: 0.1471 ms [0.1438 - 0.1506]
- * [b6 epilogue_fwdbwd median_ms min_ms max_ms], 73% of the floor [b6 epilogue_fwdbwd pct_floor],
- * 5.95x torch.compile [compile/b6 epilogue_fwdbwd]; 0.15 ms met, by 2.0%. A first form, every
+ * Recorded in the next call: 0.1458 ms [0.1434 - 0.1472]
+ * [b6 epilogue_fwdbwd median_ms min_ms max_ms], 74% of the floor [b6 epilogue_fwdbwd pct_floor],
+ * 8.65x torch.compile [compile/b6 epilogue_fwdbwd]; 0.15 ms met, by 2.0%. A first form, every
  * thread fencing before the block barrier and thread 0 adding without a fence of its own (one fence
  * a warp, and not formally a release of the other threads' writes), measured 0.1477 - 0.1484
  * against b5's 0.1517 - 0.1520 in an earlier call (recorded there at 0.1483).

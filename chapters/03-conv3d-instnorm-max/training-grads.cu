@@ -23,7 +23,7 @@
  * Measured (the notes after the table, in the run of data/h100/ch03.csv): 0.577 ms against
  * cuDNN's 1.629 ms (engine 20, the fastest fp32 engine of its graph API, timed on the buffers);
  * the fused versions' training step went from 27.7 ms with cuDNN's legacy dw (commit 508c56c)
- * to 2.6 ms [b2 train_step] with it (b1's, through cuDNN, 5.873 ms [b1 train_step]). ncu (commit
+ * to 2.7 ms [b2 train_step] with it (b1's, through cuDNN, 5.868 ms [b1 train_step]). ncu (commit
  * 508c56c): 562 us, the SMs 65% busy, 7.4 TFLOP/s.
  */
 #include "conv.cuh"

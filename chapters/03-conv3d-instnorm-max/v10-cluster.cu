@@ -49,12 +49,12 @@
  * 0.0698 - 0.0701: the prediction, within its rounding. Two earlier calls waited in 2 to 30
  * groups instead (Tried) and found the same optimum; in one of them 8 groups 1.5 us apart took
  * 0.0669 - 0.0672 and a step a cluster over 10.5 us 0.0671 - 0.0672. At batch 32 (two waves, the
- * second of 2 clusters) the wait takes v10 from 0.0314 to 0.0261 ms [v10 epilogue_fwd @32] (one
+ * second of 2 clusters) the wait takes v10 from 0.0314 to 0.0241 ms [v10 epilogue_fwd @32] (one
  * call); at batch 8, before the wait was limited to grids of more than one wave, it cost 0.0141
  * against 0.0133.
- * Recorded (the README's table): 0.0679 ms [0.0656 - 0.0698]
- * [v10 epilogue_fwd median_ms min_ms max_ms], 54% of the copy ceiling
- * [v10 epilogue_fwd pct_ceiling], 1.46x [compile/v10 epilogue_fwd] torch.compile's 0.0992
+ * Recorded (the README's table): 0.0645 ms [0.0624 - 0.0668]
+ * [v10 epilogue_fwd median_ms min_ms max_ms], 57% of the copy ceiling
+ * [v10 epilogue_fwd pct_ceiling], 2.33x [compile/v10 epilogue_fwd] torch.compile's 0.1503
  * [compile epilogue_fwd]; issue 15's 0.045 ms is missed by 51%. ncu, the kernel alone at the GPU's
  * own clocks, without and with the wait: 66.5 against 63.8 us, DRAM 49.0% against 51.2% busy, per
  * issued instruction 5.0 against 3.1 cycles waiting on loads, 3.6 against 2.8 on memory fences, 1.4

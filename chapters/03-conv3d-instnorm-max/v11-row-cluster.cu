@@ -30,12 +30,12 @@
  * Prediction (the arithmetic done from a prototype's timeline, commit 811d9cc, so not
  * independent of the design): a block's life falls from about 12.4 us to 10.4 (4.6 to load and
  * reduce, 1.1 for u, 2.1 at the barrier, 1.7 to read u and write y, 0.9 at the closing barrier);
- * over 4.3 waves that is roughly 4.3 x 2 = 8.6 us less, from 0.0679 ms [v10 epilogue_fwd] to about
+ * over 4.3 waves that is roughly 4.3 x 2 = 8.6 us less, from 0.0645 ms [v10 epilogue_fwd] to about
  * 0.059.
  * Measured (H100, KernelBench shape): the recording call's three interleaved rounds, medians of
  * 50: v11 0.0608, 0.0611, 0.0605 ms against v10's 0.0673, 0.0673, 0.0675 (10% less); the
- * recorded row, the README's table: 0.0607 ms [v11 epilogue_fwd], 60% of the copy ceiling
- * [v11 epilogue_fwd pct_ceiling], 1.63x torch.compile [compile/v11 epilogue_fwd],
+ * recorded row, the README's table: 0.0577 ms [v11 epilogue_fwd], 64% of the copy ceiling
+ * [v11 epilogue_fwd pct_ceiling], 2.61x torch.compile [compile/v11 epilogue_fwd],
  * 1.4 us above the arithmetic, which used the later waves' phases only: an instrumented build's
  * timeline (%globaltimer at each block's phase boundaries, medians) has the later waves at 4.6 us
  * to load and reduce, 1.15 for u, 2.1 at the first barrier (the cluster's slowest load), 1.7 to

@@ -14,8 +14,8 @@
  *   pass 2 (k_conv_apply): a thread per position recomputes the 16 conv values and writes y.
  * Bytes: x read twice (50 MB) and y written, 0.02 ms; the FLOPs bound it.
  * Prediction: at least twice the conv, 2 x 0.062 = 0.125 ms at the FMA peak.
- * Measured: 0.401 ms [v12 model_fwd], 21 TFLOP/s over the two convs, 1.22x torch.compile's whole
- * model [compile/v12 model_fwd] (0.491 ms [compile model_fwd]). Half of that arithmetic is the
+ * Measured: 0.402 ms [v12 model_fwd], 21 TFLOP/s over the two convs, 1.47x torch.compile's whole
+ * model [compile/v12 model_fwd] (0.590 ms [compile model_fwd]). Half of that arithmetic is the
  * second conv, which v13 removes.
  */
 #include "conv.cuh"

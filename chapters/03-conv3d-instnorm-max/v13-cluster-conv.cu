@@ -12,7 +12,7 @@
  * measured first (0.242 ms in the run of commit 508c56c; ncu: the SMs 49% busy, per issued
  * instruction 3.3 cycles waiting on shared memory, four LDS.128 per 16 FFMA, and 2.7 at barriers).
  * Prediction: compute-bound: the conv's 0.062 ms at the FMA peak plus the on-chip epilogue,
- * against v12's 0.401 [v12 model_fwd].
+ * against v12's 0.402 [v12 model_fwd].
  * Measured: 0.220 ms (19 TFLOP/s; the table recorded at commit cdcbcdb, before the second step),
  * 2.2x torch.compile's whole model (0.491 ms), and faster than cuDNN's conv alone (0.49 to 0.56 ms
  * across runs). Two positions a thread measured 6% better than one in commit 08a0fbe (0.228 against
@@ -67,8 +67,8 @@
  * million instructions, and 0.35 cycles an instruction waiting for the instruction cache (0.05
  * at three).
  * Next, v14 puts the conv on tensor cores: 42% fewer instructions, and then the loads of x bind.
- * Recorded (the README's table): 0.1940 ms [0.1926 - 0.1992]
- * [v13 model_fwd median_ms min_ms max_ms], 21.6 TFLOP/s [v13 model_fwd], 2.53x torch.compile
+ * Recorded (the README's table): 0.1940 ms [0.1925 - 0.1990]
+ * [v13 model_fwd median_ms min_ms max_ms], 21.6 TFLOP/s [v13 model_fwd], 3.04x torch.compile
  * [compile/v13 model_fwd]. Issue 15's 0.10 ms is missed by 1.94x: the 2.37 billion FFMA lane slots
  * alone take 0.071 ms at the FMA peak.
  */

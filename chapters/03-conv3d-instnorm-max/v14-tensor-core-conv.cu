@@ -37,9 +37,9 @@
  * the H100 gives y's rel_l2 2.7e-7 to 2.9e-7 where v13's is 1.6e-7 to 1.8e-7 (1x3x16x32x32 and
  * 2x3x4x35x37) and the statistics' 1.7e-7 to 5.0e-7 against 3e-8 to 6e-8, inside the chapter's fp32
  * tolerances; summed apart, the worst y rel_l2 was 3.0e-7 against 5.4e-7.
- * Recorded (the README's table): 0.1855 ms [0.1846 - 0.1934]
- * [v14 model_fwd median_ms min_ms max_ms], 22.5 TFLOP/s [v14 model_fwd], 2.65x
- * [compile/v14 model_fwd] torch.compile's 0.491 ms [compile model_fwd]; issue 15's 0.10 ms is
+ * Recorded (the README's table): 0.1835 ms [0.1829 - 0.1848]
+ * [v14 model_fwd median_ms min_ms max_ms], 22.8 TFLOP/s [v14 model_fwd], 3.21x
+ * [compile/v14 model_fwd] torch.compile's 0.590 ms [compile model_fwd]; issue 15's 0.10 ms is
  * missed by 1.85x.
  */
 #include "cluster.cuh"

@@ -68,9 +68,9 @@
  * in make test: rel_l2 3.2e-7 at 1x3x16x32x32, 3.0e-7 at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
  * Tried (the README's list): 8 tiles a warp, clusters of 7 (the first form; 128 registers, 15
  * clusters still): 0.1995, 0.1975, 0.1977 against 0.1847, 0.1834, 0.1833.
- * Recorded (the README's table, 2026-11-26): 0.1526 ms [0.1515 - 0.1534]
- * [v15 model_fwd median_ms min_ms max_ms], 27.4 TFLOP/s [v15 model_fwd], 3.22x
- * [compile/v15 model_fwd] torch.compile's 0.491 ms [compile model_fwd].
+ * Recorded (the README's table, 2026-11-26): 0.1507 ms [0.1499 - 0.1512]
+ * [v15 model_fwd median_ms min_ms max_ms], 27.7 TFLOP/s [v15 model_fwd], 3.91x
+ * [compile/v15 model_fwd] torch.compile's 0.590 ms [compile model_fwd].
  *
  * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200) and the
  * statistics pushed to the cluster's blocks
@@ -219,9 +219,9 @@
  * us against 147.6, 44.7 million instructions against 47.1, issue slots 48.2% busy, 8.29
  * cycles between a warp's instructions. ptxas: 128 registers, nothing spilled. y's error in
  * make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37.
- * Recorded (the README's table, the recording call): 0.1161 ms [0.1155 - 0.1171]
- * [v16 model_fwd median_ms min_ms max_ms], 36.0 TFLOP/s [v16 model_fwd], 4.23x
- * [compile/v16 model_fwd] torch.compile's 0.491 ms [compile model_fwd]; issue 15's 0.10 ms is
+ * Recorded (the README's table, the recording call): 0.1164 ms [0.1161 - 0.1171]
+ * [v16 model_fwd median_ms min_ms max_ms], 35.9 TFLOP/s [v16 model_fwd], 5.07x
+ * [compile/v16 model_fwd] torch.compile's 0.590 ms [compile model_fwd]; issue 15's 0.10 ms is
  * missed by 1.16x. (With v17 the merge moved into cluster.cuh's merge_triples, which both call:
  * ptxas reordered 20 of v16's 7828 SASS lines, registers and one move, and v16 timed the same,
  * 0.1168, 0.1175, 0.1173 ms against the recorded code's 0.1177, 0.1175, 0.1180 in three interleaved
@@ -290,7 +290,7 @@
  *     2048 warps polling back to back load L2 enough to slow the other teams' copies and stores
  *     (not profiled). Past 150 ns the gain is under 0.3%, less than the spread between calls;
  *     150 ns kept, the shortest nap at that level.
- * Predicted against the recorded v16 (0.1161 [v16 model_fwd] - 0.0120 = 0.104 ms) or against v16 in
+ * Predicted against the recorded v16 (0.1164 [v16 model_fwd] - 0.0120 = 0.104 ms) or against v16 in
  * the recording call below (0.1178 - 0.0120 = 0.1058 ms).
  * Measured, this code (its recording call): 0.1105, 0.1104, 0.1100 ms against v16's 0.1178,
  * 0.1178, 0.1179, 6.2 to 6.7% less time, 4.5 us more than that call's 0.1058: about 0.6 us a round
@@ -374,9 +374,9 @@
  *    steps 4 and 6 (2 and 5 us), so it was not tried. y's error in make test: rel_l2 3.0e-7 at
  *    1x3x16x32x32, 3.1e-7 at 2x3x4x35x37 and at 140x3x4x35x37 (step 2: 3.0e-7 and 2.9e-7 at the
  *    first two; step 1: 3.2e-7 at 140x3x4x35x37).
- * Recorded (the README's table, the recording call of step 3): 0.1054 ms [0.1027 - 0.1087]
- * [v17 model_fwd median_ms min_ms max_ms], 39.7 TFLOP/s [v17 model_fwd], 4.66x
- * [compile/v17 model_fwd] torch.compile's 0.491 ms [compile model_fwd]; issue 15's 0.10 ms is
+ * Recorded (the README's table, the recording call of step 3): 0.1026 ms [0.1010 - 0.1059]
+ * [v17 model_fwd median_ms min_ms max_ms], 40.7 TFLOP/s [v17 model_fwd], 5.74x
+ * [compile/v17 model_fwd] torch.compile's 0.590 ms [compile model_fwd]; issue 15's 0.10 ms is
  * missed by 1.05x. The batch sweep of that call: 0.0199 ms for one round, 0.1052 for 8, 12.2 us a
  * round. What is left for 0.10 ms: 5.4 us, about 0.7 us a round.
  *
@@ -408,7 +408,7 @@
  * without the conv: 0.0128, 0.0430 ms). If the halves run in antiphase, half A's conv, 3.8 us of
  * work at the 16 warps' rate, goes at 0.76 of that rate while B is outside its conv (4.3 us) and
  * at half of it while both convs run: 0.76 x 4.3 + 0.5 (P - 2 x 4.3) = 3.8 gives a period P of
- * 9.7 us for each half's sample against v17's 12.2 us a round: 0.1054 [v17 model_fwd] x 9.7 / 12.2,
+ * 9.7 us for each half's sample against v17's 12.2 us a round: 0.1026 [v17 model_fwd] x 9.7 / 12.2,
  * about 0.084 ms.
  * Measured (H100, medians of 50, three interleaved rounds a call): 0.1002, 0.1001, 0.1001 ms
  * against v17's 0.1065, 0.1066, 0.1066 (its code in this commit, below); in the recording call
@@ -440,9 +440,9 @@
  * triples, in its wait for the team's, 0.1042, 0.1029, 0.1029, 0.1031 against 0.1000, 0.0994,
  * 0.0990, 0.0994. ptxas: 128 registers, 24 bytes spilled (7 loads a round, after the conv's
  * last wgmma), 16 barriers (the named ones' ids are registers).
- * Recorded (the README's table, the recording call): 0.0994 ms [0.0979 - 0.1054]
- * [v18 model_fwd median_ms min_ms max_ms], 42.1 TFLOP/s [v18 model_fwd], 4.94x
- * [compile/v18 model_fwd] torch.compile's 0.491 ms [compile model_fwd]: issue 15's 0.10 ms at the
+ * Recorded (the README's table, the recording call): 0.0981 ms [0.0964 - 0.1013]
+ * [v18 model_fwd median_ms min_ms max_ms], 42.6 TFLOP/s [v18 model_fwd], 6.01x
+ * [compile/v18 model_fwd] torch.compile's 0.590 ms [compile model_fwd]: issue 15's 0.10 ms at the
  * target, 0.6% under it in that call, 0.0990 - 0.1000 in a later one and 0.1000 - 0.1003 in two
  * earlier ones. v16's and v17's kernels changed with it only in integer instructions (the address
  * arithmetic of the shared team_poll, merge_sums and the member's thread index; SASS, nvcc 13.0).

@@ -25,9 +25,9 @@
  * Prediction: the statistics are one read of 103.2 MB (0.035 ms at the ceiling); v2 far above
  * it, each step closer, v4 about halving v3 (half the blocks do the same bytes).
  * Measured, the statistics alone (the stats rows, 103 MB in): v2 0.206 ms [v2 stats], v3 0.197
- * [v3 stats] (5% faster [v3 vs v2 stats]: on the H100 the divergent modulo costs little next to 50
- * blocks a slice and their partials), v4 0.106 [v4 stats] (1.86x [v3/v4 stats]: half the blocks,
- * half the partials), v5 0.0687 [v5 stats] (1.54x [v4/v5 stats]: five fewer barriers a block). Each
+ * [v3 stats] (4% faster [v3 vs v2 stats]: on the H100 the divergent modulo costs little next to 50
+ * blocks a slice and their partials), v4 0.105 [v4 stats] (1.87x [v3/v4 stats]: half the blocks,
+ * half the partials), v5 0.0631 [v5 stats] (1.66x [v4/v5 stats]: five fewer barriers a block). Each
  * epilogue (v2..v5) is the statistics plus v1's other kernels, 0.40 ms [v2 epilogue_fwd-stats] of
  * them.
  *
@@ -36,8 +36,8 @@
  * (here S / 256, about 12 float4 loads at S = 12600), so the tree runs once per 12600 values
  * and one block per (n, c) needs no partials and no second kernel.
  * Prediction: near the read's 0.035 ms: nothing left but the load and one tree per slice.
- * Measured: 0.0477 ms [v6 stats], 2165 GB/s [v6 stats], 72% of the copy ceiling
- * [v6 stats pct_ceiling]: 26x v1's statistics [v1/v6 stats]. ncu (commit 508c56c): 79.6% of DRAM
+ * Measured: 0.0379 ms [v6 stats], 2727 GB/s [v6 stats], 91% of the copy ceiling
+ * [v6 stats pct_ceiling]: 33x v1's statistics [v1/v6 stats]. ncu (commit 508c56c): 79.6% of DRAM
  * peak, the warps waiting on their loads (91 cycles of long-scoreboard stall per issued
  * instruction): one 16-byte load in flight per thread, 12 a thread in all.
  *

@@ -7,7 +7,7 @@
  * threads' (count, mean, M2) with Chan's formula (common/welford.cuh): by warp shuffles, then one warp
  * over the warps' results.
  * Prediction: as fast as v6 (memory-bound, 0.035 ms of bytes), exact where v6 cancels.
- * Measured: v7's statistics 0.0512 ms [v7 stats], 7% slower [v7 vs v6 stats] than v6's (a division
+ * Measured: v7's statistics 0.0423 ms [v7 stats], 12% slower [v7 vs v6 stats] than v6's (a division
  * per element). What it buys, the Welford demonstration the program prints after its table
  * (problem.cu: a = c m + offset on the KernelBench conv output, worst relative error of rstd over
  * 2048 slices; from the run's output, not the CSV):

@@ -5,9 +5,9 @@
  * Change: the same per-thread Welford, the block's merge by cub::BlockReduce with Chan's
  * operator (CUB picks its own algorithm: warp-shuffle reductions, then shared memory across
  * warps; CUB documentation, "cub::BlockReduce").
- * Prediction: the same bytes and the same per-thread work, so v7's 0.0512 ms [v7 stats] within a
+ * Prediction: the same bytes and the same per-thread work, so v7's 0.0423 ms [v7 stats] within a
  * few %; what it tests is whether the library's merge costs anything.
- * Measured: 0.0522 ms [v8 stats], 2% slower [v8 vs v7 stats] than v7; rstd's error in the Welford
+ * Measured: 0.0434 ms [v8 stats], 3% slower [v8 vs v7 stats] than v7; rstd's error in the Welford
  * demonstration (v7's comment) 1.7e-7 at offset 0 and 2.0e-4 at offset 1000, Welford's.
  */
 #include <cub/block/block_reduce.cuh>

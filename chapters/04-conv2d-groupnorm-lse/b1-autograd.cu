@@ -11,7 +11,7 @@
  * Bytes: the forward's 5.2 GB (v1), then about 13 x 520 MB in the backward.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue forward + backward
  * 5.45 ms [b1 epilogue_fwdbwd], 9.7% of the floor [b1 epilogue_fwdbwd pct_floor]; the training step
- * 9.77 ms [b1 train_step] (through cuDNN's legacy API it took 54.6 ms, of which cuDNN's weight
+ * 9.74 ms [b1 train_step] (through cuDNN's legacy API it took 54.6 ms, of which cuDNN's weight
  * gradient alone was 44.7 ms: its fastest fp32 algorithm there, algo 1, deterministic).
  *
  * The training step (every b version): the library conv, the epilogue forward and backward,

@@ -16,13 +16,13 @@
  * sums over every sample: each lane keeps its group's 4 channels' sums in registers across
  * all its samples, each block writes one partial a channel at the end, and b1's k_param_sums
  * adds the blocks' partials in block order: deterministic.
- * Prediction: v6's forward, 0.32 ms [v6 epilogue_fwd]; the backward reads c once and g, writes dc:
+ * Prediction: v6's forward, 0.31 ms [v6 epilogue_fwd]; the backward reads c once and g, writes dc:
  * 1048 MB, 0.35 ms at the ceiling: about 0.7 ms for the pair, the target.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): forward + backward 1.103 ms
- * [1.095 - 1.125] [b3 epilogue_fwdbwd median_ms min_ms max_ms] (recorded again after v6's consumed
- * count became atomic: 1.107 before), 1.37x faster [b2/b3 epilogue_fwdbwd] than b2's 1.516
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): forward + backward 1.099 ms
+ * [1.081 - 1.106] [b3 epilogue_fwdbwd median_ms min_ms max_ms] (recorded again after v6's consumed
+ * count became atomic: 1.107 before), 1.37x faster [b2/b3 epilogue_fwdbwd] than b2's 1.507
  * [b2 epilogue_fwdbwd], but 1.6x the 0.7 ms target and 2.1x [b3 epilogue_fwdbwd median_ms/floor_ms]
- * the 0.526 ms [b3 epilogue_fwdbwd floor_ms] floor: the backward
+ * the 0.528 ms [b3 epilogue_fwdbwd floor_ms] floor: the backward
  * alone takes about 0.78 ms, 2.2x its 0.35 ms. Nsight Compute at 32x8x128x128 (data/run-device.sh
  * dram): the backward kernel reads 249 MB from DRAM for 130 MB of c, so most of phase B's read
  * misses L2 (it holds two samples a team, and dc's 130 MB of streaming stores pass through the

@@ -23,7 +23,7 @@
  * Why 8 channels and not 16. With 16 (64 accumulators, 3 of 4 loads fewer per FMA) the compiler
  * keeps a kernel row's weights in registers too: 241 registers a thread, one block of 8 warps
  * an SM, and each tile's barrier and input load then stall the whole SM. v8 measured 1.198 ms
- * that way and 1.145 ms [v8 model_fwd] with 8 channels, 127 registers and two blocks (16 warps) an
+ * that way and 1.144 ms [v8 model_fwd] with 8 channels, 127 registers and two blocks (16 warps) an
  * SM (H100, KernelBench shape). CT_ROWS, CT_SLICES and CT_MINB can be set with -D to try other
  * shapes.
  *

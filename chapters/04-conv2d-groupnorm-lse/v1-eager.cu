@@ -11,10 +11,10 @@
  * tensor and write one; the add reads two and writes one; the logsumexp reads r (its second
  * pass mostly from L2) and writes y: 10 x 520 MB + 8 MB = 5.21 GB, ten times the 528 MB
  * floor. Prediction: about 10x the floor, 1.75 ms at the ~3000 GB/s ceiling.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): the epilogue 2.490 ms
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): the epilogue 2.478 ms
  * [v1 epilogue_fwd], 7.1% of the floor [v1 epilogue_fwd pct_floor] and 1.4x the prediction: the
- * statistics alone take 0.1948 ms [v1 stats] (89.7% of the ceiling [v1 stats pct_ceiling]), the
- * five kernels the other 2.29 ms [v1 epilogue_fwd-stats]. The whole model 3.76 ms [v1 model_fwd],
+ * statistics alone take 0.1849 ms [v1 stats] (94.2% of the ceiling [v1 stats pct_ceiling]), the
+ * five kernels the other 2.29 ms [v1 epilogue_fwd-stats]. The whole model 3.63 ms [v1 model_fwd],
  * of which cuDNN's conv about 1.20 (the notes after the table).
  *
  * The whole model (scope model_fwd) of v1..v6 is the library conv, then the epilogue.

@@ -7,8 +7,8 @@
  * formula as the operator (CUB picks its algorithm: warp-shuffle reductions, then shared
  * memory across warps; CUB documentation, "cub::BlockReduce").
  * Prediction: the same bytes and per-thread work as v2, so v2's time within a few %.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.1976 ms [v3 stats], 2% slower
- * [v3 vs v2 stats] than v2's 0.1936 [v2 stats] (outside both runs' ranges); 88% of the ceiling
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.1880 ms [v3 stats], 2% slower
+ * [v3 vs v2 stats] than v2's 0.1842 [v2 stats] (outside both runs' ranges); 93% of the ceiling
  * [v3 stats pct_ceiling]. The library costs nothing that matters
  * here.
  */

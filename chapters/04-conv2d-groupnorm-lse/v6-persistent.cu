@@ -2,7 +2,7 @@
  * v6: one persistent launch; teams of blocks, producer and consumer warps (team.cuh)
  *
  * Defect of v5: the second read of c comes from L2, but 43 chunks of two launches joined by
- * events cost 12 us a chunk over the floor, and v5 took 0.697 ms [v5 epilogue_fwd], 1.81x v4
+ * events cost 12 us a chunk over the floor, and v5 took 0.742 ms [v5 epilogue_fwd], 1.98x v4
  * [v5/v4 epilogue_fwd].
  * Change: one launch for the whole batch, as many blocks as are resident at once, in teams
  * (team.cuh); a team takes a sample at a time, so the L2 holds only the teams' current
@@ -39,11 +39,11 @@
  *     even with 132 blocks (2 teams: 64 samples in 0.457 ms): the chain of the producers' two
  *     DRAM round trips, the last arrival, the publication and the consumers' passes. More
  *     teams would overlap more of those chains, but beyond 5 their samples no longer fit L2.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3203 ms [0.3103 - 0.3296]
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3092 ms [0.2979 - 0.3185]
  * [v6 epilogue_fwd median_ms min_ms max_ms] (recorded again after the consumed count became atomic,
- * k_team_forward; 0.3215 before, the same within the spread), 1.20x faster [v4/v6 epilogue_fwd]
- * than v4's 0.3839 [v4 epilogue_fwd] and 55% of the floor [v6 epilogue_fwd pct_floor]: 1.82x
- * [v6 epilogue_fwd median_ms/floor_ms] its 0.176 ms [v6 epilogue_fwd floor_ms], so the 0.25 ms
+ * k_team_forward; 0.3215 before, the same within the spread), 1.21x faster [v4/v6 epilogue_fwd]
+ * than v4's 0.3740 [v4 epilogue_fwd] and 57% of the floor [v6 epilogue_fwd pct_floor]: 1.75x
+ * [v6 epilogue_fwd median_ms/floor_ms] its 0.177 ms [v6 epilogue_fwd floor_ms], so the 0.25 ms
  * target is missed by 0.070 ms (28%). c does cross DRAM once: Nsight Compute at 32x8x128x128 (c 130
  * MB, 2.6 L2s; data/run-device.sh dram) counts 142 to 146 MB read by the kernel, where v4's
  * statistics and apply read 124 to 130 and 125 MB. What is left is the per-sample chain above: a

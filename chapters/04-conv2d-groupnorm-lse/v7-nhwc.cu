@@ -45,14 +45,14 @@
  * x.to(memory_format=torch.channels_last) costs (67.1 MB read, 67.1 MB written: 0.045 ms at the
  * ceiling; it is in the timed model_fwd) and cuDNN's NHWC conv, whose time against the NCHW
  * one's is to be measured (the notes after the table print both).
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue 0.3810 ms [0.3797 -
- * 0.3820] [v7 epilogue_fwd median_ms min_ms max_ms] against v4's 0.3839 [0.3821 - 0.3860]
- * [v4 epilogue_fwd median_ms min_ms max_ms]: 0.8% faster [v4 vs v7 epilogue_fwd], the ranges just
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue 0.3714 ms [0.3691 -
+ * 0.3727] [v7 epilogue_fwd median_ms min_ms max_ms] against v4's 0.3740 [0.3725 - 0.3765]
+ * [v4 epilogue_fwd median_ms min_ms max_ms]: 0.7% faster [v4 vs v7 epilogue_fwd], the ranges just
  * apart, so the same speed for practical purposes. Nsight Compute at 32x8x128x128
  * (data/run-device.sh dram): the statistics read 130 MB and the apply 130 MB from DRAM, as v4's: c
  * crosses DRAM twice in either layout. The layout changed which reduction is cheap, not the bytes,
- * and both passes were bound by the bytes. The whole model is where channels last loses here: 1.937
- * ms [v7 model_fwd] against v4's 1.576 [v4 model_fwd], because cuDNN's fp32 conv channels last
+ * and both passes were bound by the bytes. The whole model is where channels last loses here: 1.931
+ * ms [v7 model_fwd] against v4's 1.522 [v4 model_fwd], because cuDNN's fp32 conv channels last
  * takes 1.521 ms (12.3 TFLOP/s) against 1.201 ms channels first (15.6 TFLOP/s), and the
  * transposition of x 0.059 ms (the notes after the table, same run). On this GPU, in fp32, NCHW is
  * the better layout for this model; the lesson is which reduction each layout makes cheap, and v8's

@@ -27,16 +27,16 @@
  * Prediction: two convs are 37.5 GFLOP, 0.56 ms at 66.9 TFLOP/s; the epilogue adds about 15
  * instructions a value to pass 2's 72 FMAs (20%): about 0.62 ms if the FMA pipes stayed busy,
  * under the 1.0 ms target and about half of v6's whole model.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.1446 ms [1.1420 - 1.1468]
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.1444 ms [1.1419 - 1.1473]
  * [v8 model_fwd median_ms min_ms max_ms], 32.7 TFLOP/s over the two convs (49% of the peak): 1.28x
- * faster [v6/v8 model_fwd] than v6's whole model and 1.84x faster [compile/v8 model_fwd] than
- * torch.compile's (2.109 ms [compile model_fwd], same run), but 0.145 ms over the 1.0 ms target and
+ * faster [v6/v8 model_fwd] than v6's whole model and 2.09x faster [compile/v8 model_fwd] than
+ * torch.compile's (2.394 ms [compile model_fwd], same run), but 0.145 ms over the 1.0 ms target and
  * twice the prediction. c never reaches DRAM: at 32x8x128x128 (data/run-device.sh dram) pass 1
  * reads 16.7 MB (x is 16.8 MB) and pass 2 almost nothing (x is still in L2). Nsight Compute at the
  * KernelBench shape: the FMA pipe 60% busy in pass 1, 58% in pass 2, the issue slots 75% and 73%,
  * with 16 warps an SM (127 registers a thread: two blocks). How the tile got there: a first form
  * with 16 channels a thread (64 accumulators) needed 241 registers, one block of 8 warps an SM:
- * 1.198 ms, the FMA pipe 57% busy; 8 channels a thread and two blocks an SM: 1.145 [v8 model_fwd].
+ * 1.198 ms, the FMA pipe 57% busy; 8 channels a thread and two blocks an SM: 1.144 [v8 model_fwd].
  * What is left: a tile's input is loaded after the previous tile's barrier, so a block's warps wait
  * for L2 once a tile (a copy of the next tile started before the conv, cp.async, would hide it),
  * and the FMAs are 80% of the instructions issued.
@@ -245,10 +245,10 @@ void v8_launch(const run_ctx *r, int scope)
  * if pass 1 keeps v8's speed. The lesson of the pair: 18.7 GFLOP take 0.280 ms at the FMA peak,
  * 1040 MB take 0.348 ms at the copy ceiling; at the speed our conv reaches (v8), recomputing
  * costs more than storing. A conv at the FMA peak would reverse it.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.8204 ms [0.8174 - 0.8256]
- * [v9 model_fwd median_ms min_ms max_ms], 1.40x faster than v8 [v8/v9 model_fwd], 1.92x faster
- * [v4/v9 model_fwd] than v4's whole model (1.576 [v4 model_fwd]) and 2.57x faster
- * [compile/v9 model_fwd] than torch.compile's (2.109 [compile model_fwd], same run): the 1.0 ms
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.8211 ms [0.8189 - 0.8257]
+ * [v9 model_fwd median_ms min_ms max_ms], 1.39x faster than v8 [v8/v9 model_fwd], 1.85x faster
+ * [v4/v9 model_fwd] than v4's whole model (1.522 [v4 model_fwd]) and 2.92x faster
+ * [compile/v9 model_fwd] than torch.compile's (2.394 [compile model_fwd], same run): the 1.0 ms
  * target is met. The store is not free: Nsight Compute, under its own clocks, times pass 1 at 755
  * us with the store and 667 us without (the FMA pipe 54% busy instead of 60%), and v4's apply at
  * 207 us (2.56 TB/s). At 32x8x128x128 (data/run-device.sh dram) pass 1 writes 107 to 125 MB and the

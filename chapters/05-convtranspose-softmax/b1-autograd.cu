@@ -26,10 +26,10 @@
  * the softmax backward (read g' and p twice, write dz: 5), the mask (read c and dz, write dc:
  * 3): 14 x 1073.7 MB; with v1's forward (8 tensor passes) 22 x 1073.7 MB = 23.6 GB against the
  * fwd + bwd floor of 5.4 GB. Prediction: about 4.4x the floor, 7.9 ms at the ceiling.
- * Measured: 8.941 ms [b1 epilogue_fwdbwd], 20.0% of the ceiling [b1 epilogue_fwdbwd pct_ceiling]
- * (5.0x [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.791 ms [b1 epilogue_fwdbwd floor_ms] floor),
- * 1.13x the prediction; PyTorch eager's epilogue forward + backward takes 10.21 ms
- * [eager epilogue_fwdbwd]. The training step 27.75 ms [b1 train_step] (35.24 ms through the legacy
+ * Measured: 8.937 ms [b1 epilogue_fwdbwd], 20.1% of the ceiling [b1 epilogue_fwdbwd pct_ceiling]
+ * (5.0x [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.795 ms [b1 epilogue_fwdbwd floor_ms] floor),
+ * 1.13x the prediction; PyTorch eager's epilogue forward + backward takes 10.29 ms
+ * [eager epilogue_fwdbwd]. The training step 27.78 ms [b1 train_step] (35.24 ms through the legacy
  * cudnnFind API common/conv.cu used before, of which the library's transposed conv took 10.97 ms
  * and its gradients, the bias gradient and the pool's backward 15.28 ms; the notes after the
  * table).

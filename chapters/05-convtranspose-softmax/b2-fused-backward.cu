@@ -12,9 +12,9 @@
  * sum over n of dot, in n order: deterministic.
  * Bytes: forward 3 x 1073.7 MB (v4); backward: c and g twice, dc once: 5 x 1073.7 MB; 8.6 GB
  * against the 5.4 GB floor. Prediction: 2.9 ms at the ceiling, 2.7x faster than b1.
- * Measured: 2.925 ms [b2 epilogue_fwdbwd], 61.3% of the ceiling [b2 epilogue_fwdbwd pct_ceiling]:
- * the predicted time. 3.06x faster than b1 [b1/b2 epilogue_fwdbwd] rather than the predicted 2.7x,
- * because b1 ran 1.13x over its own prediction. torch.compile's forward + backward takes 4.030 ms
+ * Measured: 2.914 ms [b2 epilogue_fwdbwd], 61.6% of the ceiling [b2 epilogue_fwdbwd pct_ceiling]:
+ * the predicted time. 3.07x faster than b1 [b1/b2 epilogue_fwdbwd] rather than the predicted 2.7x,
+ * because b1 ran 1.13x over its own prediction. torch.compile's forward + backward takes 4.209 ms
  * [compile epilogue_fwdbwd].
  */
 #include "rows.cuh"

@@ -13,13 +13,13 @@
  * the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and third reads come
  * from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight, 138 MB, more than
  * the 50 MB L2).
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv; copy ceiling 2998 GB/s
- * [v1 epilogue_fwd ceiling_gbps] in that run): the epilogue 3.236 ms [v1 epilogue_fwd], 22.1% of
- * the ceiling [v1 epilogue_fwd pct_ceiling], 4.5x [v1 epilogue_fwd median_ms/floor_ms] its 0.716 ms
- * [v1 epilogue_fwd floor_ms] floor and 1.12x the prediction. PyTorch eager's epilogue takes 3.051
- * ms [eager epilogue_fwd] on the same GPU (data/h100/pytorch-ch05.csv). The whole model 14.38 ms
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv; copy ceiling 2991 GB/s
+ * [v1 epilogue_fwd ceiling_gbps] in that run): the epilogue 3.229 ms [v1 epilogue_fwd], 22.2% of
+ * the ceiling [v1 epilogue_fwd pct_ceiling], 4.5x [v1 epilogue_fwd median_ms/floor_ms] its 0.718 ms
+ * [v1 epilogue_fwd floor_ms] floor and 1.12x the prediction. PyTorch eager's epilogue takes 3.043
+ * ms [eager epilogue_fwd] on the same GPU (data/h100/pytorch-ch05.csv). The whole model 14.31 ms
  * [v1 model_fwd], of which cuDNN's transposed conv alone takes 10.97 ms (5.3 TFLOP/s) and the pool
- * 0.212 ms (the notes after the table); PyTorch eager's whole model 14.12 ms [eager model_fwd].
+ * 0.212 ms (the notes after the table); PyTorch eager's whole model 14.13 ms [eager model_fwd].
  *
  * The whole model (scope model_fwd) of v1..v6 is the pool, the library's transposed conv, then
  * the epilogue.

@@ -27,7 +27,7 @@
  * thread-instructions) an SM issues a clock, and its one exp a float in the 16 an SM's special
  * function units give a clock. Expect v3's time; the gain is the additive sum, which v5, v6 and
  * the chapter's next part use.
- * Measured: 1.097 ms [v4 epilogue_fwd], the same as v3 (1.096 [v3 epilogue_fwd]) to 0.01%
+ * Measured: 1.087 ms [v4 epilogue_fwd], the same as v3 (1.086 [v3 epilogue_fwd]) to 0.07%
  * [v4 vs v3 epilogue_fwd], far inside the spread between runs: the
  * prediction held. The shortcut pays in the versions that combine partial sums.
  */

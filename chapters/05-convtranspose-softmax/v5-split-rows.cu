@@ -17,9 +17,9 @@
  * fills the GPU); at batch 1 (64 rows) close to the same bandwidth as the full batch instead of
  * about half: the sweep (data/h100/ch05-sweep.csv) shows it.
  * Measured: the prediction failed. At the KernelBench shape the split is 1 (2048 rows are more
- * than two waves), so v5 is v4 in 512-thread blocks plus a second launch: 1.105 ms
+ * than two waves), so v5 is v4 in 512-thread blocks plus a second launch: 1.095 ms
  * [v5 epilogue_fwd], 0.8% slower [v5 vs v4 epilogue_fwd] than v4. At batch 1 (the sweep,
- * data/h100/ch05-sweep.csv) v5 takes 0.0480 ms [v5 epilogue_fwd @1] against v4's 0.0413
+ * data/h100/ch05-sweep.csv) v5 takes 0.0406 ms [v5 epilogue_fwd @1] against v4's 0.0327
  * [v4 epilogue_fwd @1]: slower, not faster. At that size c is 33.5 MB, less than the 50 MB L2, so
  * v4's second read is already served from L2, and 64 blocks of 1024 threads with 16-byte loads kept
  * enough bytes in flight (not profiled: this is what the numbers allow, not a measurement). What v5

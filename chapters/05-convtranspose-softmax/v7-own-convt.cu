@@ -26,12 +26,12 @@
  * ptxas (sm_90): k_convt_sums 128 registers at __launch_bounds__(256, 2), no spills.
  * Prediction: the conv's 58 GFLOP at 30 TFLOP/s (chapter 4's tile reached 32.7) is 1.9 ms;
  * x read once (537 MB) and c written (1074 MB) during it; then c read and y written, 2.15 GB,
- * 0.72 ms: about 2.7 ms, under the 4 ms target and 4x torch.compile's 11.12 [compile model_fwd].
- * Measured (H100, 32x32x32x64x64, 2026-11-23): 3.760 ms [3.732 - 3.798]
- * [v7 model_fwd median_ms min_ms max_ms], 3.2x v6's whole model [v6/v7 model_fwd] (11.95
+ * 0.72 ms: about 2.7 ms, under the 4 ms target and 4x torch.compile's 11.24 [compile model_fwd].
+ * Measured (H100, 32x32x32x64x64, 2026-11-23): 3.746 ms [3.647 - 3.859]
+ * [v7 model_fwd median_ms min_ms max_ms], 3.2x v6's whole model [v6/v7 model_fwd] (11.88
  * [v6 model_fwd] in ch05.csv; cuDNN's transposed conv alone took 11.09 in the same run), 3.0x
- * [compile/v7 model_fwd] torch.compile's 11.12 [compile model_fwd] and 3.8x [eager/v7 model_fwd]
- * eager's 14.12 [eager model_fwd] (data/h100/pytorch-ch05.csv). The prediction missed by 1.06 ms,
+ * [compile/v7 model_fwd] torch.compile's 11.24 [compile model_fwd] and 3.8x [eager/v7 model_fwd]
+ * eager's 14.13 [eager model_fwd] (data/h100/pytorch-ch05.csv). The prediction missed by 1.06 ms,
  * 39%. Nsight Compute (data/run-device.sh ncu5, same shape; ncu fixes the clocks, so its times sum
  * to 4.25 ms, not 3.76): the weights' pre-pass 3 us; k_convt_sums 3.50 ms, its FMA pipe 35% busy
  * with 25% of the warps active (two blocks of 256 threads an SM: the 128 registers a thread allow
@@ -39,7 +39,7 @@
  * writing 1.36 GB (c is 1.07 GB); k_rows_from_partials 0.750 ms, reading 1.08 GB and writing 1.06
  * GB, 2.86 TB/s (95% of the copy ceiling). So the last pass is as fast as its bytes allow, and the
  * conv looks latency-bound: too few warps to hide the shared-memory and FMA latencies, where the
- * prediction assumed chapter 4's 30 TFLOP/s. At batch 1, 0.139 ms [v7 model_fwd @1]
+ * prediction assumed chapter 4's 30 TFLOP/s. At batch 1, 0.130 ms [v7 model_fwd @1]
  * (ch05-sweep.csv). Checked: make test runs v7 on every awkward shape (1x32x2x2x2 to 1x32x18x34x66,
  * odd extents that the pool truncates, tiles cut by the edges) and on x scaled by 1000, each row
  * against the double reference by its own scale.
