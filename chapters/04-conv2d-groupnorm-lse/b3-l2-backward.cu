@@ -19,16 +19,16 @@
  * Prediction: v6's forward, 0.31 ms [v6 epilogue_fwd]; the backward reads c once and g, writes dc:
  * 1048 MB, 0.35 ms at the ceiling: about 0.7 ms for the pair, the target.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): forward + backward 1.099 ms
- * [1.081 - 1.106] [b3 epilogue_fwdbwd median_ms min_ms max_ms] (recorded again after v6's consumed
- * count became atomic: 1.107 before), 1.37x faster [b2/b3 epilogue_fwdbwd] than b2's 1.507
- * [b2 epilogue_fwdbwd], but 1.6x the 0.7 ms target and 2.1x [b3 epilogue_fwdbwd median_ms/floor_ms]
- * the 0.528 ms [b3 epilogue_fwdbwd floor_ms] floor: the backward
- * alone takes about 0.78 ms, 2.2x its 0.35 ms. Nsight Compute at 32x8x128x128 (data/run-device.sh
- * dram): the backward kernel reads 249 MB from DRAM for 130 MB of c, so most of phase B's read
- * misses L2 (it holds two samples a team, and dc's 130 MB of streaming stores pass through the
- * same L2), where v6's forward kernel reads 142 to 146 MB (151 to 155 MB in b3's run). Left to do:
- * v6's producer/consumer split and one published (mean(dxh), mean(dxh xh)) a sample for the
- * backward too. The training step took 50.3 ms, the same as b2's within their spreads, while
+ * [1.081 - 1.106] [b3 epilogue_fwdbwd median_ms min_ms max_ms] (v6's consumed count made atomic
+ * changed nothing measurable: 1.103 against 1.107 ms with the earlier timer, commit 402fccd), 1.37x
+ * faster [b2/b3 epilogue_fwdbwd] than b2's 1.507 [b2 epilogue_fwdbwd], but 1.6x the 0.7 ms target
+ * and 2.1x [b3 epilogue_fwdbwd median_ms/floor_ms] the 0.528 ms [b3 epilogue_fwdbwd floor_ms]
+ * floor: the backward alone takes about 0.79 ms, 2.3x its 0.35 ms. Nsight Compute at 32x8x128x128
+ * (data/run-device.sh dram): the backward kernel reads 249 MB from DRAM for 130 MB of c, so most of
+ * phase B's read misses L2 (it holds two samples a team, and dc's 130 MB of streaming stores pass
+ * through the same L2), where v6's forward kernel reads 142 to 146 MB (151 to 155 MB in b3's run).
+ * Left to do: v6's producer/consumer split and one published (mean(dxh), mean(dxh xh)) a sample for
+ * the backward too. The training step took 50.3 ms, the same as b2's within their spreads, while
  * cuDNN's weight gradient, through its legacy API, took 44.7; with the graph API PyTorch uses
  * (issue 13), the step takes 5.38 ms [b3 train_step].
  */

@@ -3,12 +3,13 @@
  *
  * Defect of b1..b3 as a training step: 50.3 ms through cuDNN's legacy API, of which cuDNN's
  * backward filter (dw) took 44.7 ms, as this tutorial's common/conv.cu first set it up (b3's step
- * takes 5.38 ms [b3 train_step] through the graph API PyTorch uses), and its forward conv 1.20 ms;
+ * takes 5.38 ms [b3 train_step] through the graph API PyTorch uses), and its forward conv 1.18 ms;
  * PyTorch takes 11.28 ms [eager train_step] eager and 6.36 ms [compile train_step] compiled for the
- * same step (data/h100/pytorch-ch04.csv).
+ * same step in fp32, 10.44 [eager train_step default] and 5.55 [compile train_step default] in its
+ * default precision (data/h100/pytorch-ch04.csv).
  * Change: the forward is v9 (our conv once, c stored with the statistics, v4's apply); the
  * backward of the epilogue is b3's (teams, c's second read meant for L2); dx stays cuDNN's
- * backward data (1.75 ms); dw and dbias are ours, k_dw below:
+ * backward data (1.61 ms); dw and dbias are ours, k_dw below:
  *
  *   dw[co][ci][kh][kw] = sum over n, oh, ow of dc[n][co][oh][ow] x[n][ci][oh + kh][ow + kw]
  *   dbias[co]          = sum over n, oh, ow of dc[n][co][oh][ow]
@@ -26,18 +27,19 @@
  * written once per block, and added over the blocks in block order by k_dw_sum: no atomics,
  * the same bits every run.
  * Prediction: dw is 18.7 GFLOP, 0.28 ms at the FMA peak, 0.6 ms at v8's 49% of it; the step
- * v9 (0.82 [v9 model_fwd]) + b3's backward (about 0.78: b3's 1.10 [b3 epilogue_fwdbwd] less v6's
- * 0.31 [v6 epilogue_fwd]) + cuDNN's dx (1.75) + 0.6: about 4 ms, ahead of torch.compile's 6.36
+ * v9 (0.82 [v9 model_fwd]) + b3's backward (about 0.79: b3's 1.10 [b3 epilogue_fwdbwd] less v6's
+ * 0.31 [v6 epilogue_fwd]) + cuDNN's dx (1.61) + 0.6: about 3.8 ms, ahead of torch.compile's 6.36
  * [compile train_step].
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv; b4's rows come from a run of
- * b4 alone on the same machine minutes after the record of the other rows): 4.017 ms [4.005 -
- * 4.027] [b4 train_step median_ms min_ms max_ms], 1.34x faster [b3/b4 train_step] than b3's step
- * (5.383 [b3 train_step]), 1.58x faster [compile/b4 train_step] than torch.compile's step (6.361
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 4.017 ms [4.005 - 4.027]
+ * [b4 train_step median_ms min_ms max_ms], 1.34x faster [b3/b4 train_step] than b3's step (5.383
+ * [b3 train_step]), 1.58x faster [compile/b4 train_step] than torch.compile's step in fp32 (6.361
  * [compile train_step]) and 2.81x faster [eager/b4 train_step] than PyTorch eager's (11.28
- * [eager train_step]): the step is ahead of PyTorch. Nsight Compute (its own clocks): k_dw 957 us,
- * the FMA pipe 48% busy, the issue slots 63%, 16 warps an SM; k_dw_sum 13 us. The one library call
- * left, cuDNN's dx, is 1.75 ms of the 4.02 [b4 train_step] (the notes after the table): dx as our
- * own transposed conv on conv-tile.cuh's tile is the next step.
+ * [eager train_step]); in PyTorch's default precision, where cuDNN may run dx and dw in TF32, 1.38x
+ * [compile train_step default / b4 train_step] and 2.60x
+ * [eager train_step default / b4 train_step]: the step is ahead of PyTorch. Nsight Compute (its own
+ * clocks): k_dw 957 us, the FMA pipe 48% busy, the issue slots 63%, 16 warps an SM; k_dw_sum 13 us.
+ * The one library call left, cuDNN's dx, is 1.61 ms of the 4.02 [b4 train_step] (the notes after
+ * the table): dx as our own transposed conv on conv-tile.cuh's tile is the next step.
  */
 #include "conv-tile.cuh"
 #include "model.h"

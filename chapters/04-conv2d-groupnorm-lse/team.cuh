@@ -2,7 +2,7 @@
  * team.cuh: one launch that walks the batch in teams of blocks (v6, b3)
  *
  * v5 showed that a chunk of samples small enough for L2 is too little work for a launch: 43
- * chunks of two launches and two events cost 12 us a chunk. Here the whole batch is one
+ * chunks of two launches and two events cost 13 us a chunk. Here the whole batch is one
  * launch. Its grid is as many blocks as the GPU holds at once (the occupancy API: 2 blocks of
  * 512 threads an SM, 264 on the H100), cut into `teams` teams of `ctas` blocks; team j takes
  * samples j, j + teams, j + 2 teams, ... For each sample the team's blocks first read it from

@@ -15,7 +15,7 @@
  * [v1 epilogue_fwd], 7.1% of the floor [v1 epilogue_fwd pct_floor] and 1.4x the prediction: the
  * statistics alone take 0.1849 ms [v1 stats] (94.2% of the ceiling [v1 stats pct_ceiling]), the
  * five kernels the other 2.29 ms [v1 epilogue_fwd-stats]. The whole model 3.63 ms [v1 model_fwd],
- * of which cuDNN's conv about 1.20 (the notes after the table).
+ * of which cuDNN's conv about 1.18 (the notes after the table).
  *
  * The whole model (scope model_fwd) of v1..v6 is the library conv, then the epilogue.
  */

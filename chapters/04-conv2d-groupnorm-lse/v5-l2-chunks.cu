@@ -20,7 +20,7 @@
  * Compute at 32x8x128x128 (data/run-device.sh dram): a chunk's statistics read 12.2 MB from DRAM
  * (its 3 samples' c), its apply under 3 KB: the second read comes from L2. But the time is
  * 0.742 ms [v5 epilogue_fwd], 1.98x [v5/v4 epilogue_fwd] v4's 0.374 [v4 epilogue_fwd]: the
- * prediction missed. 43 chunks of two launches joined by events cost (0.697 - 0.177) / 43 = 12 us a
+ * prediction missed. 43 chunks of two launches joined by events cost (0.742 - 0.177) / 43 = 13 us a
  * chunk over the floor, more than the 4 us a chunk's 12 MB take at the ceiling. What is left for v5
  * to meet the 0.25 ms target: fewer, larger steps (a persistent kernel walking the chunks with a
  * grid-wide barrier between its statistics and its apply, or the chunks captured in a CUDA graph),

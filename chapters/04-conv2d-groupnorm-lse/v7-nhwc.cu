@@ -2,15 +2,14 @@
  * v7: the layout lesson: the same model with c channels last (NHWC)
  *
  * Defect of v1..v6: they all read c as NCHW, the layout PyTorch's Conv2d returns by default, and
- * the layout decides which of the epilogue's two reductions is cheap. In NCHW a group (n, G) is
- * 4 S contiguous floats, so its statistics are one block streaming 254 KB (v2: 90% of the copy
- * ceiling); but the logsumexp over a position's 64 channels is a thread walking 64 planes S
- * floats apart: every load is coalesced across the warp (32 consecutive positions of one
+ * the layout decides which of the epilogue's two reductions is cheap. In NCHW a group (n, G) is 4 S
+ * contiguous floats, so its statistics are one block streaming 254 KB (v2: 95% of the copy ceiling
+ * [v2 stats pct_ceiling]); but the logsumexp over a position's 64 channels is a thread walking 64
+ * planes S floats apart: every load is coalesced across the warp (32 consecutive positions of one
  * plane), yet each thread issues 64 loads of 4 bytes and folds them in one at a time (the online
- * logsumexp, a branch and a rescale a value). PyTorch can hand cuDNN channels-last tensors
- * instead (x.to(memory_format=torch.channels_last)), and cuDNN then writes c as
- * N x OH x OW x 64: a position's 64 channels are 256 contiguous bytes, and a group is one float4
- * at every position.
+ * logsumexp, a branch and a rescale a value). PyTorch can hand cuDNN channels-last tensors instead
+ * (x.to(memory_format=torch.channels_last)), and cuDNN then writes c as N x OH x OW x 64: a
+ * position's 64 channels are 256 contiguous bytes, and a group is one float4 at every position.
  * Change: v4's two passes (the statistics, then one apply; c read twice), on c in NHWC:
  *   k_stats_nhwc   lane & 15 is a thread's group G for the whole kernel: it loads the float4 of
  *                  channels 4G .. 4G+3 at each of its positions (a half-warp reads one
@@ -38,25 +37,24 @@
  * at the end. Both layouts read every byte of c in whole 32-byte sectors: the layout moves the
  * instructions and the latency of each pass, not its bytes.
  * Prediction: as v4, c read twice and y written: 1048.6 MB, about 0.35 ms at the ~3000 GB/s copy
- * ceiling (v4 measured 0.384 ms). The apply's arithmetic a value is v4's (an FMA, tanhf,
- * HardSwish, one __expf) without the online update's compare and rescale, plus two shuffles and
- * two max-or-adds a value for the butterflies (8 of each a lane a position, 4 values a lane);
+ * ceiling (v4 measured 0.374 ms [v4 epilogue_fwd]). The apply's arithmetic a value is v4's (an FMA,
+ * tanhf, HardSwish, one __expf) without the online update's compare and rescale, plus two shuffles
+ * and two max-or-adds a value for the butterflies (8 of each a lane a position, 4 values a lane);
  * the statistics' Welford update is v2's. The whole model adds the transposition of x that
  * x.to(memory_format=torch.channels_last) costs (67.1 MB read, 67.1 MB written: 0.045 ms at the
- * ceiling; it is in the timed model_fwd) and cuDNN's NHWC conv, whose time against the NCHW
- * one's is to be measured (the notes after the table print both).
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue 0.3714 ms [0.3691 -
- * 0.3727] [v7 epilogue_fwd median_ms min_ms max_ms] against v4's 0.3740 [0.3725 - 0.3765]
- * [v4 epilogue_fwd median_ms min_ms max_ms]: 0.7% faster [v4 vs v7 epilogue_fwd], the ranges just
- * apart, so the same speed for practical purposes. Nsight Compute at 32x8x128x128
- * (data/run-device.sh dram): the statistics read 130 MB and the apply 130 MB from DRAM, as v4's: c
- * crosses DRAM twice in either layout. The layout changed which reduction is cheap, not the bytes,
- * and both passes were bound by the bytes. The whole model is where channels last loses here: 1.931
- * ms [v7 model_fwd] against v4's 1.522 [v4 model_fwd], because cuDNN's fp32 conv channels last
- * takes 1.521 ms (12.3 TFLOP/s) against 1.201 ms channels first (15.6 TFLOP/s), and the
- * transposition of x 0.059 ms (the notes after the table, same run). On this GPU, in fp32, NCHW is
- * the better layout for this model; the lesson is which reduction each layout makes cheap, and v8's
- * own conv takes the choice back.
+ * ceiling; it is in the timed model_fwd) and cuDNN's NHWC conv, whose time against the NCHW one's
+ * is to be measured (the notes after the table print both).
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue 0.3714 ms
+ * [0.3691 - 0.3727] [v7 epilogue_fwd median_ms min_ms max_ms] against v4's 0.3740 [0.3725 - 0.3765]
+ * [v4 epilogue_fwd median_ms min_ms max_ms]: 0.7% faster [v4 vs v7 epilogue_fwd], but the ranges
+ * overlap: a tie. Nsight Compute at 32x8x128x128 (data/run-device.sh dram): the statistics read
+ * 130 MB and the apply 130 MB from DRAM, as v4's: c crosses DRAM twice in either layout. The layout
+ * changed which reduction is cheap, not the bytes, and both passes were bound by the bytes. The
+ * whole model is where channels last loses here: 1.931 ms [v7 model_fwd] against v4's 1.522
+ * [v4 model_fwd], because cuDNN's fp32 conv channels last takes 1.498 ms (12.5 TFLOP/s) against
+ * 1.181 ms channels first (15.9 TFLOP/s), and the transposition of x 0.055 ms (the notes after the
+ * table, same run). On this GPU, in fp32, NCHW is the better layout for this model; the lesson is
+ * which reduction each layout makes cheap, and v8's own conv takes the choice back.
  */
 #include "apply.cuh"
 #include "group-welford.cuh"

@@ -3,8 +3,8 @@
  *
  * Defect of v1..v7 as a whole model: the library conv writes c (520 MB) to DRAM and the
  * epilogue reads it back at least once, and cuDNN's conv is itself slow here: 8 input channels
- * give it little to tile (the notes after the table time it alone: 1.201 ms, 15.6 TFLOP/s,
- * against 0.280 ms at the FMA peak). v6's whole model takes 1.462 ms (its row), four
+ * give it little to tile (the notes after the table time it alone: 1.181 ms, 15.9 TFLOP/s,
+ * against 0.280 ms at the FMA peak). v6's whole model takes 1.462 ms [v6 model_fwd], four
  * fifths of it the conv.
  * Change: our own conv (conv-tile.cuh: a thread 4 positions x 16 channels in registers), and
  * since no output can be written before a sample's statistics are complete, two passes over
@@ -30,13 +30,15 @@
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.1444 ms [1.1419 - 1.1473]
  * [v8 model_fwd median_ms min_ms max_ms], 32.7 TFLOP/s over the two convs (49% of the peak): 1.28x
  * faster [v6/v8 model_fwd] than v6's whole model and 2.09x faster [compile/v8 model_fwd] than
- * torch.compile's (2.394 ms [compile model_fwd], same run), but 0.145 ms over the 1.0 ms target and
- * twice the prediction. c never reaches DRAM: at 32x8x128x128 (data/run-device.sh dram) pass 1
- * reads 16.7 MB (x is 16.8 MB) and pass 2 almost nothing (x is still in L2). Nsight Compute at the
- * KernelBench shape: the FMA pipe 60% busy in pass 1, 58% in pass 2, the issue slots 75% and 73%,
- * with 16 warps an SM (127 registers a thread: two blocks). How the tile got there: a first form
- * with 16 channels a thread (64 accumulators) needed 241 registers, one block of 8 warps an SM:
- * 1.198 ms, the FMA pipe 57% busy; 8 channels a thread and two blocks an SM: 1.144 [v8 model_fwd].
+ * torch.compile's in fp32 (2.394 ms [compile model_fwd]; 1.39x
+ * [compile model_fwd default / v8 model_fwd] its default precision's), but 0.144 ms over the 1.0 ms
+ * target and twice the prediction. c never reaches DRAM: at 32x8x128x128 (data/run-device.sh dram)
+ * pass 1 reads 16.7 MB (x is 16.8 MB) and pass 2 almost nothing (x is still in L2). Nsight Compute
+ * at the KernelBench shape: the FMA pipe 60% busy in pass 1, 58% in pass 2, the issue slots 75% and
+ * 73%, with 16 warps an SM (127 registers a thread: two blocks). How the tile got there: a first
+ * form with 16 channels a thread (64 accumulators) needed 241 registers, one block of 8 warps an
+ * SM: 1.198 ms, the FMA pipe 57% busy; 8 channels a thread and two blocks an SM: 1.144
+ * [v8 model_fwd].
  * What is left: a tile's input is loaded after the previous tile's barrier, so a block's warps wait
  * for L2 once a tile (a copy of the next tile started before the conv, cp.async, would hide it),
  * and the FMAs are 80% of the instructions issued.
@@ -235,7 +237,7 @@ void v8_launch(const run_ctx *r, int scope)
  * v9: the whole model with c written once, in the conv's epilogue with its statistics
  *
  * Defect of v8: the conv's FLOPs twice, where the second pass only recomputes what the first
- * already had in registers: 1.145 ms, at 32.7 TFLOP/s over two convs.
+ * already had in registers: 1.144 ms [v8 model_fwd], at 32.7 TFLOP/s over two convs.
  * Change: pass 1 also stores the tile's c (store_c above: through shared memory, coalesced),
  * and v4's apply (k_apply, one thread a position) reads it back: the conv once, c written once
  * and read once.
@@ -248,15 +250,16 @@ void v8_launch(const run_ctx *r, int scope)
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.8211 ms [0.8189 - 0.8257]
  * [v9 model_fwd median_ms min_ms max_ms], 1.39x faster than v8 [v8/v9 model_fwd], 1.85x faster
  * [v4/v9 model_fwd] than v4's whole model (1.522 [v4 model_fwd]) and 2.92x faster
- * [compile/v9 model_fwd] than torch.compile's (2.394 [compile model_fwd], same run): the 1.0 ms
- * target is met. The store is not free: Nsight Compute, under its own clocks, times pass 1 at 755
- * us with the store and 667 us without (the FMA pipe 54% busy instead of 60%), and v4's apply at
- * 207 us (2.56 TB/s). At 32x8x128x128 (data/run-device.sh dram) pass 1 writes 107 to 125 MB and the
- * apply reads 130 MB and writes the rest of c's dirty lines from L2 (25 MB): c crosses DRAM twice,
- * once each way, as designed. So this version gives up the aim that only y leaves the chip, and is
- * faster for it; the L2-resident ring the issue names (c of a few samples written into L2 and read
- * back before it is evicted, v6's teams with the conv as producer) would keep v9's single conv
- * without its 1040 MB, and is the next step.
+ * [compile/v9 model_fwd] than torch.compile's in fp32 (2.394 [compile model_fwd]) and 1.94x
+ * [compile model_fwd default / v9 model_fwd] its default precision's (1.590
+ * [compile model_fwd default]): the 1.0 ms target is met. The store is not free: Nsight Compute,
+ * under its own clocks, times pass 1 at 755 us with the store and 667 us without (the FMA pipe 54%
+ * busy instead of 60%), and v4's apply at 207 us (2.56 TB/s). At 32x8x128x128 (data/run-device.sh
+ * dram) pass 1 writes 107 to 125 MB and the apply reads 130 MB and writes the rest of c's dirty
+ * lines from L2 (25 MB): c crosses DRAM twice, once each way, as designed. So this version gives up
+ * the aim that only y leaves the chip, and is faster for it; the L2-resident ring the issue names
+ * (c of a few samples written into L2 and read back before it is evicted, v6's teams with the conv
+ * as producer) would keep v9's single conv without its 1040 MB, and is the next step.
  */
 #define CT_STAGE (CT_THREADS / 32 * CT_SLICE_CH * CT_SEG * 4) /* 32 KB: a warp's tile of c */
 
