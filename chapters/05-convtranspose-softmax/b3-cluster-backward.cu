@@ -21,20 +21,23 @@
  * Prediction: 1.8 ms at the ceiling if the clusters overlap as v6's do.
  * Measured: 2.212 ms [b3 epilogue_fwdbwd] with clusters of 8, 81.2% of the ceiling
  * [b3 epilogue_fwdbwd pct_ceiling], 1.32x faster than b2 [b2/b3 epilogue_fwdbwd] and 1.90x
- * [compile/b3 epilogue_fwdbwd] torch.compile's 4.209 ms [compile epilogue_fwdbwd]; 1.24x the
- * prediction, and 11% over the 2.0 ms target. The prediction missed what was computable in advance,
- * and Nsight Compute (at 8x32x32x64x64) shows it: the backward kernel reaches 61% of the DRAM's
- * peak against v6's 74.5%, because 128 KB of shared memory a block leave room for one block an SM
- * (25% of the warps): while that block sums and waits at the cluster barrier, its SM loads nothing.
- * With clusters of 16 (CH05_B3_CL=16, 64 KB a block, three an SM; the same machine minutes later)
- * b3 measured 2.143 ms [2.131 - 2.158]. The training step, 21.05 ms [b3 train_step], is 5% ahead
- * [compile vs b3 train_step] of torch.compile's 22.19 [compile train_step]. Through the legacy
- * cudnnFind API common/conv.cu used before it took 28.52 ms, and the gradients of the conv and the
- * pool were why: by subtraction of the medians (training step - whole model - the epilogue's
- * backward), they took 15.2 ms there against 7.5 ms in PyTorch eager and 7.7 ms with torch.compile,
- * which compute the same gradients; the forward's pool and conv took 11.14 ms there and 11.07 ms in
- * eager. At PyTorch's speed for them, b3's step would be near 21 ms, as it now is through the graph
- * API PyTorch uses.
+ * [compile/b3 epilogue_fwdbwd] torch.compile's 4.209 ms [compile epilogue_fwdbwd]; 1.23x
+ * [b3 epilogue_fwdbwd median_ms/floor_ms] the prediction, and 11% over the 2.0 ms target. The
+ * prediction missed what was computable in advance, and Nsight Compute (at 8x32x32x64x64) shows it:
+ * the backward kernel reaches 61% of the DRAM's peak against v6's 74.5%, because 128 KB of shared
+ * memory a block leave room for one block an SM (25% of the warps): while that block sums and waits
+ * at the cluster barrier, its SM loads nothing. With clusters of 16 (CH05_B3_CL=16, 64 KB a block,
+ * three an SM; the same machine minutes after 2.225 ms with clusters of 8, commit bd58a0c; not
+ * measured since) b3 measured 2.143 ms [2.131 - 2.158]. The training step, 21.05 ms
+ * [b3 train_step], is 5% ahead [compile vs b3 train_step] of torch.compile's 22.19
+ * [compile train_step] in fp32, and runs at 0.50x [compile train_step default / b3 train_step] the
+ * speed of its default precision's 10.50 [compile train_step default], whose convs and their
+ * gradients run on TF32 tensor cores. Through the legacy cudnnFind API common/conv.cu used before
+ * it took 28.52 ms (commit bd58a0c), and the gradients of the conv and the pool were why: by
+ * subtraction of the medians (training step - whole model - the epilogue's backward) they took
+ * 15.2 ms there; through the graph API PyTorch uses they take 7.74 ms (timed alone, the notes after
+ * the table), against 7.5 ms in PyTorch eager and 7.9 ms with torch.compile in fp32 by the same
+ * subtraction, which compute the same gradients.
  */
 #include <cooperative_groups.h>
 #include <stdlib.h>

@@ -18,8 +18,9 @@
  * the ceiling [v1 epilogue_fwd pct_ceiling], 4.5x [v1 epilogue_fwd median_ms/floor_ms] its 0.718 ms
  * [v1 epilogue_fwd floor_ms] floor and 1.12x the prediction. PyTorch eager's epilogue takes 3.043
  * ms [eager epilogue_fwd] on the same GPU (data/h100/pytorch-ch05.csv). The whole model 14.31 ms
- * [v1 model_fwd], of which cuDNN's transposed conv alone takes 10.97 ms (5.3 TFLOP/s) and the pool
- * 0.212 ms (the notes after the table); PyTorch eager's whole model 14.13 ms [eager model_fwd].
+ * [v1 model_fwd], of which cuDNN's transposed conv alone takes 10.88 ms (5.3 TFLOP/s) and the pool
+ * 0.203 ms (the notes after the table); PyTorch eager's whole model 14.13 ms [eager model_fwd] in
+ * fp32, 5.70 [eager model_fwd default] in its default precision (cuDNN's conv in TF32).
  *
  * The whole model (scope model_fwd) of v1..v6 is the pool, the library's transposed conv, then
  * the epilogue.

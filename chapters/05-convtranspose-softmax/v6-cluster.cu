@@ -29,7 +29,7 @@
  * Measured: 0.800 ms [v6 epilogue_fwd], 89.7% of the ceiling [v6 epilogue_fwd pct_ceiling], 1.36x
  * faster than v4 [v4/v6 epilogue_fwd] and 1.40x [compile/v6 epilogue_fwd] torch.compile's 1.118 ms
  * [compile epilogue_fwd]; 45 clusters were resident at once (the notes after the table). The
- * target, 0.75 ms, is missed by 7.6%. Nsight Compute (at 8x32x32x64x64, profiled as b3's forward
+ * target, 0.75 ms, is missed by 6.7%. Nsight Compute (at 8x32x32x64x64, profiled as b3's forward
  * kernel, at the lower clocks Nsight Compute locks): 74.5% of the DRAM's peak, three blocks an SM
  * (36 registers a thread and 64 KB of shared memory both allow three, not four), 68% of the warps
  * achieved against 75% possible, and 10.3 waves of clusters per SM. What the remaining gap is made

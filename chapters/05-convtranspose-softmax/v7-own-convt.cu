@@ -2,8 +2,9 @@
  * v7: the whole model with our own transposed conv: the pool folded into its loads, the clamp
  * and each row's partial sums in its epilogue
  *
- * Defect of v1..v6's whole model: cuDNN's transposed conv takes 10.97 ms of v6's 11.95 (5.3
- * TFLOP/s of a 66.9 peak), and the pool writes xp (67 MB) for the conv to read back.
+ * Defect of v1..v6's whole model: cuDNN's transposed conv takes 10.88 ms of v6's 11.88
+ * [v6 model_fwd] (5.3 TFLOP/s of a 66.9 peak, fp32; the notes after the table), and the pool
+ * writes xp (67 MB) for the conv to read back.
  * Change: the transposed conv in our kernel, by its parity decomposition (chapter 1's v5): an
  * output o = 2 i - 1 + k along an axis (stride 2, padding 1, kernel 3) is reached from input i
  * by tap k, so an even output 2m takes one tap (i = m, k = 1) and an odd one 2m + 1 two
@@ -27,22 +28,25 @@
  * Prediction: the conv's 58 GFLOP at 30 TFLOP/s (chapter 4's tile reached 32.7) is 1.9 ms;
  * x read once (537 MB) and c written (1074 MB) during it; then c read and y written, 2.15 GB,
  * 0.72 ms: about 2.7 ms, under the 4 ms target and 4x torch.compile's 11.24 [compile model_fwd].
- * Measured (H100, 32x32x32x64x64, 2026-11-23): 3.746 ms [3.647 - 3.859]
+ * Measured (H100, 32x32x32x64x64): 3.746 ms [3.647 - 3.859]
  * [v7 model_fwd median_ms min_ms max_ms], 3.2x v6's whole model [v6/v7 model_fwd] (11.88
- * [v6 model_fwd] in ch05.csv; cuDNN's transposed conv alone took 11.09 in the same run), 3.0x
+ * [v6 model_fwd] in ch05.csv; cuDNN's transposed conv alone took 10.88 in the same run), 3.0x
  * [compile/v7 model_fwd] torch.compile's 11.24 [compile model_fwd] and 3.8x [eager/v7 model_fwd]
- * eager's 14.13 [eager model_fwd] (data/h100/pytorch-ch05.csv). The prediction missed by 1.06 ms,
- * 39%. Nsight Compute (data/run-device.sh ncu5, same shape; ncu fixes the clocks, so its times sum
- * to 4.25 ms, not 3.76): the weights' pre-pass 3 us; k_convt_sums 3.50 ms, its FMA pipe 35% busy
- * with 25% of the warps active (two blocks of 256 threads an SM: the 128 registers a thread allow
- * no more), reading 890 MB (x is 537 MB: neighbouring tiles re-read their halos' windows) and
- * writing 1.36 GB (c is 1.07 GB); k_rows_from_partials 0.750 ms, reading 1.08 GB and writing 1.06
- * GB, 2.86 TB/s (95% of the copy ceiling). So the last pass is as fast as its bytes allow, and the
- * conv looks latency-bound: too few warps to hide the shared-memory and FMA latencies, where the
- * prediction assumed chapter 4's 30 TFLOP/s. At batch 1, 0.130 ms [v7 model_fwd @1]
- * (ch05-sweep.csv). Checked: make test runs v7 on every awkward shape (1x32x2x2x2 to 1x32x18x34x66,
- * odd extents that the pool truncates, tiles cut by the edges) and on x scaled by 1000, each row
- * against the double reference by its own scale.
+ * eager's 14.13 [eager model_fwd] in fp32 (data/h100/pytorch-ch05.csv). In PyTorch's default
+ * precision, whose cuDNN conv runs on TF32 tensor cores at about 3e-4 relative error, torch.compile
+ * takes 2.76 ms [compile model_fwd default]: v7 runs at 0.74x
+ * [compile model_fwd default / v7 model_fwd] its speed. The prediction missed by 1.05 ms, 39%.
+ * Nsight Compute (data/run-device.sh ncu5, same shape, 2026-11-23; ncu fixes the clocks, so its
+ * times sum to 4.25 ms, not 3.75 [v7 model_fwd]): the weights' pre-pass 3 us; k_convt_sums 3.50 ms,
+ * its FMA pipe 35% busy with 25% of the warps active (two blocks of 256 threads an SM: the 128
+ * registers a thread allow no more), reading 890 MB (x is 537 MB: neighbouring tiles re-read their
+ * halos' windows) and writing 1.36 GB (c is 1.07 GB); k_rows_from_partials 0.750 ms, reading 1.08
+ * GB and writing 1.06 GB, 2.86 TB/s (95% of the copy ceiling). So the last pass is as fast as its
+ * bytes allow, and the conv looks latency-bound: too few warps to hide the shared-memory and FMA
+ * latencies, where the prediction assumed chapter 4's 30 TFLOP/s. At batch 1, 0.130 ms
+ * [v7 model_fwd @1] (ch05-sweep.csv). Checked: make test runs v7 on every awkward shape (1x32x2x2x2
+ * to 1x32x18x34x66, odd extents that the pool truncates, tiles cut by the edges) and on x scaled by
+ * 1000, each row against the double reference by its own scale.
  */
 #include "model.h"
 #include "reduce.cuh"
