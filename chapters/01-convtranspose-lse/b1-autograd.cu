@@ -9,8 +9,8 @@
  * Bytes, tensors of N S floats being 63 MB: v1's forward 1.89 GB; clamp backward 3 x 63 MB,
  * the sum 63, / 6 backward 126, the product rule 5 x 63, sigmoid backward 3 x 63, the add
  * 3 x 63, logsumexp backward 1008 + 126 + 1008: 3.21 GB. Prediction: 5.10 GB against the
- * 3.15 GB floor of forward + backward (1.056 ms); at the 2.46 TB/s v1 reached (1.89 GB in
- * 0.767 ms), 2.07 ms, 2x the floor.
+ * 3.15 GB floor of forward + backward (1.056 ms); at the 2.49 TB/s v1 reached (1.89 GB in
+ * 0.758 ms [v1 epilogue_fwd]), 2.05 ms, about 2x the floor.
  * Measured (H100, KernelBench shape): 2.41 ms [b1 epilogue_fwdbwd] for forward + backward, 2.3x
  * [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.056 ms [b1 epilogue_fwdbwd floor_ms] floor; PyTorch
  * eager takes 5.73 ms [eager epilogue_fwdbwd] for the same (its logsumexp and autograd launch more
@@ -22,7 +22,7 @@
  * filter with dc as its input and x as its output gradient, dbias = the backward bias of dc.
  * b3 replaces the conv forward, dw and dbias with its own kernels. b1's step measured 15.43 ms
  * [b1 train_step] (the README's table): cuDNN's transposed conv 6.23, dw 4.38, dx 1.98 and dbias
- * 0.39 (each timed alone, the notes after the table) and the epilogue's forward and backward 2.41
+ * 0.38 (each timed alone, the notes after the table) and the epilogue's forward and backward 2.41
  * [b1 epilogue_fwdbwd]: 15.37 together.
  */
 #include "model.h"

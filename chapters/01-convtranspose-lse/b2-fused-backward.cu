@@ -12,8 +12,8 @@
  * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v4's 0.368 ms
  * [v4 epilogue_fwd], about 1.07 ms for forward + backward, near the 1.056 ms floor.
  *
- * First written with four positions a thread, as v4 does: 1.30 ms (recorded), 18% over the
- * 1.1 ms target and behind torch.compile's 1.18. Its kernel, under ncu, was latency-bound: 22.9
+ * First written with four positions a thread, as v4 does: 1.30 ms (recorded, the earlier timer),
+ * 18% over the 1.1 ms target. Its kernel, under ncu, was latency-bound: 22.9
  * cycles per issued instruction stalled on long scoreboard (waiting for loads) at 37%
  * occupancy, because the 64 values it keeps for the softmax take 80 registers (3 blocks of 256
  * an SM). Two positions a thread keep 32 values in 64 registers with no spill: 4 blocks an SM,
@@ -21,19 +21,19 @@
  * becomes at best 0.90 x 24/32 = 0.67 ms, under the 0.70 ms its bytes need: it would meet the
  * floor.
  * Measured (same H100, same call, commit 0c77edb): 1.210 ms against 1.311 for four positions a
- * thread, 7.7% faster but not the floor: less v4's 0.375 ms, the backward takes about 0.835 ms,
- * 84% of the copy ceiling. With v7's forward (0.370 ms) instead of v4's, 0.0063-0.0068 ms less in
- * each of three interleaved rounds of one call. Recorded: 1.180 ms [b2 epilogue_fwdbwd] (the
- * README's table), 9% over the target; torch.compile's 1.340 ms [compile epilogue_fwdbwd], timed
- * the same day, is 11.9% ahead [b2 vs compile epilogue_fwdbwd]. Between calls b2 has taken 1.194 to
- * 1.215 ms with the same code. ncu on the kernel alone (commit 0c77edb): 48% of warps active, still
- * 16 cycles of long-scoreboard stall an issue, DRAM at 71% of peak. It wrote 0.99 GB to DRAM, where
- * the four-position form wrote 1.14 GB for the same 1.008 GB of dc (both leave some of dc in L2 at
- * the end); the likely cause, not measured, is that its 4-byte stores 16 bytes apart left sectors
- * partly written when L2 evicted them. One position a thread (40 registers, 71% of warps active)
- * took 1.221 ms; capping registers below 64 spills and loses; aligned stores through warp shuffles,
- * evict-first loads or stores, re-reading c instead of holding it, and a loop that loads the next
- * position while storing this one all lost (the README's "tried" list has each number).
+ * thread, 7.7% faster but not the floor: less v4's 0.375 ms, the backward takes about 0.835 ms, 84%
+ * of the copy ceiling. With v7's forward (0.370 ms) instead of v4's, 0.0063-0.0068 ms less in each
+ * of three interleaved rounds of one call. Recorded: 1.180 ms [b2 epilogue_fwdbwd] (the README's
+ * table), 7% over the target, and 11.9% less time [b2 vs compile epilogue_fwdbwd] than
+ * torch.compile's 1.340 ms [compile epilogue_fwdbwd], recorded in the same lease, the ranges apart.
+ * ncu on the kernel alone (commit 0c77edb): 48% of warps active, still 16 cycles of long-scoreboard
+ * stall an issue, DRAM at 71% of peak. It wrote 0.99 GB to DRAM, where the four-position form wrote
+ * 1.14 GB for the same 1.008 GB of dc (both leave some of dc in L2 at the end); the likely cause,
+ * not measured, is that its 4-byte stores 16 bytes apart left sectors partly written when L2
+ * evicted them. One position a thread (40 registers, 71% of warps active) took 1.221 ms; capping
+ * registers below 64 spills and loses; aligned stores through warp shuffles, evict-first loads or
+ * stores, re-reading c instead of holding it, and a loop that loads the next position while storing
+ * this one all lost (the README's "tried" list has each number).
  *
  * This file also wraps the two stages of common/reduce.cuh as one call each for b1's db and
  * b3's dw and dbias (sum_channels, sum_segments).

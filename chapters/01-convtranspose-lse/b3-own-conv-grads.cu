@@ -4,7 +4,7 @@
  * Defect of b1 and b2's training steps: 15.4 [b1 train_step] and 14.2 ms [b2 train_step] (the
  * README's table), most of it in cuDNN's conv pieces (the per-op table after the version table):
  * the transposed conv 6.23 ms, dw 4.38, dx (the Conv3d forward) 1.98, dbias (CUB's segmented sums)
- * 0.39. When b3 was written, through cuDNN's legacy API, the steps took 113 and 112 ms (transposed
+ * 0.38. When b3 was written, through cuDNN's legacy API, the steps took 113 and 112 ms (transposed
  * conv 12.5, dbias 63.6, dw 33.1, dx 2.1). A per-channel sum over 1 GB has a 0.34 ms floor; the
  * conv's 5 GFLOP about 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
  *   - the transposed conv writing c, by v6's parity scheme (parity.cuh; v6 with the logsumexp
@@ -22,12 +22,13 @@
  * 2.1 ms dx: 0.34 + 0.35 + 0.34 + 1.29 + 2.1 = 4.4 ms.
  * Measured (the README's table): the training step takes 4.87 ms [b3 train_step], against 14.2 ms
  * [b2 train_step] for b2 with cuDNN's gradients and, on the same GPU, 18.7 ms [eager train_step]
- * for PyTorch eager and 14.1 ms [compile train_step] for torch.compile (cudnn.benchmark on). Its
- * pieces, each timed alone (the notes after the table): our transposed conv 0.48 ms, dw 0.74, dbias
- * 0.50, cuDNN's dx 1.98, and the epilogue's forward and backward 1.18 [b3 epilogue_fwdbwd]: dw and
- * dbias are where the 0.5 ms over the prediction went (0.74 and 0.50 against 0.35 and 0.34 at the
- * ceiling). Fusing the conv's backward with the epilogue's (dc never written) is the next step and
- * is not done here.
+ * for PyTorch eager and 14.1 ms [compile train_step] for torch.compile in fp32 (cudnn.benchmark
+ * on), 14.7 [eager train_step default] and 9.95 [compile train_step default] in PyTorch's default
+ * precision (cuDNN's convs in TF32). Its pieces, each timed alone (the notes after the table): our
+ * transposed conv 0.48 ms, dw 0.74, dbias 0.48, cuDNN's dx 1.98, and the epilogue's forward and
+ * backward 1.18 [b3 epilogue_fwdbwd]: dw and dbias are where most of the 0.5 ms over the prediction
+ * went (0.74 and 0.48 against 0.35 and 0.34 at the ceiling). Fusing the conv's backward with the
+ * epilogue's (dc never written) is the next step and is not done here.
  */
 #include "model.h"
 #include "parity.cuh"

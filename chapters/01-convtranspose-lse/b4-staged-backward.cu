@@ -1,14 +1,15 @@
 /*
  * b4: b2's backward with its tile staged in shared memory by cp.async
  *
- * Defect of b2 (at c8c7057, v7 then in blocks of 512: 1.203 ms for forward + backward, 9% over
- * issue 15's 1.10 ms target and 1.7% behind torch.compile's 1.183): less v7's 0.3695 ms forward,
- * its backward takes about 0.834 ms for 2.079 GB (c and g read, dc written), 0.694 ms at the 2995
- * GB/s copy ceiling of that call: 83% of it, where v7's forward reaches 96.8%. ncu on b2's kernel
- * alone (the table below): DRAM 73% busy, 28 cycles between a warp's instructions, 48% of warps
- * active, the limit its 64 registers a thread (4 blocks of 256 an SM). Every value a thread waits
- * for sits in a register from the load's issue to its use, so registers cap the loads in flight,
- * and b2 spent them all: fewer registers spilled, fewer positions a thread lost (b2's comment).
+ * Defect of b2 (at c8c7057, v7 then in blocks of 512, the earlier timer: 1.203 ms for forward +
+ * backward, 9% over the 1.10 ms target and 1.7% behind torch.compile's 1.183 as then timed): less
+ * v7's 0.3695 ms forward, its backward takes about 0.834 ms for 2.079 GB (c and g read, dc
+ * written), 0.694 ms at the 2995 GB/s copy ceiling of that call: 83% of it, where v7's forward
+ * reaches 96.8%. ncu on b2's kernel alone (the table below): DRAM 73% busy, 28 cycles between a
+ * warp's instructions, 48% of warps active, the limit its 64 registers a thread (4 blocks of 256 an
+ * SM). Every value a thread waits for sits in a register from the load's issue to its use, so
+ * registers cap the loads in flight, and b2 spent them all: fewer registers spilled, fewer
+ * positions a thread lost (b2's comment).
  * Change: load without registers. A block takes a tile of 512 positions x 16 channels of one
  * sample. Each channel row of the tile is copied global -> shared with cp.async (sm_80 and
  * later: the copy goes to shared memory without a register, and a thread issues all of its
@@ -25,15 +26,16 @@
  * under the target. Its 44 registers (allocated as 48) allow 5 blocks of 256 an SM, 62.5% of
  * warps, and the driver sizes the SM's shared memory for those 5 tiles of 33 KB (ncu reports
  * both limits at 5).
- * Measured (H100, 2026-11-25, the README's table, v7 by then in blocks of 1024): 1.0923 ms
+ * Measured (H100, 2026-11-27, the README's table, v7 by then in blocks of 1024): 1.0923 ms
  * [1.0889 - 1.0941] [b4 epilogue_fwdbwd median_ms min_ms max_ms] against b2's 1.1797
  * [b2 epilogue_fwdbwd] in the same run, 7% less time [b4 vs b2 epilogue_fwdbwd]; 96.7%
  * [b4 epilogue_fwdbwd pct_floor] of the 1.056 ms [b4 epilogue_fwdbwd floor_ms] floor at that run's
- * 2983 GB/s [b4 epilogue_fwdbwd ceiling_gbps] ceiling, 1.7% under the target, and 18.5% under
- * [b4 vs compile epilogue_fwdbwd] torch.compile's 1.3395 [compile epilogue_fwdbwd] (timed the same
- * day); first recorded at 1.0818 with v7's blocks of 512 (cdcc3f1). Less v7's 0.3594
- * [v7 epilogue_fwd], the backward takes about 0.714 ms for its 2.079 GB: 2912 GB/s, 97% of the
- * ceiling: the prediction, slightly beaten. ncu on each kernel alone (ncu's clocks, this code):
+ * 2983 GB/s [b4 epilogue_fwdbwd ceiling_gbps] ceiling, 0.7% under the target, and 18.5% under
+ * [b4 vs compile epilogue_fwdbwd] torch.compile's 1.3395 [compile epilogue_fwdbwd] (recorded in the
+ * same lease); first recorded at 1.0818 with v7's blocks of 512 and the earlier timer (cdcc3f1).
+ * Less v7's 0.3594 [v7 epilogue_fwd], the backward takes about 0.733 ms for its 2.079 GB: 2836
+ * GB/s, 95% of the ceiling, 2% over the predicted 0.717 ms. ncu on each kernel alone (ncu's clocks,
+ * this code):
  *                      time      DRAM busy  cycles between   warps active  registers
  *                                           a warp's instr.
  *   b2's kernel      842.9 us    73.0%      28.2             48.3%         64

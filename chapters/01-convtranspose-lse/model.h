@@ -18,7 +18,8 @@
  *     epilogue  = 16 N S * 4  +  N S * 4  (+ 4 bytes of b)
  *               = 1,007,935,488 + 62,995,968 + 4 = 1.071 GB,
  *     0.359 ms at the H100's measured copy ceiling (2982 GB/s read + write in the run these
- *     floors were first computed from; 2992 and 0.358 ms in the table's run): no kernel that
+ *     floors were first computed from; 2983 GB/s [v7 epilogue_fwd ceiling_gbps] and 0.359 ms
+ *     [v7 epilogue_fwd floor_ms] in the table's run): no kernel that
  *     takes c as its input can beat it, because c has to come in from DRAM.
  * The whole model need only read x and the parameters and write y:
  *     model     = 3 N D H W * 4 + (1296 + 16 + 1) * 4 + N S * 4 = 25.2 MB + 63.0 MB = 88 MB,

@@ -17,14 +17,13 @@
  *  (3) __expf/__logf instead of expf/logf, kept because the accuracy checks still pass.
  * Prediction: the same 1.071 GB, so the same 0.359 ms floor; what v2 lost is instructions per
  * byte. Per 4 positions, 64 load instructions become 4 x 1 + 12 x 2 = 28, and 4 divisions one.
- * If v2's 16% gap to the ceiling shrinks with the loads, 16% x 28 / 64 = 7%: about 0.385 ms.
+ * If v2's 14% gap to the ceiling shrinks with the loads, 14% x 28 / 64 = 6%: about 0.382 ms.
  * Measured: 0.368 ms [v4 epilogue_fwd], 97.6% of the measured copy ceiling
  * [v4 epilogue_fwd pct_ceiling] (2912 of 2983 GB/s [v4 epilogue_fwd gbps ceiling_gbps]), 1.13x v2
- * [v2/v4 epilogue_fwd] and 5% above the 0.359 ms [v4 epilogue_fwd floor_ms] floor: better than
+ * [v2/v4 epilogue_fwd] and 2.4% above the 0.359 ms [v4 epilogue_fwd floor_ms] floor: better than
  * predicted. torch.compile's generated kernel takes 0.411 ms [compile epilogue_fwd] on the same
- * kind of GPU, 12% faster [compile vs v4 epilogue_fwd] (both medians repeat within 0.1% from run to
- * run). Streaming loads were slower and other block sizes no faster (the chapter README's "tried"
- * list).
+ * GPU (the same lease), 12% longer [compile vs v4 epilogue_fwd], the ranges apart. Streaming
+ * loads were slower and other block sizes no faster (the chapter README's "tried" list).
  * v7 comes back to this kernel: measured later, the 16-byte loads were not the gain; a thread
  * per position with plain loads and the other two changes is 2% faster.
  */

@@ -23,8 +23,10 @@
  * loaded from the constant bank, and 144 in the logsumexp and the tail, which the estimate's
  * other terms include; cuobjdump -sass, nvcc 13.0, sm_90.)
  * Measured: 0.390 ms [v5 model_fwd] for the whole model, 17.9x v1 [v1/v5 model_fwd] and 14.7x
- * [compile/v5 model_fwd] torch.compile's 5.75 ms [compile model_fwd], but 2.8x the
- * prediction: the profile (v6's comment) shows the constant cache missing.
+ * [compile/v5 model_fwd] torch.compile's 5.75 ms [compile model_fwd] in fp32 (9.6x
+ * [compile model_fwd default / v5 model_fwd] its 3.74 ms [compile model_fwd default] in PyTorch's
+ * default precision, the conv in TF32), but 2.8x the prediction: the profile (v6's comment) shows
+ * the constant cache missing.
  */
 #include <math.h>
 

@@ -24,7 +24,7 @@
  * stall go too (10.3 -> 6.7 cycles an instruction), v5's time scales to 0.391 x (2616 / 3300)
  * x (6.7 / 10.3) = 0.20 ms.
  * Measured: 0.268 ms [v6 model_fwd], 1.45x v5 [v5/v6 model_fwd] and 21x torch.compile
- * [compile/v6 model_fwd] (5.75 ms [compile model_fwd]); 35% above the prediction and 8%
+ * [compile/v6 model_fwd] in fp32 (5.75 ms [compile model_fwd]); 34% above the prediction and 7%
  * above the 0.25 ms target. ncu counts about 3390 instructions a thread, not 2616 (222.1 M warp
  * instructions over 65,536 warps: v8's comment), 30% more, which is most of the miss. ncu on this
  * kernel (commit 7f6adb2): 80.7% of issue slots busy and 2.25 cycles per instruction "not selected"

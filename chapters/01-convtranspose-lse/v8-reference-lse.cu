@@ -1,7 +1,7 @@
 /*
  * v8: back to the whole model: v6's logsumexp without its running max
  *
- * Defect of v6 (0.268 ms [v6 model_fwd], 8% over the 0.25 ms target): it is issue-bound (ncu: 80.7%
+ * Defect of v6 (0.268 ms [v6 model_fwd], 7% over the 0.25 ms target): it is issue-bound (ncu: 80.7%
  * of issue slots busy), and of the ~2616 instructions a thread issues for its 8 outputs, about 6
  * per (output, channel) are the online logsumexp's update (lse2_online in parity.cuh): the
  * difference to the running max, ex2 of minus its magnitude, a compare, then either a fused
