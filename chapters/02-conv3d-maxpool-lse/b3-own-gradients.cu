@@ -2,11 +2,12 @@
  * b3: the training step's conv gradients on our tensor cores, dx and dw in 3xTF32
  *
  * Defect of b2: its training step is the library's. Of b2's 34.39 ms [b2 train_step] at the
- * KernelBench shape (record run of 2026-11-23), cuDNN's three convs take about 33.6 (per-op table:
- * forward 5.9, dx 9.2, dw 18.4) and our epilogue 0.56 [b2 epilogue_fwdbwd]; torch.compile calls the
- * same cuDNN and is level with it (35.24 [compile train_step]). Yet dx runs at 25 TFLOP/s and dw at
- * 12.6, against the forward's 39, though each is the same 232 GFLOP: cuDNN's deterministic engines
- * for them, the ones PyTorch picks too.
+ * KernelBench shape (the record of 2026-11-27), cuDNN's three convs take about 33.6 (per-op table:
+ * forward 5.9, dx 9.2, dw 18.4) and our epilogue 0.56 [b2 epilogue_fwdbwd]; torch.compile in fp32
+ * calls the same cuDNN and is 2.5% behind it [compile vs b2 train_step]
+ * (35.24 [compile train_step]). Yet dx runs at 25 TFLOP/s and dw at 12.6, against the forward's
+ * 39, though each is the same 232 GFLOP: cuDNN's deterministic engines for them, the ones PyTorch
+ * picks too in fp32.
  *
  * dx. The forward is c[co][p] = sum over ci, k of w[co][ci][k] x[ci][p + k - 1], with p a
  * position (d, h, w), k a tap (kd, kh, kw), each component 0 .. 2, and x zero outside the
@@ -52,29 +53,33 @@
  * dx does v8's work per mma (its loads are lighter: 32-channel weight rows), so about 5.3 ms;
  * dw issues 0.61 shared loads and 1.22 split instructions (a cvt and a subtraction a value)
  * per mma (v8: 0.5 and 1.0), so 10-20% slower,
- * about 6 ms. The step: 34.45 - (9.2 - 5.3) - (18.4 - 6) = about 18 ms, 1.9x torch.compile.
+ * about 6 ms. The step: 34.45 - (9.2 - 5.3) - (18.4 - 6) = about 18 ms, 1.9x torch.compile's
+ * fp32 step (34.45 and 34.74 ms: b2's and torch.compile's steps as the previous timer measured
+ * them).
  * Errors: within 2x of cuDNN's fp32 gradients (relative L2 and largest, against the double
  * reference from the same dc), checked by --test on every awkward shape.
- * Measured (H100, KernelBench shape, the run of 2026-11-23 that recorded b3's rows): the
- * training step 18.491 ms [18.391 - 18.876] [b3 train_step median_ms min_ms max_ms], 1.91x
- * torch.compile [compile/b3 train_step] (35.24 [compile train_step]) and 1.90x eager
- * [eager/b3 train_step] (35.19 [eager train_step]). Alone (L2 flushed): dx 5.883 ms (39.4 TFLOP/s,
- * cuDNN's 9.225), dw 6.205 ms (37.4, cuDNN's 18.453); dx came out as predicted within 11%, dw
- * within 4%. Errors against the double reference: dx rel_l2 3.6e-7 (cuDNN 3.9e-7), dw 6.9e-7 (cuDNN
- * 7.3e-7). Against the double backward of the same dc instead of the exact dc's (the check since
- * commit c4b5cf0, which no longer hands dc's rounding to both alike): dx 2.2e-7 (cuDNN 2.5e-7), dw
- * 6.5e-7 (6.8e-7); on the small test shapes' short sums up to 3.8x cuDNN's relative L2 error and
- * 7.2x its largest (seeds 1 to 8), where 3xTF32's product error (up to 3 x 2^-22) shows, so
- * --test's rule is now 12x, not the 2x predicted here (problem.cu, B3_PEER_RATIO). Nsight Compute
- * (1x32x16x128x128): dx's kernel has v8's profile (tensor pipe 38% busy, 51% of issue slots,
- * 7.3 cycles between a warp's instructions; v8: 41%, 53%, 7.2); dw's is slower per mma (31%,
- * 45%, 9.4 cycles), and reads 142 MB from DRAM where dc and x are 101 MB: the four blocks of a
- * share do not always meet in L2.
- * Tried (same day, same H100): dx on the forward's 256-position tile, 4 warps of 32 channels,
- * three blocks an SM (12 warps, against 16 now): the step 19.38 ms. dw with one wave of
- * shares (66, each summing 124 tiles): as fast (6.27 ms) and 1.6x cuDNN's error (rel_l2
- * 1.2e-6); four waves shorten each running sum 4x and halve the error, as the rounding error
- * of a sum grows with the square root of its length.
+ * Measured (H100, KernelBench shape, the record of 2026-11-27): the training step 18.491 ms
+ * [18.391 - 18.876] [b3 train_step median_ms min_ms max_ms], in fp32 1.91x torch.compile
+ * [compile/b3 train_step] (35.24 [compile train_step]) and 1.90x eager [eager/b3 train_step]
+ * (35.19 [eager train_step]); PyTorch's default precision, whose dx and dw run in TF32, is ahead:
+ * b3 takes 1.92x [b3 train_step / compile train_step default] torch.compile's 9.62 ms
+ * [compile train_step default] there. Alone (L2 flushed): dx 5.872 ms (39.5 TFLOP/s, cuDNN's
+ * 9.215), dw 6.199 ms (37.4, cuDNN's 18.418); dx came out as predicted within 11%, dw within 4%.
+ * Errors against the double reference (the run of 2026-11-23): dx rel_l2 3.6e-7 (cuDNN 3.9e-7),
+ * dw 6.9e-7 (cuDNN 7.3e-7). Against the double backward of the same dc instead of the exact dc's
+ * (the check since commit c4b5cf0, which no longer hands dc's rounding to both alike; the record
+ * again): dx 2.2e-7 (cuDNN 2.5e-7), dw 6.5e-7 (6.8e-7); on the small test shapes' short sums up
+ * to 3.8x cuDNN's relative L2 error and 7.2x its largest (seeds 1 to 8), where 3xTF32's product
+ * error (up to 3 x 2^-22) shows, so --test's rule is now 12x, not the 2x predicted here
+ * (problem.cu, B3_PEER_RATIO). Nsight Compute (1x32x16x128x128): dx's kernel has v8's profile
+ * (tensor pipe 38% busy, 51% of issue slots, 7.3 cycles between a warp's instructions; v8: 41%,
+ * 53%, 7.2); dw's is slower per mma (31%, 45%, 9.4 cycles), and reads 142 MB from DRAM where dc
+ * and x are 101 MB: the four blocks of a share do not always meet in L2.
+ * Tried (2026-11-23, the previous timer): dx on the forward's 256-position tile, 4 warps of 32
+ * channels, three blocks an SM (12 warps, against 16 now): the step 19.38 ms (18.58 with the
+ * 8-warp tile in the same run). dw with one wave of shares (66, each summing 124 tiles): as fast
+ * (6.27 ms) and 1.6x cuDNN's error (rel_l2 1.2e-6); four waves shorten each running sum 4x and
+ * halve the error, as the rounding error of a sum grows with the square root of its length.
  */
 #include "mma.cuh"
 

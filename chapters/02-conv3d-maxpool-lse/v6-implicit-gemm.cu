@@ -3,7 +3,7 @@
  *
  * Defect of v5: the epilogue is done (0.177 ms [v5 epilogue_fwd], 103% of the copy ceiling
  * [v5 epilogue_fwd pct_ceiling]) and the model still takes 6.1 ms [v5 model_fwd]: cuDNN's fp32 conv
- * is 5.9 ms of it, 232 GFLOP at 39 TFLOP/s, 58% of the H100's 67 TFLOP/s FMA peak. Nothing more
+ * is 5.9 ms of it, 232 GFLOP at 39 TFLOP/s, 59% of the H100's 67 TFLOP/s FMA peak. Nothing more
  * comes from the epilogue; the conv has to become ours.
  *
  * Change: the conv as a tiled matrix product (igemm.cuh), before any tensor core, so that the
@@ -19,8 +19,8 @@
  * 54 TFLOP/s, with occupancy (16 warps an SM, 4 per scheduler) and the chunk loads taking
  * their share: 40-45 TFLOP/s, 5.2-5.8 ms for the conv, about cuDNN's fp32 5.9 ms. That is the
  * point: the FMA path has no 2x left in it. The tensor cores (v7) do.
- * Measured (H100, KernelBench shape, the record run of 2026-11-23): the conv alone 6.127 ms,
- * 37.9 TFLOP/s (cuDNN's 5.937 ms, 39.1), same error as cuDNN's (rel_l2 4.9e-7); the whole
+ * Measured (H100, KernelBench shape, the record of 2026-11-27): the conv alone 6.151 ms,
+ * 37.7 TFLOP/s (cuDNN's 5.922 ms, 39.2), same error as cuDNN's (rel_l2 4.9e-7); the whole
  * model 6.332 ms [v6 model_fwd]. Below the prediction: Nsight Compute (1x32x16x128x128) shows 81%
  * of issue slots used and the FMA pipe 65% busy: the loads, the address arithmetic and the chunk
  * loads (during which a block computes nothing) take the rest.

@@ -15,11 +15,12 @@
  * tensor cores, v8 costs less than 3x v7; it must still beat v6's FMAs to be worth it. Error:
  * within 2x of cuDNN's fp32 conv (relative L2 and largest error against the double
  * reference), checked by --test on every awkward shape.
- * Measured (H100, KernelBench shape, record run of 2026-11-23): the conv alone 5.266 ms, 44.0
- * TFLOP/s (1.93x v7's time, 1.13x cuDNN's speed); the whole model 5.472 ms [v8 model_fwd]. Error:
+ * Measured (H100, KernelBench shape, the record of 2026-11-27): the conv alone 5.282 ms, 43.9
+ * TFLOP/s (1.89x v7's time, 1.12x cuDNN's speed); the whole model 5.472 ms [v8 model_fwd]. Error:
  * rel_l2 2.0e-7, max_abs 8.4e-7, 0.41x and 0.32x cuDNN's; --test finds 0.3-0.55x on every test
  * shape. Summing all 108 taps in the tensor cores' accumulators instead was 7% faster (4.895
- * ms) and 12x less accurate (rel_l2 5.7e-6). Nsight Compute (1x32x16x128x128): tensor pipe 41%
+ * ms against 5.266, in a run of 2026-11-23 with the previous timer) and 12x less accurate
+ * (rel_l2 5.7e-6). Nsight Compute (1x32x16x128x128): tensor pipe 41%
  * busy, 53% of issue slots used, 24% of warps active (2 blocks of 8 warps an SM), 7.2 cycles
  * between a warp's instructions: too few warps to hide the loads and the three dependent
  * products a tap (README: "Why 3xTF32 is not faster here").
