@@ -20,7 +20,7 @@
  * the conv's gradients: cuDNN's dx (backward data); dw by cuDNN's backward filter (b1) or our
  * own (b2, b3); our own deterministic dbias (training-grads.cu). Measured (b1): 5.868 ms
  * [b1 train_step], of which the epilogue forward and backward 2.426 [b1 epilogue_fwdbwd], cuDNN's
- * conv 0.492, dx 1.253 and backward filter 1.629 (the notes after the table, same run).
+ * conv 0.489, dx 1.260 and backward filter 1.610 (the notes after the table, same run).
  */
 #include "model.h"
 #include "sums.cuh"

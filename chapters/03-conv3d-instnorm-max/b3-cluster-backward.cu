@@ -11,14 +11,14 @@
  * backward's floor. dm: one partial per (n, block, channel), added in order (training-grads.cu).
  * Prediction: the backward at its floor, 212.9 MB: 0.072 ms; with v10's forward (0.074 ms),
  * 0.146 ms, if the cluster phases hide.
- * Measured, first form (the table of 2026-11-23): 0.226 ms, 3.9x torch.compile (0.875 ms),
- * against a 0.108 ms floor. ncu on this kernel (commit 508c56c): 146 us, 40% of DRAM peak, the
+ * Measured, first form (the table of 2026-11-23, the old flush): 0.226 ms, against a 0.108 ms
+ * floor. ncu on this kernel (commit 508c56c): 146 us, 40% of DRAM peak, the
  * same pattern as v10 (3.7 cycles per issued instruction at barriers, 3.2 on loads). Its
  * timeline (commit 55e5e9c, %globaltimer at each block's phase boundaries): a block lives a
  * median 29.9 us, 7.5 loading c and g, 8.3 on the argmax and the sums, 2.6 at the cluster
  * barrier, 9.7 writing dc, 1.3 at the closing barrier; DRAM is in use for 17 of them.
  *
- * Then four defects of that form, each fixed and measured (issue 15):
+ * Then four defects of that form, each fixed and measured:
  *  (a) g's slice came by plain loads after c's copies had all landed: its latency was paid
  *      alone. Now it is copied by cp.async too (issue_rows), issued with c's, one wait for both.
  *  (b) dc was written a float a thread. Now, when S is a multiple of 4 (slice_lo then cuts
@@ -43,11 +43,14 @@
  * in either kernel 0.2054 - 0.2063, v10's wait alone 0.1996 - 0.2004, both 0.1929 - 0.1935; b3's
  * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread
  * (commit bb128ae). With (d), three rounds of a third call: 0.1877 - 0.1880 against 0.1912 -
- * 0.1923 without it, 2% (64 registers, no spill, either way).
+ * 0.1923 without it, 2% (64 registers, no spill, either way). All of that with the old flush;
+ * with the clean-L2 timer, (c) again (data commit 29662c6's code, three interleaved rounds of 30
+ * repetitions): no wait in either kernel 0.1945, 0.1945, 0.1946 ms, v10's wait alone 0.1903,
+ * 0.1902, 0.1897, both 0.1859, 0.1868, 0.1873: v10's wait worth about 4.5 us, b3's about 3.5.
  * Recorded (the README's table): 0.1857 ms [0.1831 - 0.1878]
  * [b3 epilogue_fwdbwd median_ms min_ms max_ms], 58.0% [b3 epilogue_fwdbwd pct_floor] of the 0.108
  * ms [b3 epilogue_fwdbwd floor_ms] floor, 6.79x [compile/b3 epilogue_fwdbwd] torch.compile's 1.261
- * [compile epilogue_fwdbwd]; issue 15's 0.15 ms is missed by 24%. ncu on this kernel alone at the
+ * [compile epilogue_fwdbwd]; the 0.15 ms target is missed by 24%. ncu on this kernel alone at the
  * GPU's own clocks, before and after each step, each pair in one call: (a) and (b) 139.7 against
  * 127.9 us, DRAM 41.8% against 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; (c)
  * 123.4 against 119.7 us, DRAM 46.1% against 47.6%; (d) 122.9 against 113.9 us, DRAM 46.4%

@@ -6,7 +6,8 @@
  * (n, c) are known, and the sums need every channel's c at every position: the channel max
  * decides which channel's xh a position's gradient reaches (dxh is g m at the winner, zero at
  * the other 15), so b3 recomputes the argmax from c before it sums. Its backward takes about
- * 0.118 ms (b3's 0.1860 less v10's 0.0679) against a 0.071 ms floor.
+ * 0.121 ms (b3's 0.1857 [b3 epilogue_fwdbwd] less v10's 0.0645 [v10 epilogue_fwd]) against a 0.071
+ * ms floor.
  * Change: the forward already knows each position's winner. v10_saving (v10-cluster.cu) writes
  * it, one byte a position: the channel in bits 0 to 3, and WIN_INSIDE (bit 7, model.h) where
  * the winner's xh is inside the clamp, so that its gradient passes (PyTorch's max saves its
@@ -35,16 +36,17 @@
  * in a pass with no on-chip phase to wait for.
  * Prediction: the stream is a copy with arithmetic, and a copy runs at the copy ceiling (3000
  * GB/s here) by definition; allowing 10% for its start and tail, 214.5 MB take 0.079 ms, the
- * sums' 14.5 MB 0.005 ms at the ceiling; with v10's 0.065 [v10 epilogue_fwd] forward and the 0.0005
- * of the bytes saved, about 0.153 ms against b3's 0.186 [b3 epilogue_fwdbwd]. The 0.15 target
+ * sums' 14.5 MB 0.005 ms at the ceiling; with v10's 0.068 ms forward (its row then, with the old
+ * flush) and the 0.0005 of the bytes saved, about 0.153 ms against b3's 0.186 then. The 0.15 target
  * leaves the stream 0.15 - 0.068 - 0.0005 - 0.005 = 0.0765 ms: 93% of the ceiling.
  * Measured (H100, one call; each figure a median of 50, three interleaved rounds): 0.1571,
  * 0.1569, 0.1563 ms against b3's 0.1866, 0.1862, 0.1865: 16% less time. Recorded in the same
- * call (20 repetitions): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms floor, 5.56x
- * torch.compile's 0.8745; issue 15's 0.15 ms is missed by 4.8%. Re-recorded with b5, whose
- * kernels share b4's as the device functions below (b4's the same instructions, in another
- * order; the README's table): 0.1489 ms [0.1464 - 0.1521]
- * [b4 epilogue_fwdbwd median_ms min_ms max_ms]. ncu, each kernel alone at the GPU's own clocks: the
+ * call (20 repetitions, the old flush): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms floor;
+ * the 0.15 ms target missed by 4.8%. Its kernels are since shared with b5's as the device functions
+ * below (b4's the same instructions, in another order), and a = c m rounded once (model.h's
+ * a_rounded). Re-recorded with the clean-L2 timer (data commit 29662c6, the README's table):
+ * 0.1489 ms [0.1464 - 0.1521] [b4 epilogue_fwdbwd median_ms min_ms max_ms], 0.7% under the target,
+ * some repetitions over it. ncu, each kernel alone at the GPU's own clocks: the
  * stream 72.5 - 72.7 us, 2.95 TB/s over its 214.5 MB: 99% of the copy ceiling (2988 GB/s in the
  * recording run), 7 us under its prediction; b3's backward kernel 111.5 - 112.2 us. The rest
  * missed, from forms timed with a kernel left out (an earlier call, not committed): the forward
@@ -53,8 +55,8 @@
  * took about 10 us (ncu: 9.7 - 10.2 us, DRAM 43% busy) where 5 were predicted; and dm's totals, not
  * in the prediction, took 8.5 us with 128 threads a channel (13 dependent loads a thread), 3.9 -
  * 4.4 us with 1024. Balance: -7 us for the stream, +3.5, +5 and +4 for the rest: 0.157 against the
- * predicted 0.153. What is left to 0.15 ms: the forward, v10 at 54% of the copy ceiling (its
- * comment), is 0.07 of the 0.157; the backward's stream already runs at the ceiling. The forms that
+ * predicted 0.153. What was left to 0.15 ms then: the forward, v10 at 54% of the copy ceiling
+ * then, 0.07 of the 0.157; the backward's stream already runs at the ceiling. The forms that
  * lost (the whole 16 rows in flight a thread, the sums inside the stream's blocks as a cluster,
  * programmatic dependent launch, the dm totals by the last block) are in the README's "tried"
  * list.
@@ -417,13 +419,20 @@ void b4_launch(const run_ctx *r, int scope)
  *     use.
  *   - both, the recording call: 0.1511, 0.1507, 0.1513 against b4's 0.1561, 0.1573, 0.1568,
  *     5.7 us between the medians (3.6%), beyond either version's spread of rounds. Recorded in
- *     the same call (the README's table, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71% of
- *     the 0.108 ms floor, 5.76x torch.compile's 0.8745; issue 15's 0.15 ms is missed by 1.2%.
- *   - with the stream's grid revised (b6's comment): rounds 0.1520, 0.1515, 0.1515; recorded
- *     at 0.1492 ms [0.1469 - 0.1520] [b5 epilogue_fwdbwd median_ms min_ms max_ms], 8.45x
- *     [compile/b5 epilogue_fwdbwd] torch.compile, the same within the spread between
- *     calls; 0.15 ms missed by 0.5%.
- * What is left to 0.15 ms: the forward, about 0.070 ms with the bytes saved (v10 is at 57% of
+ *     the same call (the README's table then, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71%
+ *     of the 0.108 ms floor; the 0.15 ms target missed by 1.2%.
+ *   - with the stream's grid revised (b6's comment): rounds 0.1520, 0.1515, 0.1515.
+ *   - all of the above with the old flush. With the clean-L2 timer (data commit 29662c6's code,
+ *     a = c m rounded once as model.h's a_rounded; three interleaved rounds of 30 repetitions):
+ *     b4 0.1481, 0.1489, 0.1487 ms; b5 0.1508, 0.1502, 0.1502; b5's backward on b4's forward
+ *     (change 1 alone) 0.1453, 0.1457, 0.1454. Change 1 still pays, about 3 us; change 2 now
+ *     costs about 5 us (not profiled), so b5 as written is 1 - 2% slower than b4, and change 1
+ *     alone is the fastest of the three. b5 and b6 (whose forward is b5's) still carry change 2.
+ *     Recorded (the README's table): 0.1492 ms [0.1469 - 0.1520]
+ *     [b5 epilogue_fwdbwd median_ms min_ms max_ms], 8.45x [compile/b5 epilogue_fwdbwd]
+ *     torch.compile; b4 0.1489 [b4 epilogue_fwdbwd] in the same run, a tie there (the ranges
+ *     overlap); 0.5% under 0.15 ms, some repetitions over it.
+ * What is left: the forward, about 0.070 ms with the bytes saved (v10 is at 57% of
  * the copy ceiling [v10 epilogue_fwd pct_ceiling]), and the sums' 10 us for 14.5 MB, 4.9 us at the
  * copy ceiling. ncu on the sums: one wave of 512 blocks, the SMs active 71% of its cycles (ramp and
  * tail), DRAM 43% busy, per issued instruction 8.8 of 17.4 cycles waiting on loads; their loads
@@ -540,11 +549,11 @@ void b5_launch(const run_ctx *r, int scope)
  * Measured (H100; medians of 50, three interleaved rounds of the recording call): 0.1469,
  * 0.1472, 0.1473 ms against b5's 0.1512, 0.1515, 0.1518: 4.3 us (2.8%) less between the
  * medians, beyond the rounds' spread (0.4 and 0.6 us), at the short end of the prediction. Not
- * profiled (the session's device time was spent); the likely causes: the sums compete with the
+ * profiled; the likely causes: the sums compete with the
  * last wave's loads for DRAM, and after v10's staggered start the clusters do not run in clean
  * waves of 30 and 8, so block slots open gradually through the tail rather than at once.
  * Recorded in the same call (the README's table, 20 repetitions): 0.1462 ms [0.1449 - 0.1521],
- * 74% of the 0.108 ms floor, 5.98x torch.compile's 0.8745; issue 15's 0.15 ms is met, by 2.5%.
+ * 74% of the 0.108 ms floor; the 0.15 ms target met, by 2.5%.
  * Revised since, for the reader and to lift a limit: the stream's grid is one-dimensional (1 +
  * N B blocks, the dm block first), where the dm block was an extra row of a (B, N + 1) grid that
  * passed the grid's 65535 rows at a batch of 65535 (b5 and b6 ran b4 there; now they run
@@ -556,10 +565,17 @@ void b5_launch(const run_ctx *r, int scope)
  * poll, a 32 ns nap and a fence, where it was an acquire load and a 128 ns nap; the signal's SASS
  * unchanged). Three interleaved rounds of one call: 0.1476, 0.1473, 0.1480 ms against the
  * recorded code's 0.1471, 0.1473, 0.1474, the same within the spread of each run (0.1445 -
- * 0.1526), so b6's recorded row stands.
- * Recorded in the next call: 0.1458 ms [0.1434 - 0.1472]
+ * 0.1526), so b6's recorded row then stood. All of that with the old flush.
+ * With the clean-L2 timer (data commit 29662c6's code, in the interleaved rounds of b5's comment):
+ * b6 0.1459, 0.1464, 0.1460 ms against b5's 0.1508, 0.1502, 0.1502, about 4.3 us less, and without
+ * v10's staggered start (V10SPAN=0) 0.1517, 0.1519, 0.1520: the start is worth about 6 us to b6.
+ * b6 is within 1 us of b5's backward on b4's forward (0.1453 - 0.1457): the sums' early start wins
+ * back about what change 2, which b6 keeps, loses.
+ * Recorded (data commit 29662c6, the README's table): 0.1458 ms [0.1434 - 0.1472]
  * [b6 epilogue_fwdbwd median_ms min_ms max_ms], 74% of the floor [b6 epilogue_fwdbwd pct_floor],
- * 8.65x torch.compile [compile/b6 epilogue_fwdbwd]; 0.15 ms met, by 2.0%. A first form, every
+ * 8.65x torch.compile [compile/b6 epilogue_fwdbwd]; 0.15 ms met, by 2.8%, every repetition under
+ * it. Its range overlaps b4's and b5's in that run (a tie by the table's rule), which the
+ * interleaved rounds above separate. A first form, every
  * thread fencing before the block barrier and thread 0 adding without a fence of its own (one fence
  * a warp, and not formally a release of the other threads' writes), measured 0.1477 - 0.1484
  * against b5's 0.1517 - 0.1520 in an earlier call (recorded there at 0.1483).

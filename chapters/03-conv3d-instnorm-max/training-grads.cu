@@ -20,8 +20,9 @@
  *   k_dw_sum: a block per weight adds that weight's partials, contiguous, in a fixed order.
  * No atomics: the same bits every run.
  * Prediction: bounded by its 4.2 GFLOP, 0.062 ms at the FMA peak; a few times that in practice.
- * Measured (the notes after the table, in the run of data/h100/ch03.csv): 0.577 ms against
- * cuDNN's 1.629 ms (engine 20, the fastest fp32 engine of its graph API, timed on the buffers);
+ * Measured (the notes after the table, in the run of data/h100/ch03.csv): 0.570 ms against
+ * cuDNN's 1.610 ms (engine 20, the fastest fp32 engine of its graph API, timed on the buffers;
+ * PyTorch's in its default precision, in TF32, 0.738 ms [eager conv_dw default]);
  * the fused versions' training step went from 27.7 ms with cuDNN's legacy dw (commit 508c56c)
  * to 2.7 ms [b2 train_step] with it (b1's, through cuDNN, 5.868 ms [b1 train_step]). ncu (commit
  * 508c56c): 562 us, the SMs 65% busy, 7.4 TFLOP/s.

@@ -1,12 +1,13 @@
 /*
  * v10: one pass, a thread-block cluster per sample (Hopper)
  *
- * Defect of v9: c is read twice, once for the statistics and once for the output (0.091 ms
- * against the one-read floor of 0.037). A sample's 16 x S values (806 KB at S = 12600) do not
- * fit one SM's shared memory (228 KB), but Hopper's thread-block clusters let up to 8 blocks on
- * 8 SMs read each other's shared memory (distributed shared memory, CUDA C++ Programming Guide,
- * "Thread Block Clusters"). Change: a cluster of CL = 8 blocks per sample (cluster.cuh), block r
- * holding positions [lo_r, hi_r) of all 16 channels (100.9 KB at S = 12600: two blocks an SM):
+ * Defect of v9: c is read twice, once for the statistics and once for the output (0.083 ms
+ * [v9 epilogue_fwd] against the one-read floor of 0.037). A sample's 16 x S values (806 KB at
+ * S = 12600) do not fit one SM's shared memory (228 KB), but Hopper's thread-block clusters let
+ * up to 8 blocks on 8 SMs read each other's shared memory (distributed shared memory, CUDA C++
+ * Programming Guide, "Thread Block Clusters"). Change: a cluster of CL = 8 blocks per sample
+ * (cluster.cuh), block r holding positions [lo_r, hi_r) of all 16 channels (100.9 KB at
+ * S = 12600: two blocks an SM):
  *   1. thread 0 initialises 16 mbarriers, one a channel row, and asks for each row of the
  *      block's slice as one TMA bulk copy completing on that row's barrier (cluster.cuh
  *      introduces the PTX); when S is not a multiple of 4, rows are not whole 16-byte units,
@@ -20,8 +21,8 @@
  * c is read once, y written once: the epilogue's floor in bytes.
  * Prediction: toward the one-read floor, 0.037 ms, if the reductions hide behind other blocks'
  * loads.
- * Measured, steps 1 to 3 (the table of 2026-11-23): 0.0744 ms, 49% of the copy ceiling: 1.23x v9,
- * 1.33x torch.compile, but twice the 0.037 ms floor it was built to approach. ncu (commit 508c56c,
+ * Measured, steps 1 to 3 (the table of 2026-11-23, the old flush): 0.0744 ms, 49% of the copy
+ * ceiling, 1.23x v9, but twice the 0.037 ms floor it was built to approach. ncu (commit 508c56c,
  * on an earlier form of this kernel, two cluster barriers a sample and the slice copied whole,
  * 0.080 ms): 45% of DRAM peak; per issued instruction 3.6 cycles waiting at barriers, 3.5 on loads,
  * 2.7 on memory fences (a cluster barrier releases and acquires shared memory); 30 clusters fit at
@@ -29,10 +30,9 @@
  * share of DRAM bandwidth goes unused. A timeline of one launch (commit 0ab0e1a, %globaltimer at
  * each block's phase boundaries): 74.8 us end to end; per block (median) 9.9 us to load, reduce and
  * exchange, 2.1 us to write y, 1.7 us at the closing cluster barrier; the first 240 blocks, loading
- * 24 MB at once, take 15.4 us for the first phase (1.6 TB/s; the write-back of the timer's L2 flush
- * likely falls there too: the README), later ones 8.6.
+ * 24 MB at once, take 15.4 us for the first phase (1.6 TB/s), later ones 8.6.
  *
- * Step 0 (it runs first; added after steps 1 to 3 were measured, issue 15). Defect: that
+ * Step 0 (it runs first; added after steps 1 to 3 were measured). Defect: that
  * timeline's first wave, the clusters that fit on the GPU at once (30 here, the first 240
  * blocks): they start together, load together at 1.6 TB/s, then reduce together with DRAM idle;
  * the later blocks, which start as earlier ones leave and so are already spread, load in 8.6 us.
@@ -49,13 +49,16 @@
  * 0.0698 - 0.0701: the prediction, within its rounding. Two earlier calls waited in 2 to 30
  * groups instead (Tried) and found the same optimum; in one of them 8 groups 1.5 us apart took
  * 0.0669 - 0.0672 and a step a cluster over 10.5 us 0.0671 - 0.0672. At batch 32 (two waves, the
- * second of 2 clusters) the wait takes v10 from 0.0314 to 0.0241 ms [v10 epilogue_fwd @32] (one
- * call); at batch 8, before the wait was limited to grids of more than one wave, it cost 0.0141
- * against 0.0133.
+ * second of 2 clusters) the wait took v10 from 0.0314 to 0.0261 ms (one call); at batch 8, before
+ * the wait was limited to grids of more than one wave, it cost 0.0141 against 0.0133. All of that
+ * with the old flush. With the clean-L2 timer (data commit 29662c6's code, three interleaved rounds
+ * of 30 repetitions): 0.0655, 0.0649, 0.0648 ms against 0.0685, 0.0694, 0.0689 with no wait, about
+ * 4 us where the old flush measured about 6; the sweep has batch 32 at 0.0241 ms
+ * [v10 epilogue_fwd @32].
  * Recorded (the README's table): 0.0645 ms [0.0624 - 0.0668]
  * [v10 epilogue_fwd median_ms min_ms max_ms], 57% of the copy ceiling
  * [v10 epilogue_fwd pct_ceiling], 2.33x [compile/v10 epilogue_fwd] torch.compile's 0.1503
- * [compile epilogue_fwd]; issue 15's 0.045 ms is missed by 51%. ncu, the kernel alone at the GPU's
+ * [compile epilogue_fwd]; the 0.045 ms target is missed by 43%. ncu, the kernel alone at the GPU's
  * own clocks, without and with the wait: 66.5 against 63.8 us, DRAM 49.0% against 51.2% busy, per
  * issued instruction 5.0 against 3.1 cycles waiting on loads, 3.6 against 2.8 on memory fences, 1.4
  * asleep in the wait. The 10 us suits this GPU's bandwidth and 30 resident clusters; another GPU's

@@ -30,23 +30,26 @@
  * Prediction (the arithmetic done from a prototype's timeline, commit 811d9cc, so not
  * independent of the design): a block's life falls from about 12.4 us to 10.4 (4.6 to load and
  * reduce, 1.1 for u, 2.1 at the barrier, 1.7 to read u and write y, 0.9 at the closing barrier);
- * over 4.3 waves that is roughly 4.3 x 2 = 8.6 us less, from 0.0645 ms [v10 epilogue_fwd] to about
- * 0.059.
- * Measured (H100, KernelBench shape): the recording call's three interleaved rounds, medians of
- * 50: v11 0.0608, 0.0611, 0.0605 ms against v10's 0.0673, 0.0673, 0.0675 (10% less); the
- * recorded row, the README's table: 0.0577 ms [v11 epilogue_fwd], 64% of the copy ceiling
- * [v11 epilogue_fwd pct_ceiling], 2.61x torch.compile [compile/v11 epilogue_fwd],
- * 1.4 us above the arithmetic, which used the later waves' phases only: an instrumented build's
- * timeline (%globaltimer at each block's phase boundaries, medians) has the later waves at 4.6 us
- * to load and reduce, 1.15 for u, 2.1 at the first barrier (the cluster's slowest load), 1.7 to
- * read u and write y and 0.9 at the closing barrier, and the first wave 1 us longer at the first
- * barrier (3.1). Without the staggered start (V11SPAN=0) 0.0693 ms, the first wave's load taking
- * 11.2 us. ncu (the kernel alone, at ncu's locked base clocks, SM 1.59 GHz): 62.1 us, DRAM 52%
- * busy, 12.2 warp cycles per issued instruction. What is left: for about 6 of its 10.4 us a block
- * loads nothing, and only the SM's other block can use that share of DRAM; the target, 0.045 ms,
- * is below what a read of c in waves of clusters costs with this timer (v10's slices 0.049 ms,
- * v11's rows loaded and reduced with nothing else done 0.048 - 0.050; the README), though not
- * below one grid-stride read of c (0.041). Tried, slower or wrong (the README's list): u pushed
+ * over 4.3 waves that is roughly 4.3 x 2 = 8.6 us less, from v10's 0.0679 ms (its row then, with
+ * the old flush) to about 0.059.
+ * Measured (H100, KernelBench shape): the recording call's three interleaved rounds, medians of 50,
+ * with the old flush: v11 0.0608, 0.0611, 0.0605 ms against v10's 0.0673, 0.0673, 0.0675 (10% less,
+ * 6.5 us); the recorded row, the README's table: 0.0577 ms [v11 epilogue_fwd], 64% of the copy
+ * ceiling [v11 epilogue_fwd pct_ceiling], 2.61x torch.compile [compile/v11 epilogue_fwd], 6.9 us
+ * [v10-v11 epilogue_fwd] under v10's row. Short of the arithmetic, which used the later waves'
+ * phases only: an instrumented build's timeline (%globaltimer at each block's phase boundaries,
+ * medians) has the later waves at 4.6 us to load and reduce, 1.15 for u, 2.1 at the first barrier
+ * (the cluster's slowest load), 1.7 to read u and write y and 0.9 at the closing barrier, and the
+ * first wave 1 us longer at the first barrier (3.1). Without the staggered start (V11SPAN=0), with
+ * the clean-L2 timer (data commit 29662c6's code, three interleaved rounds of 30 repetitions):
+ * 0.0629, 0.0628, 0.0626 ms against 0.0573, 0.0581, 0.0573 with it, about 5 us (with the old flush
+ * 0.0693, the first wave's load taking 11.2 us). ncu (the kernel alone, at ncu's locked base
+ * clocks, SM 1.59 GHz): 62.1 us, DRAM 52% busy, 12.2 warp cycles per issued instruction. What is
+ * left: for about 6 of its 10.4 us a block loads nothing, and only the SM's other block can use
+ * that share of DRAM. The target, 0.045 ms, is above what a read of c costs with the clean timer:
+ * v10's slices read alone, nothing else done, 0.041 ms, as one grid-stride read of c (with the old
+ * flush 0.049, and v11's rows loaded and reduced alone 0.048 - 0.050; the README), so what keeps
+ * v11 above it is that unused share. Tried, slower or wrong (the README's list): u pushed
  * into its owners by st.async with no closing barrier, or by the TMA's shared-to-shared copies;
  * 128, 384 and 512 threads; 2, 8 or 16 chunks a row; clusters of 16 one-row blocks; persistent
  * clusters copying the next sample's second row during the exchange; the sample held in L2

@@ -3,10 +3,10 @@
  *
  * Defect of v1..v11 as a whole model: cuDNN's conv writes c (103 MB) and the epilogue reads it
  * back; cuDNN's conv alone takes 0.49 to 0.56 ms here (the notes after the table, across runs;
- * 0.492 ms in the run of data/h100/ch03.csv), about 8x the conv's 0.062 ms at the FMA peak
- * (model.h), for 3 input channels. Change: the conv inside our own kernels (conv.cuh), c never
- * in DRAM. The statistics need every position before any output, so without clusters it takes
- * two passes:
+ * 0.489 ms in the run of data/h100/ch03.csv, data commit 29662c6), about 8x the conv's 0.062 ms at
+ * the FMA peak (model.h), for 3 input channels. Change: the conv inside our own kernels (conv.cuh),
+ * c never in DRAM. The statistics need every position before any output, so without clusters it
+ * takes two passes:
  *   pass 1 (k_conv_stats): a block computes the conv at CONV_TILE positions of one sample into
  *     shared memory, then warp w reduces channel w exactly (the tile's mean, then its centred
  *     squares) and writes (count, mean, M2); k_merge_tiles merges a slice's tiles by Chan's

@@ -13,17 +13,16 @@
  * instruction 3.3 cycles waiting on shared memory, four LDS.128 per 16 FFMA, and 2.7 at barriers).
  * Prediction: compute-bound: the conv's 0.062 ms at the FMA peak plus the on-chip epilogue,
  * against v12's 0.402 [v12 model_fwd].
- * Measured: 0.220 ms (19 TFLOP/s; the table recorded at commit cdcbcdb, before the second step),
- * 2.2x torch.compile's whole model (0.491 ms), and faster than cuDNN's conv alone (0.49 to 0.56 ms
- * across runs). Two positions a thread measured 6% better than one in commit 08a0fbe (0.228 against
- * 0.242 ms), less than the halved shared-memory traffic promised: at 64 registers (two blocks an
- * SM) ptxas spills, and with 128 registers and one block an SM it measured slower (the README's
- * "tried" list). Its timeline (commit 2d4018b, %globaltimer at each block's phase boundaries): a
- * block lives a median 48.1 us, 35.4 of them in the conv (30.5 TFLOP/s, 46% of peak, while it
- * runs), 7.3 in the statistics and exchange, 4.0 writing y; the fifth wave is 8 samples and takes a
- * whole block lifetime.
+ * Measured: 0.220 ms (19 TFLOP/s; the table recorded at commit cdcbcdb, before the second step,
+ * with the old flush), faster than cuDNN's conv alone (0.49 to 0.56 ms across runs). Two positions
+ * a thread measured 6% better than one in commit 08a0fbe (0.228 against 0.242 ms), less than the
+ * halved shared-memory traffic promised: at 64 registers (two blocks an SM) ptxas spills, and with
+ * 128 registers and one block an SM it measured slower (the README's "tried" list). Its timeline
+ * (commit 2d4018b, %globaltimer at each block's phase boundaries): a block lives a median 48.1 us,
+ * 35.4 of them in the conv (30.5 TFLOP/s, 46% of peak, while it runs), 7.3 in the statistics and
+ * exchange, 4.0 writing y; the fifth wave is 8 samples and takes a whole block lifetime.
  *
- * Second step (issue 15, the code below). Defect: the conv's loop loads more than it computes with.
+ * Second step (the code below). Defect: the conv's loop loads more than it computes with.
  * A thread's two positions, j and j + half, are far apart, so every tap of each needs its own load
  * of x: per (ci, kd), 18 loads of x and 36 LDS.128 of weights for 288 FFMA. ncu (commit cdcbcdb,
  * the kernel alone): the FMA pipe 40% busy, L1 hit rate 60.5%, per issued instruction 1.4 cycles
@@ -52,7 +51,7 @@
  * Also seen: a block's 424 or 432 (row, quad) units make 13.25 or 13.5 groups of 32 for its 8
  * warp pairs, so 2 or 3 pairs sit at the barrier for the conv's second half.
  *
- * Third step (issue 15, the `#pragma unroll 3` below). Defect: with issue slots now the limit,
+ * Third step (the `#pragma unroll 3` below). Defect: with issue slots now the limit,
  * the loop's own instructions count. It ran one (ci, kd) an iteration (`#pragma unroll 1`, to
  * stay within 64 registers): each iteration recomputed its addresses of x and the weights, and
  * its FFMA waited for its own loads. Change: three iterations (one ci) unrolled into one.
@@ -69,7 +68,7 @@
  * Next, v14 puts the conv on tensor cores: 42% fewer instructions, and then the loads of x bind.
  * Recorded (the README's table): 0.1940 ms [0.1925 - 0.1990]
  * [v13 model_fwd median_ms min_ms max_ms], 21.6 TFLOP/s [v13 model_fwd], 3.04x torch.compile
- * [compile/v13 model_fwd]. Issue 15's 0.10 ms is missed by 1.94x: the 2.37 billion FFMA lane slots
+ * [compile/v13 model_fwd]. The 0.10 ms target is missed by 1.94x: the 2.37 billion FFMA lane slots
  * alone take 0.071 ms at the FMA peak.
  */
 #include "cluster.cuh"
