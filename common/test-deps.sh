@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-deps.sh: editing a header must rebuild exactly what includes it. For every header under
 # chapters/ and common/, make's "what if this file were new" (-W) must
-#   - make every binary that includes it out of date (make -q fails), and
+#   - make every binary that includes it out of date (relinked in make -n's plan; make -q fails), and
 #   - rebuild exactly the objects whose source includes it, directly or through another header
 #     (make -n lists them; the expected list comes from the sources' own #include "..." lines,
 #     read here independently of the dependency files the compilers write);
@@ -38,48 +38,44 @@ for f in chapters/*/* common/*; do
             if [ -f "$d/$h" ]; then echo "$f $d/$h"; elif [ -f "common/$h" ]; then echo "$f common/$h"; fi
         done
 done >"$tmp/edges"
-# the headers each source reaches (transitive closure, breadth first)
-reach() { # reach FILE: every header FILE includes, directly or not
-    echo "$1" >"$tmp/seen"
-    frontier=$1
-    while [ -n "$frontier" ]; do
-        next=
-        for x in $frontier; do
-            for h in $(awk -v x="$x" '$1 == x { print $2 }' "$tmp/edges"); do
-                grep -qxF "$h" "$tmp/seen" || { echo "$h" >>"$tmp/seen"; next="$next $h"; }
-            done
-        done
-        frontier=$next
-    done
-    tail -n +2 "$tmp/seen"
-}
-while read -r src obj; do
-    for h in $(reach "$src"); do echo "$h $obj"; done
-done <"$tmp/sources" >"$tmp/includers"
+# the headers each source reaches, directly or not: "HEADER OBJECT" lines (one awk, a closure by
+# depth-first search over the include graph)
+awk 'FNR == NR { kids[$1] = kids[$1] " " $2; next }
+     function visit(f, obj,    n, k, i) {
+         n = split(kids[f], k, " ")
+         for (i = 1; i <= n; i++)
+             if (!((k[i], obj) in seen)) { seen[k[i], obj] = 1; print k[i], obj; visit(k[i], obj) }
+     }
+     { visit($1, $2) }' "$tmp/edges" "$tmp/sources" >"$tmp/includers"
 headers=$(ls chapters/*/*.h chapters/*/*.cuh common/*.h common/*.cuh 2>/dev/null)
 n=0
 for h in $headers; do
     n=$((n + 1))
     awk -v h="$h" '$1 == h { print $2 }' "$tmp/includers" | sort -u >"$tmp/want"
-    $make_cmd -n -W "$h" all 2>/dev/null |
-        sed -n 's/.* -c .*-o \([^ ]*\).*/\1/p; s/.* -o \(build\/test_common\|build\/gpu-tag\) .*/\1/p' |
-        sort -u >"$tmp/got"
+    $make_cmd -n -W "$h" all >"$tmp/plan" 2>/dev/null
+    sed -n 's/.* -c .*-o \([^ ]*\).*/\1/p; s/.* -o \(build\/test_common\|build\/gpu-tag\) .*/\1/p' \
+        "$tmp/plan" | sort -u >"$tmp/got"
     if ! cmp -s "$tmp/want" "$tmp/got"; then
         fail=1
         say "FAIL  deps: touching $h rebuilds:"
         diff "$tmp/want" "$tmp/got" | sed -n 's/^< /    missing: /p; s/^> /    extra:   /p'
         continue
     fi
-    # the binaries: a chapter's for its objects; every chapter's for the harness's objects
+    # the binaries: a chapter's for its objects; every chapter's for the harness's objects; each
+    # must be relinked in the plan, and make -q must call them out of date
     bins=$(sed -n 's/^build\/obj\/\([0-9][0-9]\)-.*/build\/ch\1/p; s/^build\/\(test_common\|gpu-tag\)$/build\/\1/p
                    s/^build\/[a-z_]*\.o$/ALL/p' "$tmp/want" | sort -u)
     case $bins in *ALL*) bins="$(echo "$bins" | grep -v ALL) $(ls -d chapters/[0-9][0-9]-* | sed 's/chapters\/\([0-9][0-9]\)-.*/build\/ch\1/')" ;; esac
     for b in $bins; do
-        if $make_cmd -q -W "$h" "$b" >/dev/null 2>&1; then
+        if ! grep -q -- "-o $b " "$tmp/plan"; then
             fail=1
             say "FAIL  deps: touching $h leaves $b up to date"
         fi
     done
+    if [ -n "$bins" ] && $make_cmd -q -W "$h" $bins >/dev/null 2>&1; then
+        fail=1
+        say "FAIL  deps: touching $h, make -q still calls $(echo $bins) up to date"
+    fi
 done
 [ "$n" -gt 0 ] || { say "FAIL  deps: no headers found"; exit 1; }
 # a missing object must be remade even though its binary is newer than every source (the trap of
