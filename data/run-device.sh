@@ -5,6 +5,11 @@
 # $OUT/results.tgz (default OUT=build/out-pack) to bring back. Last, every run's peak host and
 # device memory (build/out/memory.txt).
 # usage: bash data/run-device.sh [stage ...]
+# A whole re-record on an H100 fits a lease as four calls, each under the 10 minutes a call may
+# take: `golden test` (about 2 minutes), `peers-kb` (about 7), `kb` (about 4.5), `sweep` (about
+# 6.5). Run peers-kb before kb: each chapter's notes print PyTorch's conv ops beside ours from
+# pytorch-chNN-ops.csv as it stands when the chapter runs. The CSVs each call writes come back in
+# its results.tgz; a later call starts from the working tree again, so take each call's own files.
 #   test       make test (every chapter's GPU checks), sm_90 build
 #   sanitize   make sanitize (memcheck, racecheck, synccheck, initcheck on small shapes)
 #   record     make record: every chapter at its KernelBench shape and the batch sweep, into
