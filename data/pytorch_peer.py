@@ -616,7 +616,7 @@ def cmd_check(args):
             die("%s.npy has shape %s, expected %s" % (k, arrays[k].shape, shapes.get(k)))
     if args.device == "cuda" and not torch.cuda.is_available():
         die("--device cuda but CUDA is not available")
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    set_precision("fp32")
     names = sorted(os.listdir(d), key=lambda s: [int(t) if t.isdigit() else t
                                                  for t in re.split(r"(\d+)", s)])
     conv_name = spec["epi_in"]

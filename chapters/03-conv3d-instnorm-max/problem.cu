@@ -111,17 +111,19 @@ static void problem_refresh(problem *pb)
                  pb->stats_model + ns);
     /* T of (n, c): every term |w x| of the conv's sum is at most |w| times the sample's largest
      * |x|, so sum |w| |x| + |b| <= T (reference.cu) */
+    double wsum[C_OUT];
+    for (int co = 0; co < C_OUT; co++) {
+        wsum[co] = 0.0;
+        for (int k = 0; k < C_IN * KVOL; k++)
+            wsum[co] += fabs(pb->wd[co * C_IN * KVOL + k]);
+    }
     size_t per = x_elems(s) / s->n;
     for (int n = 0; n < s->n; n++) {
         double xmax = 0.0;
         for (size_t i = 0; i < per; i++)
             xmax = fmax(xmax, fabs(pb->xd[n * per + i]));
-        for (int co = 0; co < C_OUT; co++) {
-            double wsum = 0.0;
-            for (int k = 0; k < C_IN * KVOL; k++)
-                wsum += fabs(pb->wd[co * C_IN * KVOL + k]);
-            pb->conv_terms[n * C_OUT + co] = wsum * xmax + fabs(pb->bd[co]);
-        }
+        for (int co = 0; co < C_OUT; co++)
+            pb->conv_terms[n * C_OUT + co] = wsum[co] * xmax + fabs(pb->bd[co]);
     }
     epilogue_refs(pb);
 }
