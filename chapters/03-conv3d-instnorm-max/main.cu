@@ -15,20 +15,26 @@
  * Read in this order (the chapter README lists the same):
  *   model.h                     the model, its shapes, its bytes and FLOPs, the floors they imply
  *   reference.cu                the CPU reference in double, and the backward derived (dbias = 0)
- *   v1-eager.cu                 v1  eager-like: cuDNN conv, the statistics with one thread per
+ *   01-v1-eager.cu              v1  eager-like: cuDNN conv, the statistics with one thread per
  *                                   (n, c) looping serially, then a kernel per op (x m, normalise,
  *                                   clamp, x m, max); a, xh, t, u in DRAM
- *   sums.cuh                    warp shuffles: the warp's and the block's sums
- *   v2-v6-harris-reduction.cu   v2  statistics by Harris's kernel 1: interleaved, divergent
+ *   sums.cuh                    warp shuffles (first met here; chapter 4 builds on them): the
+ *                               warp's and the block's sums
+ *   02-v2-v6-harris-reduction.cu
+ *                               v2  statistics by Harris's kernel 1: interleaved, divergent
  *                               v3  sequential addressing (kernel 3)
  *                               v4  first add during the global load (kernel 4)
  *                               v5  the last warp by shuffles (kernel 5)
  *                               v6  many elements a thread, one block a slice (kernel 7)
  *   slice-welford.cuh           Welford's update and Chan's merge (common/welford.cuh), a
  *                               thread's share of a slice
- *   v7-welford.cu               v7  v6 with Welford + Chan instead of sum and sum of squares
- *   v8-cub.cu                   v8  v7 with CUB's BlockReduce (the library baseline)
- *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)
+ *   03-v7-welford.cu            v7  v6 with Welford + Chan instead of sum and sum of squares
+ *   04-v8-cub.cu                v8  v7 with CUB's BlockReduce (the library baseline)
+ *   05-v9-fused-apply.cu        v9  v7's statistics, then one kernel for the rest (c read twice)
+ *   06-b1-autograd.cu           b1  autograd-like backward: v1 saving a, xh, t, the argmax
+ *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
+ *   07-b2-fused-backward.cu     b2  v9, then two recomputing kernels
+ *   (the advanced part: Hopper clusters, the conv inside the kernel, the saved-argmax backward)
  *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange, the
  *                               first wave's staggered start
  *   v10-cluster.cu              v10 one pass: 8 blocks a sample hold its values in shared memory,
@@ -47,9 +53,6 @@
  *                                   cooperative launch, the statistics exchanged through L2
  *                               v18 v17 in half blocks: two samples an SM, one's conv while
  *                                   the other's statistics, exchange and y run
- *   b1-autograd.cu              b1  autograd-like backward: v1 saving a, xh, t, the argmax
- *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
- *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
  *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
  *   b4-b6-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
