@@ -61,6 +61,7 @@
  *                               b6  b5 with the sums started during the forward's last wave, a
  *                                   counter a sample in place of the kernel boundary
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
+ *   x1-welford-stats.cu         x1  exercise: v7's statistics, written by the reader (README)
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
  * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 to v18 are whole-
@@ -83,15 +84,24 @@
 #define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
 
 static const hx_version versions[] = {
-    {"v1", FWD | SC(SCOPE_STATS), "eager-like: serial stats, a kernel per op", v1_launch, 0},
-    {"v2", FWD | SC(SCOPE_STATS), "stats: interleaved, divergent (Harris 1)", v2_launch, 0},
-    {"v3", FWD | SC(SCOPE_STATS), "stats: sequential addressing (Harris 3)", v3_launch, 0},
-    {"v4", FWD | SC(SCOPE_STATS), "stats: first add during load (Harris 4)", v4_launch, 0},
-    {"v5", FWD | SC(SCOPE_STATS), "stats: last warp by shuffles (Harris 5)", v5_launch, 0},
-    {"v6", FWD | SC(SCOPE_STATS), "stats: many elements a thread (Harris 7)", v6_launch, 0},
-    {"v7", FWD | SC(SCOPE_STATS), "stats: v6 with Welford + Chan merge", v7_launch, 0},
-    {"v8", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v8_launch, 0},
-    {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0},
+    {"v1", FWD | SC(SCOPE_STATS), "eager-like: serial stats, a kernel per op", v1_launch, 0,
+     HX_FP32, "01-v1-eager.cu"},
+    {"v2", FWD | SC(SCOPE_STATS), "stats: interleaved, divergent (Harris 1)", v2_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v3", FWD | SC(SCOPE_STATS), "stats: sequential addressing (Harris 3)", v3_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v4", FWD | SC(SCOPE_STATS), "stats: first add during load (Harris 4)", v4_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v5", FWD | SC(SCOPE_STATS), "stats: last warp by shuffles (Harris 5)", v5_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v6", FWD | SC(SCOPE_STATS), "stats: many elements a thread (Harris 7)", v6_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v7", FWD | SC(SCOPE_STATS), "stats: v6 with Welford + Chan merge", v7_launch, 0,
+     HX_FP32, "03-v7-welford.cu"},
+    {"v8", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v8_launch, 0,
+     HX_FP32, "04-v8-cub.cu"},
+    {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0, HX_FP32,
+     "05-v9-fused-apply.cu"},
     {"v10", FWD, "one pass: 8-block cluster, c read once", v10_launch, NEEDS_SM90},
     {"v11", FWD, "v10 with rows a block; the max exchanged", v11_launch, NEEDS_SM90},
     {"v12", SC(SCOPE_MODEL_FWD), "model: conv in stats pass + apply pass", v12_launch, 0},
@@ -106,12 +116,16 @@ static const hx_version versions[] = {
      NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32},
     {"v18", SC(SCOPE_MODEL_FWD), "model: v17 in half blocks, two samples an SM", v18_launch,
      NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32},
-    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
-    {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0},
+    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0, HX_FP32,
+     "06-b1-autograd.cu"},
+    {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0, HX_FP32,
+     "07-b2-fused-backward.cu"},
     {"b3", BWD, "cluster: v10, then one cluster kernel", b3_launch, NEEDS_SM90},
     {"b4", BWD, "v10 saving the argmax, then a stream", b4_launch, NEEDS_SM90},
     {"b5", BWD, "b4 with dm from the sums: no dm pass", b5_launch, NEEDS_SM90},
     {"b6", BWD, "b5, the sums during the forward's last wave", b6_launch, NEEDS_SM90},
+    {"x1", FWD | SC(SCOPE_STATS), "exercise: Welford + Chan statistics (as v7)", x1_launch, 0,
+     HX_FP32, "x1-welford-stats.cu"},
 };
 
 int main(int argc, char **argv)
