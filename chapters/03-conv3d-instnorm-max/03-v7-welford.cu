@@ -17,9 +17,10 @@
  * terms near 1e6, each rounded to 2^-24 of a running sum far above that, against a variance sd^2.
  * Welford adds deviations of size sd, but its running means and Chan's merged means are floats
  * near 1000, multiples of ulp(1000) = 2^-14: each update rounds the mean by up to 2^-15, and
- * the deviations after it are taken from that mean, so M2 errs by about 2^-14 / sd relative,
- * first order, worst in the slices of smallest |m|. The inputs' own rounding plays no part (the
- * reference is of the same floats); with the means held exactly, the error would be offset 0's.
+ * the deviations after it are taken from that mean, so M2's relative error grows as 2^-14 / sd
+ * (sum of squares': as 1 / sd^2), worst in the slices of smallest |m|. The inputs' rounding
+ * plays no part (the reference is of the same floats); a float emulation with only the means
+ * held in double falls to offset 0's error (LABBOOK.md).
  */
 #include "model.h"
 #include "slice-welford.cuh"
