@@ -15,20 +15,26 @@
  * Read in this order (the chapter README lists the same):
  *   model.h                     the model, its shapes, its bytes and FLOPs, the floors they imply
  *   reference.cu                the CPU reference in double, and the backward derived (dbias = 0)
- *   v1-eager.cu                 v1  eager-like: cuDNN conv, the statistics with one thread per
+ *   01-v1-eager.cu              v1  eager-like: cuDNN conv, the statistics with one thread per
  *                                   (n, c) looping serially, then a kernel per op (x m, normalise,
  *                                   clamp, x m, max); a, xh, t, u in DRAM
- *   sums.cuh                    warp shuffles: the warp's and the block's sums
- *   v2-v6-harris-reduction.cu   v2  statistics by Harris's kernel 1: interleaved, divergent
+ *   sums.cuh                    warp shuffles (first met here; chapter 4 builds on them): the
+ *                               warp's and the block's sums
+ *   02-v2-v6-harris-reduction.cu
+ *                               v2  statistics by Harris's kernel 1: interleaved, divergent
  *                               v3  sequential addressing (kernel 3)
  *                               v4  first add during the global load (kernel 4)
  *                               v5  the last warp by shuffles (kernel 5)
  *                               v6  many elements a thread, one block a slice (kernel 7)
  *   slice-welford.cuh           Welford's update and Chan's merge (common/welford.cuh), a
  *                               thread's share of a slice
- *   v7-welford.cu               v7  v6 with Welford + Chan instead of sum and sum of squares
- *   v8-cub.cu                   v8  v7 with CUB's BlockReduce (the library baseline)
- *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)
+ *   03-v7-welford.cu            v7  v6 with Welford + Chan instead of sum and sum of squares
+ *   04-v8-cub.cu                v8  v7 with CUB's BlockReduce (the library baseline)
+ *   05-v9-fused-apply.cu        v9  v7's statistics, then one kernel for the rest (c read twice)
+ *   06-b1-autograd.cu           b1  autograd-like backward: v1 saving a, xh, t, the argmax
+ *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
+ *   07-b2-fused-backward.cu     b2  v9, then two recomputing kernels
+ *   (the advanced part: Hopper clusters, the conv inside the kernel, the saved-argmax backward)
  *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange, the
  *                               first wave's staggered start
  *   v10-cluster.cu              v10 one pass: 8 blocks a sample hold its values in shared memory,
@@ -47,9 +53,6 @@
  *                                   cooperative launch, the statistics exchanged through L2
  *                               v18 v17 in half blocks: two samples an SM, one's conv while
  *                                   the other's statistics, exchange and y run
- *   b1-autograd.cu              b1  autograd-like backward: v1 saving a, xh, t, the argmax
- *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
- *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
  *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
  *   b4-b6-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
@@ -58,6 +61,7 @@
  *                               b6  b5 with the sums started during the forward's last wave, a
  *                                   counter a sample in place of the kernel boundary
  *   problem.cu                  host machinery (inputs, buffers, verification, tests): skip it
+ *   x1-welford-stats.cu         x1  exercise: v7's statistics, written by the reader (README)
  *
  * Scopes: v1..v11 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
  * first (model_fwd); v1..v8 also time their statistics alone (stats); v12 to v18 are whole-
@@ -80,15 +84,24 @@
 #define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
 
 static const hx_version versions[] = {
-    {"v1", FWD | SC(SCOPE_STATS), "eager-like: serial stats, a kernel per op", v1_launch, 0},
-    {"v2", FWD | SC(SCOPE_STATS), "stats: interleaved, divergent (Harris 1)", v2_launch, 0},
-    {"v3", FWD | SC(SCOPE_STATS), "stats: sequential addressing (Harris 3)", v3_launch, 0},
-    {"v4", FWD | SC(SCOPE_STATS), "stats: first add during load (Harris 4)", v4_launch, 0},
-    {"v5", FWD | SC(SCOPE_STATS), "stats: last warp by shuffles (Harris 5)", v5_launch, 0},
-    {"v6", FWD | SC(SCOPE_STATS), "stats: many elements a thread (Harris 7)", v6_launch, 0},
-    {"v7", FWD | SC(SCOPE_STATS), "stats: v6 with Welford + Chan merge", v7_launch, 0},
-    {"v8", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v8_launch, 0},
-    {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0},
+    {"v1", FWD | SC(SCOPE_STATS), "eager-like: serial stats, a kernel per op", v1_launch, 0,
+     HX_FP32, "01-v1-eager.cu"},
+    {"v2", FWD | SC(SCOPE_STATS), "stats: interleaved, divergent (Harris 1)", v2_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v3", FWD | SC(SCOPE_STATS), "stats: sequential addressing (Harris 3)", v3_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v4", FWD | SC(SCOPE_STATS), "stats: first add during load (Harris 4)", v4_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v5", FWD | SC(SCOPE_STATS), "stats: last warp by shuffles (Harris 5)", v5_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v6", FWD | SC(SCOPE_STATS), "stats: many elements a thread (Harris 7)", v6_launch, 0,
+     HX_FP32, "02-v2-v6-harris-reduction.cu"},
+    {"v7", FWD | SC(SCOPE_STATS), "stats: v6 with Welford + Chan merge", v7_launch, 0,
+     HX_FP32, "03-v7-welford.cu"},
+    {"v8", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v8_launch, 0,
+     HX_FP32, "04-v8-cub.cu"},
+    {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0, HX_FP32,
+     "05-v9-fused-apply.cu"},
     {"v10", FWD, "one pass: 8-block cluster, c read once", v10_launch, NEEDS_SM90},
     {"v11", FWD, "v10 with rows a block; the max exchanged", v11_launch, NEEDS_SM90},
     {"v12", SC(SCOPE_MODEL_FWD), "model: conv in stats pass + apply pass", v12_launch, 0},
@@ -103,12 +116,16 @@ static const hx_version versions[] = {
      NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32},
     {"v18", SC(SCOPE_MODEL_FWD), "model: v17 in half blocks, two samples an SM", v18_launch,
      NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32},
-    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
-    {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0},
+    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0, HX_FP32,
+     "06-b1-autograd.cu"},
+    {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0, HX_FP32,
+     "07-b2-fused-backward.cu"},
     {"b3", BWD, "cluster: v10, then one cluster kernel", b3_launch, NEEDS_SM90},
     {"b4", BWD, "v10 saving the argmax, then a stream", b4_launch, NEEDS_SM90},
     {"b5", BWD, "b4 with dm from the sums: no dm pass", b5_launch, NEEDS_SM90},
     {"b6", BWD, "b5, the sums during the forward's last wave", b6_launch, NEEDS_SM90},
+    {"x1", FWD | SC(SCOPE_STATS), "exercise: Welford + Chan statistics (as v7)", x1_launch, 0,
+     HX_FP32, "x1-welford-stats.cu"},
 };
 
 int main(int argc, char **argv)

@@ -209,6 +209,7 @@ void b3_launch(const run_ctx *r, int scope);
 void b4_launch(const run_ctx *r, int scope);
 void b5_launch(const run_ctx *r, int scope);
 void b6_launch(const run_ctx *r, int scope);
+void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-welford-stats.cu */
 
 /* training-grads.cu: the deterministic per-channel sums and the conv's gradients */
 void channel_dot(const run_ctx *r, const float *a, const float *b, float *partials);

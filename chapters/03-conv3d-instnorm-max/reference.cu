@@ -167,7 +167,8 @@ void forward_bounds(const shape *s, const float *cf, const double *cd, const dou
  *   max over channels  y_s = u_{k(s), s}, k(s) the first channel with the largest u. Only that
  *                      channel moves y: du_{c,s} = g_s if c = k(s), else 0 (torch.max(dim)
  *                      routes to the index it returns; on ties, the first).
- *   u = t m            product rule: dt_{c,s} = du_{c,s} m_c, and m's first use gives
+ *   u = t m            product rule: dt_{c,s} = du_{c,s} m_c, and m's second use (the forward
+ *                      uses m first in a = c m, below) gives
  *                      dm_c += sum over (n, s) of du_{c,s} t_{c,s}.
  *   t = clamp(xh)      dxh = dt where -1 <= xh <= 1, else 0. PyTorch passes the gradient at the
  *                      bounds (xh = -1 or 1 exactly): the mask is closed.
@@ -179,7 +180,7 @@ void forward_bounds(const shape *s, const float *cf, const double *cd, const dou
  *                      so da_j = sum_i dxh_i d xh_i / d a_j
  *                              = r (dxh_j - mean(dxh) - xh_j mean(dxh xh)).
  *                      Two more reductions per (n, c): mean(dxh) and mean(dxh xh).
- *   a = c m            dc = da m_c, and m's second use:
+ *   a = c m            dc = da m_c, and m's first use:
  *                      dm_c += sum over (n, s) of da_{c,s} c_{c,s}.
  *   conv               dx, dw and dbias from dc as for any Conv3d (common/conv_ref.h): cuDNN's
  *                      backward data for dx, cuDNN's or our own backward filter for dw, our own
@@ -226,7 +227,7 @@ void epilogue_backward_ref(const shape *s, const float *cf, const double *cd, co
         double mean[C_OUT], rstd[C_OUT], s1[C_OUT] = {0}, s2[C_OUT] = {0};
         double sa1[C_OUT] = {0}, sa2[C_OUT] = {0}; /* the same sums of magnitudes */
         double A1[C_OUT] = {0}, A2[C_OUT] = {0};
-        /* this sample's dm terms (first and second use), ambiguity bound, |g t| and |da c| */
+        /* this sample's dm terms (u = t m's, a = c m's), ambiguity bound, |g t| and |da c| */
         double *dm1 = dm_n + (size_t)n * 5 * C_OUT, *dm2 = dm1 + C_OUT, *amb_b = dm2 + C_OUT;
         double *abs1 = amb_b + C_OUT, *abs2 = abs1 + C_OUT;
         double *dxh = (double *)host_alloc(sizeof(double) * S);

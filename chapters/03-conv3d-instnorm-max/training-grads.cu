@@ -8,24 +8,20 @@
  * computed anyway, as autograd does.
  *
  * The conv's gradients: cuDNN's dx (backward data) in every training step; for dw cuDNN's
- * backward filter (b1) or our own (b2, b3):
+ * backward filter (b1) or our own (b2 and later):
  * dw[co][ci][k] = sum over n and s of dc[n][co][s] x[n][ci][s shifted by tap k]: 1296 sums of
- * 1.6M terms each, 2.1 GFMA. cuDNN's legacy backward filter took 25 ms here (25.5 in the run of
- * commit 0e8e96a), so
+ * 1.6M terms each, 2.1 GFMA.
  *   k_dw_partials: a block per (n, chunk of DW_CHUNK positions) copies the chunk's dc into
  *     shared memory as [position][co] (the 16 channels of a position: four 16-byte
  *     broadcasts); thread (group g, tap) accumulates acc[co] += x(tap) dc[co] over every third
  *     position, so each x load feeds 16 FFMA; the three groups are added in shared memory and
  *     the block writes its 1296 partials, transposed so that
  *   k_dw_sum: a block per weight adds that weight's partials, contiguous, in a fixed order.
- * No atomics: the same bits every run.
  * Prediction: bounded by its 4.2 GFLOP, 0.062 ms at the FMA peak; a few times that in practice.
  * Measured (the notes after the table, in the run of data/h100/ch03.csv): 0.570 ms against
- * cuDNN's 1.610 ms (engine 20, the fastest fp32 engine of its graph API, timed on the buffers;
- * PyTorch's in its default precision, in TF32, 0.738 ms [eager conv_dw default]);
- * the fused versions' training step went from 27.7 ms with cuDNN's legacy dw (commit 508c56c)
- * to 2.7 ms [b2 train_step] with it (b1's, through cuDNN, 5.868 ms [b1 train_step]). ncu (commit
- * 508c56c): 562 us, the SMs 65% busy, 7.4 TFLOP/s.
+ * cuDNN's 1.610 ms (engine 20, the fastest fp32 engine of its graph API; PyTorch's in its
+ * default precision, in TF32, 0.738 ms [eager conv_dw default]). Why not cuDNN's legacy
+ * backward filter, and the profile: LABBOOK.md.
  */
 #include "conv.cuh"
 #include "model.h"

@@ -22,8 +22,8 @@ struct chan_op {
 };
 
 __global__ void __launch_bounds__(MANY_BLOCK)
-k_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__restrict__ mean,
-            float *__restrict__ rstd, int S)
+v8_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__restrict__ mean,
+             float *__restrict__ rstd, int S)
 {
     typedef cub::BlockReduce<welford, MANY_BLOCK> block_reduce;
     __shared__ typename block_reduce::TempStorage tmp;
@@ -37,7 +37,7 @@ k_stats_cub(const float *__restrict__ a, const float *__restrict__ m, float *__r
 
 void stats_v8(const run_ctx *r, const float *a, const float *m)
 {
-    k_stats_cub<<<(int)seg_count(&r->sh), MANY_BLOCK>>>(a, m, r->mean, r->rstd, r->sh.s);
+    v8_stats_cub<<<(int)seg_count(&r->sh), MANY_BLOCK>>>(a, m, r->mean, r->rstd, r->sh.s);
 }
 
 void v8_launch(const run_ctx *r, int scope) { eager_launch(r, scope, stats_v8); }

@@ -9,14 +9,15 @@
  * Prediction: the two-pass floor, 2 x 103.2 + 6.45 = 212.9 MB: 0.072 ms at the copy ceiling,
  * about 6x below v7's 0.441 ms [v7 epilogue_fwd] epilogue.
  * Measured: 0.0829 ms [v9 epilogue_fwd] (44% of the copy ceiling [v9 epilogue_fwd pct_ceiling]),
- * 20x v1 [v1/v9 epilogue_fwd], 1.81x torch.compile [compile/v9 epilogue_fwd] (0.1503 ms
- * [compile epilogue_fwd]).
+ * 5.3x v8 [v8/v9 epilogue_fwd], 20x v1 [v1/v9 epilogue_fwd], 1.81x torch.compile
+ * [compile/v9 epilogue_fwd] (0.1503 ms [compile epilogue_fwd]). The floor needs c read once:
+ * the advanced part's clusters.
  */
 #include "model.h"
 
-__global__ void k_apply_fused(const float *__restrict__ c, const float *__restrict__ m,
-                              const float *__restrict__ mean, const float *__restrict__ rstd,
-                              float *__restrict__ y, int n_pos, int S)
+__global__ void v9_apply_fused(const float *__restrict__ c, const float *__restrict__ m,
+                               const float *__restrict__ mean, const float *__restrict__ rstd,
+                               float *__restrict__ y, int n_pos, int S)
 {
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n_pos; p += gridDim.x * blockDim.x) {
         int n = p / S, s = p - n * S;
@@ -38,7 +39,7 @@ void v9_epilogue(const run_ctx *r)
 {
     int n_pos = (int)out_elems(&r->sh);
     stats_v7(r, r->c, r->m);
-    k_apply_fused<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->c, r->m, r->mean, r->rstd, r->y,
+    v9_apply_fused<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->c, r->m, r->mean, r->rstd, r->y,
                                                               n_pos, r->sh.s);
 }
 

@@ -6,12 +6,12 @@
  * statistics (mean, rstd) as PyTorch's instance norm does; then, since the backward needs two
  * reductions per (n, c) before any dc can be written, two kernels that recompute the forward at
  * each position from c instead of reading saved tensors:
- *   k_bwd_sums: a thread per position recomputes xh and u for the 16 channels, finds the argmax
+ *   b2_bwd_sums: a thread per position recomputes xh and u for the 16 channels, finds the argmax
  *     k, and contributes dxh = g m_k (if xh_k is inside the clamp) and dxh xh_k to channel k's
  *     sums and g t_k to dm; a block's 256 positions are reduced per channel in shared memory
- *     (warp w adds channels w and w + 8), one partial per (n, c, tile); k_bwd_means adds a
+ *     (warp w adds channels w and w + 8), one partial per (n, c, tile); b2_bwd_means adds a
  *     slice's tiles in order;
- *   k_bwd_dc: a thread per position recomputes again and writes all 16 dc, reducing da c for
+ *   b2_bwd_dc: a thread per position recomputes again and writes all 16 dc, reducing da c for
  *     dm.
  * dm's partials are added in order (training-grads.cu): deterministic.
  * Bytes of the backward: c and g read twice, dc written: 3 x 103.2 + 2 x 6.45 = 322.5 MB,
@@ -42,9 +42,9 @@ __device__ static inline void position_forward(const float *__restrict__ cp, int
 }
 
 __global__ void __launch_bounds__(B2_BLOCK)
-k_bwd_sums(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ m,
-           const float *__restrict__ mean, const float *__restrict__ rstd,
-           float *__restrict__ part, float *__restrict__ dm_part, int S, int tiles)
+b2_bwd_sums(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ m,
+            const float *__restrict__ mean, const float *__restrict__ rstd,
+            float *__restrict__ part, float *__restrict__ dm_part, int S, int tiles)
 {
     __shared__ float sv[3][B2_BLOCK];
     __shared__ int sk[B2_BLOCK];
@@ -86,8 +86,8 @@ k_bwd_sums(const float *__restrict__ c, const float *__restrict__ g, const float
 }
 
 /* a thread per (n, c): the tiles' sums in order, divided by S */
-__global__ void k_bwd_means(const float *__restrict__ part, int tiles, int segs, int S,
-                            float2 *__restrict__ means)
+__global__ void b2_bwd_means(const float *__restrict__ part, int tiles, int segs, int S,
+                             float2 *__restrict__ means)
 {
     int seg = blockIdx.x * blockDim.x + threadIdx.x;
     if (seg >= segs)
@@ -99,10 +99,10 @@ __global__ void k_bwd_means(const float *__restrict__ part, int tiles, int segs,
 }
 
 __global__ void __launch_bounds__(B2_BLOCK)
-k_bwd_dc(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ m,
-         const float *__restrict__ mean, const float *__restrict__ rstd,
-         const float2 *__restrict__ means, float *__restrict__ dc, float *__restrict__ dm_part,
-         int S, int tiles)
+b2_bwd_dc(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ m,
+          const float *__restrict__ mean, const float *__restrict__ rstd,
+          const float2 *__restrict__ means, float *__restrict__ dc, float *__restrict__ dm_part,
+          int S, int tiles)
 {
     __shared__ float red[C_OUT][B2_BLOCK + 1];
     __shared__ float mc[C_OUT], mu[C_OUT], rs[C_OUT];
@@ -150,11 +150,11 @@ void b2_backward(const run_ctx *r)
     const shape *s = &r->sh;
     int tiles = ceil_div(s->s, B2_BLOCK), segs = (int)seg_count(s);
     dim3 grid(tiles, s->n);
-    k_bwd_sums<<<grid, B2_BLOCK>>>(r->c, r->g, r->m, r->mean, r->rstd, r->bpart, r->dm_part1,
-                                   s->s, tiles);
-    k_bwd_means<<<ceil_div(segs, 128), 128>>>(r->bpart, tiles, segs, s->s, r->means);
-    k_bwd_dc<<<grid, B2_BLOCK>>>(r->c, r->g, r->m, r->mean, r->rstd, r->means, r->dc,
-                                 r->dm_part2, s->s, tiles);
+    b2_bwd_sums<<<grid, B2_BLOCK>>>(r->c, r->g, r->m, r->mean, r->rstd, r->bpart, r->dm_part1,
+                                    s->s, tiles);
+    b2_bwd_means<<<ceil_div(segs, 128), 128>>>(r->bpart, tiles, segs, s->s, r->means);
+    b2_bwd_dc<<<grid, B2_BLOCK>>>(r->c, r->g, r->m, r->mean, r->rstd, r->means, r->dc,
+                                  r->dm_part2, s->s, tiles);
     channel_totals(r->dm_part1, r->dm_part2, s->n * tiles, r->dm);
 }
 

@@ -26,8 +26,8 @@
 #include "sums.cuh"
 
 /* du = g at the argmax channel, 0 elsewhere (autograd: zeros, then a scatter) */
-__global__ void k_max_backward(const float *__restrict__ g, const int *__restrict__ idx,
-                               float *__restrict__ du, int total, int S)
+__global__ void b1_max_backward(const float *__restrict__ g, const int *__restrict__ idx,
+                                float *__restrict__ du, int total, int S)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int s = i % S, nc = i / S, n = nc / C_OUT, co = nc - n * C_OUT;
@@ -36,8 +36,8 @@ __global__ void k_max_backward(const float *__restrict__ g, const int *__restric
 }
 
 /* the clamp's mask is closed: the gradient passes at xh = -1 and xh = 1 */
-__global__ void k_clamp_backward(const float *__restrict__ dt, const float *__restrict__ xh,
-                                 float *__restrict__ dxh, int total)
+__global__ void b1_clamp_backward(const float *__restrict__ dt, const float *__restrict__ xh,
+                                  float *__restrict__ dxh, int total)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         float v = xh[i];
@@ -47,8 +47,8 @@ __global__ void k_clamp_backward(const float *__restrict__ dt, const float *__re
 
 /* a block per (n, c): the means of dxh and dxh xh (v6's technique) */
 __global__ void __launch_bounds__(MANY_BLOCK)
-k_instnorm_bwd_reduce(const float *__restrict__ dxh, const float *__restrict__ xh,
-                      float2 *__restrict__ means, int S)
+b1_instnorm_bwd_reduce(const float *__restrict__ dxh, const float *__restrict__ xh,
+                       float2 *__restrict__ means, int S)
 {
     const float *d = dxh + (size_t)blockIdx.x * S, *x = xh + (size_t)blockIdx.x * S;
     float2 acc = make_float2(0.0f, 0.0f);
@@ -62,10 +62,10 @@ k_instnorm_bwd_reduce(const float *__restrict__ dxh, const float *__restrict__ x
 }
 
 /* da = rstd (dxh - mean(dxh) - xh mean(dxh xh)) */
-__global__ void k_instnorm_bwd_apply(const float *__restrict__ dxh, const float *__restrict__ xh,
-                                     const float *__restrict__ rstd,
-                                     const float2 *__restrict__ means, float *__restrict__ da,
-                                     int total, int S)
+__global__ void b1_instnorm_bwd_apply(const float *__restrict__ dxh, const float *__restrict__ xh,
+                                      const float *__restrict__ rstd,
+                                      const float2 *__restrict__ means, float *__restrict__ da,
+                                      int total, int S)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int seg = i / S;
@@ -79,14 +79,14 @@ static void b1_backward(const run_ctx *r)
     const shape *s = &r->sh;
     int total = (int)conv_elems(s), g = grid_for(total, 256, r->sm_count), S = s->s;
     float *xh = r->t[1], *t = r->t[2], *du = r->t[3], *dt = r->t[4];
-    k_max_backward<<<g, 256>>>(r->g, r->idx, du, total, S);
+    b1_max_backward<<<g, 256>>>(r->g, r->idx, du, total, S);
     scale_channels(r, du, dt);             /* dt = du m */
     channel_dot(r, du, t, r->dm_part1);    /* dm += du t */
     float *dxh = du;                       /* du is spent */
-    k_clamp_backward<<<g, 256>>>(dt, xh, dxh, total);
-    k_instnorm_bwd_reduce<<<(int)seg_count(s), MANY_BLOCK>>>(dxh, xh, r->means, S);
+    b1_clamp_backward<<<g, 256>>>(dt, xh, dxh, total);
+    b1_instnorm_bwd_reduce<<<(int)seg_count(s), MANY_BLOCK>>>(dxh, xh, r->means, S);
     float *da = dt;
-    k_instnorm_bwd_apply<<<g, 256>>>(dxh, xh, r->rstd, r->means, da, total, S);
+    b1_instnorm_bwd_apply<<<g, 256>>>(dxh, xh, r->rstd, r->means, da, total, S);
     scale_channels(r, da, r->dc);          /* dc = da m */
     channel_dot(r, da, r->c, r->dm_part2); /* dm += da c */
     channel_totals(r->dm_part1, r->dm_part2, DOT_BLOCKS, r->dm);
