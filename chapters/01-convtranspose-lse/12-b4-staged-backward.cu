@@ -126,9 +126,9 @@ __device__ static inline void tile_store(float *__restrict__ dc, const float4 *t
 
 /* block (x, n): positions [x * B4_TILE, ...) of sample n; one db partial a block */
 __global__ void __launch_bounds__(B4_BLOCK)
-    k_epilogue_backward_staged(const float *__restrict__ c, const float *__restrict__ g,
-                               const float *__restrict__ b, float *__restrict__ dc,
-                               float *__restrict__ partials, int s, int total)
+    b4_epilogue_backward_staged(const float *__restrict__ c, const float *__restrict__ g,
+                                const float *__restrict__ b, float *__restrict__ dc,
+                                float *__restrict__ partials, int s, int total)
 {
     __shared__ float4 tile4[C_OUT * B4_F4]; /* 33,024 bytes */
     float *tile = reinterpret_cast<float *>(tile4);
@@ -177,8 +177,8 @@ dim3 b4_grid(const shape *sh)
 void b4_backward(const run_ctx *r)
 {
     dim3 grid = b4_grid(&r->sh);
-    k_epilogue_backward_staged<<<grid, B4_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials,
-                                                   r->sh.s, (int)conv_elems(&r->sh));
+    b4_epilogue_backward_staged<<<grid, B4_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials,
+                                                    r->sh.s, (int)conv_elems(&r->sh));
     sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db); /* db */
 }
 

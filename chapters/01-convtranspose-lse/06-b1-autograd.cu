@@ -27,19 +27,19 @@
  */
 #include "model.h"
 
-__global__ void k_clamp_backward(const float *__restrict__ g, const float *__restrict__ s,
-                                 float *__restrict__ ds, int n)
+__global__ void b1_clamp_backward(const float *__restrict__ g, const float *__restrict__ s,
+                                  float *__restrict__ ds, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         ds[i] = (s[i] >= -1.0f && s[i] <= 1.0f) ? g[i] : 0.0f;
 }
 
 /* s = a - b: db is minus the sum of ds; the sum is common/reduce.cuh's, this is the minus */
-__global__ void k_negate(float *v) { *v = -*v; }
+__global__ void b1_negate(float *v) { *v = -*v; }
 
-__global__ void k_mul_backward(const float *__restrict__ da, const float *__restrict__ z,
-                               const float *__restrict__ t, float *__restrict__ dz,
-                               float *__restrict__ dt, int n)
+__global__ void b1_mul_backward(const float *__restrict__ da, const float *__restrict__ z,
+                                const float *__restrict__ t, float *__restrict__ dz,
+                                float *__restrict__ dt, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         dz[i] = da[i] * t[i]; /* d(z t)/dz = t */
@@ -47,23 +47,23 @@ __global__ void k_mul_backward(const float *__restrict__ da, const float *__rest
     }
 }
 
-__global__ void k_sigmoid_backward(const float *__restrict__ dt, const float *__restrict__ t,
-                                   float *__restrict__ du, int n)
+__global__ void b1_sigmoid_backward(const float *__restrict__ dt, const float *__restrict__ t,
+                                    float *__restrict__ du, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         du[i] = dt[i] * t[i] * (1.0f - t[i]);
 }
 
-__global__ void k_add(const float *__restrict__ a, const float *__restrict__ b,
-                      float *__restrict__ o, int n)
+__global__ void b1_add(const float *__restrict__ a, const float *__restrict__ b,
+                       float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = a[i] + b[i];
 }
 
-__global__ void k_logsumexp_backward(const float *__restrict__ c, const float *__restrict__ z,
-                                     const float *__restrict__ dz, float *__restrict__ dc,
-                                     int n_pos, int s)
+__global__ void b1_logsumexp_backward(const float *__restrict__ c, const float *__restrict__ z,
+                                      const float *__restrict__ dz, float *__restrict__ dc,
+                                      int n_pos, int s)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
         int n = i / s, p = i - n * s;
@@ -80,15 +80,15 @@ static void b1_backward(const run_ctx *r)
     int n = (int)out_elems(&r->sh), g = grid_for(n, 256, r->sm_count);
     float *const *t = r->tmp;
     float *ds = t[T_ZP3], *da = t[T_ZT], *dz1 = t[T_A], *dt = t[T_X1], *du = t[T_X2];
-    k_clamp_backward<<<g, 256>>>(r->g, t[T_S], ds, n);           /* ds = g [-1 <= s <= 1] */
-    /* db = -sum ds: sum_channels, the two-stage deterministic sum, is in b2-fused-backward.cu */
+    b1_clamp_backward<<<g, 256>>>(r->g, t[T_S], ds, n);           /* ds = g [-1 <= s <= 1] */
+    /* db = -sum ds: sum_channels, the two-stage deterministic sum, is in 07-b2-fused-backward.cu *
     sum_channels(ds, r->sh.n, 1, r->sh.s, r->n_partials, r->partials, r->db);
-    k_negate<<<1, 1>>>(r->db);                                   /* db = -sum ds */
+    b1_negate<<<1, 1>>>(r->db);                                   /* db = -sum ds */
     div_scalar(r, ds, 6.0f, da);                                 /* d(z t) = ds / 6 */
-    k_mul_backward<<<g, 256>>>(da, t[T_Z], t[T_T], dz1, dt, n);  /* dz = d(zt) t, dt = d(zt) z */
-    k_sigmoid_backward<<<g, 256>>>(dt, t[T_T], du, n);           /* d(z + 3) = dt t (1 - t) */
-    k_add<<<g, 256>>>(dz1, du, ds, n);                           /* dz = both paths */
-    k_logsumexp_backward<<<g, 256>>>(r->c, t[T_Z], ds, r->dc, n, r->sh.s); /* dc */
+    b1_mul_backward<<<g, 256>>>(da, t[T_Z], t[T_T], dz1, dt, n);  /* dz = d(zt) t, dt = d(zt) z */
+    b1_sigmoid_backward<<<g, 256>>>(dt, t[T_T], du, n);           /* d(z + 3) = dt t (1 - t) */
+    b1_add<<<g, 256>>>(dz1, du, ds, n);                           /* dz = both paths */
+    b1_logsumexp_backward<<<g, 256>>>(r->c, t[T_Z], ds, r->dc, n, r->sh.s); /* dc */
 }
 
 void lib_dx(const run_ctx *r)

@@ -47,9 +47,9 @@
 #define B2_POS 2 /* positions a thread */
 
 __global__ void __launch_bounds__(B2_BLOCK, 4)
-    k_epilogue_backward_fused(const float *__restrict__ c, const float *__restrict__ g,
-                              const float *__restrict__ b, float *__restrict__ dc,
-                              float *__restrict__ partials, int s, int total)
+    b2_epilogue_backward(const float *__restrict__ c, const float *__restrict__ g,
+                         const float *__restrict__ b, float *__restrict__ dc,
+                         float *__restrict__ partials, int s, int total)
 {
     int n = blockIdx.y;
     int p0 = B2_POS * (blockIdx.x * blockDim.x + threadIdx.x);
@@ -117,8 +117,8 @@ void sum_segments(const float *partials, int segments, int count, int threads, f
 void b2_backward(const run_ctx *r)
 {
     dim3 grid = b2_grid(&r->sh);
-    k_epilogue_backward_fused<<<grid, B2_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials, r->sh.s,
-                                                  (int)conv_elems(&r->sh));
+    b2_epilogue_backward<<<grid, B2_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials, r->sh.s,
+                                             (int)conv_elems(&r->sh));
     sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db); /* db */
 }
 

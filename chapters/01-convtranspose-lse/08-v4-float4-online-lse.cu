@@ -34,8 +34,8 @@
 
 #define V4_BLOCK 256
 
-__global__ void k_epilogue_vec4_online(const float *__restrict__ c, const float *__restrict__ b,
-                                       float *__restrict__ y, int s, int total)
+__global__ void v4_epilogue_vec4_online(const float *__restrict__ c, const float *__restrict__ b,
+                                        float *__restrict__ y, int s, int total)
 {
     int n = blockIdx.y;
     int p0 = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
@@ -61,7 +61,7 @@ void v4_epilogue(const run_ctx *r)
 {
     int quads = (r->sh.s + 3) / 4;
     dim3 grid((quads + V4_BLOCK - 1) / V4_BLOCK, r->sh.n);
-    k_epilogue_vec4_online<<<grid, V4_BLOCK>>>(r->c, r->b, r->y, r->sh.s, (int)conv_elems(&r->sh));
+    v4_epilogue_vec4_online<<<grid, V4_BLOCK>>>(r->c, r->b, r->y, r->sh.s, (int)conv_elems(&r->sh));
 }
 
 void v4_launch(const run_ctx *r, int scope)

@@ -53,8 +53,8 @@
 #define V7_BLOCK 1024
 
 __global__ void __launch_bounds__(V7_BLOCK)
-    k_epilogue_per_position(const float *__restrict__ c, const float *__restrict__ b,
-                            float *__restrict__ y, int s)
+    v7_epilogue_per_position(const float *__restrict__ c, const float *__restrict__ b,
+                             float *__restrict__ y, int s)
 {
     int n = blockIdx.y;
     int p = blockIdx.x * V7_BLOCK + threadIdx.x;
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(V7_BLOCK)
 void v7_epilogue(const run_ctx *r)
 {
     dim3 grid((r->sh.s + V7_BLOCK - 1) / V7_BLOCK, r->sh.n);
-    k_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
+    v7_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
 }
 
 void v7_launch(const run_ctx *r, int scope)

@@ -34,9 +34,9 @@
 #include "parity.cuh"
 
 __global__ void __launch_bounds__(TILE_W *TILE_H)
-    k_conv_transpose_parity(const float *__restrict__ x, const float *__restrict__ weight,
-                            const float *__restrict__ conv_bias, float *__restrict__ c, int d,
-                            int h, int w)
+    b3_conv_transpose_parity(const float *__restrict__ x, const float *__restrict__ weight,
+                             const float *__restrict__ conv_bias, float *__restrict__ c, int d,
+                             int h, int w)
 {
     __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
     __shared__ float s_bias[C_OUT];
@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
 /* dw stage 1: block (bx, co) strides over input positions; writes 81 partials at
  * partials[(co * 81 + q) * gridDim.x + bx], q = ci * 27 + k, so stage 2 adds contiguous runs */
 __global__ void __launch_bounds__(256)
-    k_dw_partials(const float *__restrict__ x, const float *__restrict__ dc,
-                  float *__restrict__ partials, int n, int d, int h, int w)
+    b3_dw_partials(const float *__restrict__ x, const float *__restrict__ dc,
+                   float *__restrict__ partials, int n, int d, int h, int w)
 {
     __shared__ float red[8][DW_TAPS];
     int co = blockIdx.y, od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1, s = od * oh * ow;
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(256)
 }
 
 /* [co][ci][k] -> PyTorch's [ci][co][k] */
-__global__ void k_dw_reorder(const float *__restrict__ by_co, float *__restrict__ dw)
+__global__ void b3_dw_reorder(const float *__restrict__ by_co, float *__restrict__ dw)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N_WEIGHT)
@@ -132,18 +132,18 @@ __global__ void k_dw_reorder(const float *__restrict__ by_co, float *__restrict_
 void b3_conv_forward(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    k_conv_transpose_parity<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-        r->x, r->weight, r->conv_bias, r->c, s->d, s->h, s->w);
+    b3_conv_transpose_parity<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+         r->x, r->weight, r->conv_bias, r->c, s->d, s->h, s->w);
 }
 
 void own_dw(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    k_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h,
-                                                   s->w);
+    b3_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h,
+                                                    s->w);
     /* the partials of weight (co, ci, k) are contiguous: one sum a weight, then PyTorch's order */
     sum_segments(r->partials, C_OUT * DW_TAPS, DW_BLOCKS, 64, r->dw_by_co);
-    k_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
+    b3_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
 }
 
 void own_dbias(const run_ctx *r)

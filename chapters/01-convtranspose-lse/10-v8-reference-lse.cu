@@ -44,9 +44,9 @@
 
 /* __launch_bounds__(.., 8): eight blocks of 128 an SM, which caps registers at 64 */
 __global__ void __launch_bounds__(TILE_W *TILE_H, 8)
-    k_model_fused_v8(const float *__restrict__ x, const float *__restrict__ weight,
-                     const float *__restrict__ conv_bias, const float *__restrict__ b,
-                     float *__restrict__ y, int d, int h, int w)
+    v8_model_fused(const float *__restrict__ x, const float *__restrict__ weight,
+                   const float *__restrict__ conv_bias, const float *__restrict__ b,
+                   float *__restrict__ y, int d, int h, int w)
 {
     __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
     __shared__ float s_bias[C_OUT];
@@ -84,6 +84,6 @@ void v8_launch(const run_ctx *r, int scope)
 {
     const shape *s = &r->sh;
     (void)scope; /* model_fwd only */
-    k_model_fused_v8<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    v8_model_fused<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+      r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }

@@ -15,8 +15,8 @@
 #include "model.h"
 #include "tail.cuh"
 
-__global__ void k_epilogue_fused(const float *__restrict__ c, const float *__restrict__ b,
-                                 float *__restrict__ y, int n_pos, int s)
+__global__ void v2_epilogue_fused(const float *__restrict__ c, const float *__restrict__ b,
+                                  float *__restrict__ y, int n_pos, int s)
 {
     float bv = *b;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
@@ -43,5 +43,5 @@ void v2_launch(const run_ctx *r, int scope)
     int n = (int)out_elems(&r->sh);
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    k_epilogue_fused<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->b, r->y, n, r->sh.s);
+    v2_epilogue_fused<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->b, r->y, n, r->sh.s);
 }

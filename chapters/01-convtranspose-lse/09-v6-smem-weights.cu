@@ -42,9 +42,9 @@
 #include "tail.cuh"
 
 __global__ void __launch_bounds__(TILE_W *TILE_H)
-    k_model_fused_v6(const float *__restrict__ x, const float *__restrict__ weight,
-                     const float *__restrict__ conv_bias, const float *__restrict__ b,
-                     float *__restrict__ y, int d, int h, int w)
+    v6_model_fused(const float *__restrict__ x, const float *__restrict__ weight,
+                   const float *__restrict__ conv_bias, const float *__restrict__ b,
+                   float *__restrict__ y, int d, int h, int w)
 {
     __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
     __shared__ float s_bias[C_OUT];
@@ -65,6 +65,6 @@ void v6_launch(const run_ctx *r, int scope)
 {
     const shape *s = &r->sh;
     (void)scope; /* model_fwd only */
-    k_model_fused_v6<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-        r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
+    v6_model_fused<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+      r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }
