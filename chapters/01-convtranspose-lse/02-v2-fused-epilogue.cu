@@ -9,8 +9,8 @@
  * Prediction: the 1.07 GB floor, 0.359 ms, if 64 bytes a thread in flight hide DRAM latency.
  * Measured: 0.416 ms [v2 epilogue_fwd], 86% of the copy ceiling [v2 epilogue_fwd pct_ceiling],
  * 1.82x v1 [v1/v2 epilogue_fwd]. Not the floor. Suspects: 16 load instructions per position for 64
- * bytes, and an integer division per position; v4 removes most of the loads and the divisions, and
- * measures what that was worth.
+ * bytes, an integer division per position, the accurate expf/logf; v7 (after v3) removes all but
+ * the loads, and measures what that was worth.
  */
 #include "model.h"
 #include "tail.cuh"

@@ -2,28 +2,24 @@
  * b1: the backward as autograd runs it, and the training step's conv gradients through cuDNN
  *
  * What PyTorch's autograd runs for this graph: one kernel per op backward, reading what the
- * forward saved (z, t = sigmoid(z + 3), s). The forward is v1 with those three tensors kept.
- * Then: clamp backward (ds), the sum for db, / 6 backward, the product rule (two outputs),
- * sigmoid backward, the sum of the two paths into z, logsumexp backward (reads the 1 GB conv
- * output again, writes the 1 GB dc). Section "the backward" of reference.cu derives each term.
- * Bytes, tensors of N S floats being 63 MB: v1's forward 1.89 GB; clamp backward 3 x 63 MB,
- * the sum 63, / 6 backward 126, the product rule 5 x 63, sigmoid backward 3 x 63, the add
- * 3 x 63, logsumexp backward 1008 + 126 + 1008: 3.21 GB. Prediction: 5.10 GB against the
- * 3.15 GB floor of forward + backward (1.056 ms); at the 2.49 TB/s v1 reached (1.89 GB in
- * 0.758 ms [v1 epilogue_fwd]), 2.05 ms, about 2x the floor.
- * Measured (H100, KernelBench shape): 2.41 ms [b1 epilogue_fwdbwd] for forward + backward, 2.3x
- * [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.056 ms [b1 epilogue_fwdbwd floor_ms] floor; PyTorch
- * eager takes 5.73 ms [eager epilogue_fwdbwd] for the same (its logsumexp and autograd launch more
- * kernels).
+ * forward saved (z, t = sigmoid(z + 3), s); the forward is v1 with those three kept. Then clamp
+ * backward (ds), the sum for db, / 6 backward, the product rule (two outputs), sigmoid backward,
+ * the sum of the two paths into z, and logsumexp backward (reads the 1 GB conv output again,
+ * writes the 1 GB dc). Section "the backward" of reference.cu derives each term.
+ * Bytes, tensors of N S floats being 63 MB: v1's forward 1.89 GB; clamp backward 3 x 63 MB, the
+ * sum 63, / 6 backward 126, the product rule 5 x 63, sigmoid backward 3 x 63, the add 3 x 63,
+ * logsumexp backward 1008 + 126 + 1008: 3.21 GB.
+ * Prediction: 5.10 GB against the 3.15 GB floor of forward + backward, 1.056 ms
+ * [b1 epilogue_fwdbwd floor_ms]; at the 2.49 TB/s v1 reached (1.89 GB in 0.758 ms
+ * [v1 epilogue_fwd]), 2.05 ms, about 2x the floor.
+ * Measured: 2.41 ms [b1 epilogue_fwdbwd], 2.3x the floor [b1 epilogue_fwdbwd median_ms/floor_ms];
+ * PyTorch eager takes 5.73 ms [eager epilogue_fwdbwd] (its logsumexp and autograd launch more).
  *
  * The training step (every b version): the conv, the epilogue forward and backward, then the
- * conv's gradients. b1 and b2 take them from cuDNN, through the Conv3d the transposed conv is
- * the input gradient of (common/conv.h): dx = that Conv3d's forward of dc, dw = its backward
- * filter with dc as its input and x as its output gradient, dbias = the backward bias of dc.
- * b3 replaces the conv forward, dw and dbias with its own kernels. b1's step measured 15.43 ms
- * [b1 train_step] (the README's table): cuDNN's transposed conv 6.23, dw 4.38, dx 1.98 and dbias
- * 0.38 (each timed alone, the notes after the table) and the epilogue's forward and backward 2.41
- * [b1 epilogue_fwdbwd]: 15.37 together.
+ * conv's gradients. b1 and b2 take them from cuDNN, through the Conv3d the transposed conv is the
+ * input gradient of (common/conv.h): dx = that Conv3d's forward of dc, dw = its backward filter
+ * with dc as its input and x as its output gradient, dbias = the backward bias of dc. b1's step
+ * takes 15.4 ms [b1 train_step], most of it cuDNN's conv pieces (the README's per-op table).
  */
 #include "model.h"
 
@@ -81,7 +77,7 @@ static void b1_backward(const run_ctx *r)
     float *const *t = r->tmp;
     float *ds = t[T_ZP3], *da = t[T_ZT], *dz1 = t[T_A], *dt = t[T_X1], *du = t[T_X2];
     b1_clamp_backward<<<g, 256>>>(r->g, t[T_S], ds, n);           /* ds = g [-1 <= s <= 1] */
-    /* db = -sum ds: sum_channels, the two-stage deterministic sum, is in 07-b2-fused-backward.cu *
+    /* db = -sum ds: sum_channels (07-b2-fused-backward.cu) is the two-stage deterministic sum */
     sum_channels(ds, r->sh.n, 1, r->sh.s, r->n_partials, r->partials, r->db);
     b1_negate<<<1, 1>>>(r->db);                                   /* db = -sum ds */
     div_scalar(r, ds, 6.0f, da);                                 /* d(z t) = ds / 6 */

@@ -2,41 +2,24 @@
  * b2: the fused backward, c read once more and dc written once
  *
  * Defect of b1: a kernel per op and three saved tensors, 1.9 GB of traffic beyond the floor
- * (2.41 ms [b1 epilogue_fwdbwd]). Change: one kernel after the forward: each thread takes two
- * adjacent positions (8-byte loads on the misaligned planes, load_shifted<2> in shifted-load.cuh),
- * recomputes z from the 32 values it holds (a two-pass logsumexp is cheap once the values are in
- * registers, and keeps e_c = exp(v_c - m) for the softmax), applies the chain rule of reference.cu
- * and writes dc for its two positions in every channel. -ds is summed per block
- * (common/reduce.cuh's block_sum) into one partial a block, and one block adds the partials in
- * a fixed order: db is deterministic, no atomics.
- * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v4's 0.368 ms
- * [v4 epilogue_fwd], about 1.07 ms for forward + backward, near the 1.056 ms floor.
- *
- * First written with four positions a thread, as v4 does: 1.30 ms (recorded, the earlier timer),
- * 18% over the 1.1 ms target. Its kernel, under ncu, was latency-bound: 22.9
- * cycles per issued instruction stalled on long scoreboard (waiting for loads) at 37%
- * occupancy, because the 64 values it keeps for the softmax take 80 registers (3 blocks of 256
- * an SM). Two positions a thread keep 32 values in 64 registers with no spill: 4 blocks an SM,
- * a third more warps to hide the loads' latency. If the kernel is latency-bound, its 0.90 ms
- * becomes at best 0.90 x 24/32 = 0.67 ms, under the 0.70 ms its bytes need: it would meet the
- * floor.
- * Measured (same H100, same call, commit 0c77edb): 1.210 ms against 1.311 for four positions a
- * thread, 7.7% faster but not the floor: less v4's 0.375 ms, the backward takes about 0.835 ms, 84%
- * of the copy ceiling. With v7's forward (0.370 ms) instead of v4's, 0.0063-0.0068 ms less in each
- * of three interleaved rounds of one call. Recorded: 1.180 ms [b2 epilogue_fwdbwd] (the README's
- * table), 7% over the target, and 11.9% less time [b2 vs compile epilogue_fwdbwd] than
- * torch.compile's 1.340 ms [compile epilogue_fwdbwd], recorded in the same lease, the ranges apart.
- * ncu on the kernel alone (commit 0c77edb): 48% of warps active, still 16 cycles of long-scoreboard
- * stall an issue, DRAM at 71% of peak. It wrote 0.99 GB to DRAM, where the four-position form wrote
- * 1.14 GB for the same 1.008 GB of dc (both leave some of dc in L2 at the end); the likely cause,
- * not measured, is that its 4-byte stores 16 bytes apart left sectors partly written when L2
- * evicted them. One position a thread (40 registers, 71% of warps active) took 1.221 ms; capping
- * registers below 64 spills and loses; aligned stores through warp shuffles, evict-first loads or
- * stores, re-reading c instead of holding it, and a loop that loads the next position while storing
- * this one all lost (the README's "tried" list has each number).
- *
- * This file also wraps the two stages of common/reduce.cuh as one call each for b1's db and
- * b3's dw and dbias (sum_channels, sum_segments).
+ * (2.41 ms [b1 epilogue_fwdbwd]).
+ * Change: recompute instead of saving. One kernel after v7's forward: each thread takes two
+ * adjacent positions (8-byte loads on the misaligned planes: load_shifted<2>, shifted-load.cuh,
+ * shifted-load.svg), recomputes z from the 32 values it holds (two passes are cheap once the
+ * values are in registers, and keep e_c = exp(v_c - m) for the softmax), applies the chain rule
+ * of reference.cu and writes dc for its two positions in every channel. -ds is summed per block
+ * (common/reduce.cuh's block_sum: warp shuffles, then shared memory) into one partial a block,
+ * and one block adds the partials in a fixed order: db is deterministic, no atomics.
+ * Two positions, not four or one: the 32 values fit 64 registers without spilling, 4 blocks of
+ * 256 an SM; four positions took 80 registers (3 blocks) and lost, one position lost too
+ * (LABBOOK.md has each form tried).
+ * Prediction: read c and g, write dc: 2.1 GB, about 0.7 ms at the ceiling; with v7's 0.359 ms
+ * [v7 epilogue_fwd], about 1.06 ms, at the 1.056 ms [b2 epilogue_fwdbwd floor_ms] floor.
+ * Measured: 1.180 ms [b2 epilogue_fwdbwd], 89.5% of the floor [b2 epilogue_fwdbwd pct_floor],
+ * 2.04x b1 [b1/b2 epilogue_fwdbwd], and 11.9% less time [b2 vs compile epilogue_fwdbwd] than
+ * torch.compile (which saves z instead: LABBOOK.md). Not the floor: under ncu the kernel waits on
+ * loads (48% of warps active, DRAM 71% busy), each value held in a register from its load to its
+ * use; b4 (the advanced part) takes the loads out of the registers.
  */
 #include "shifted-load.cuh"
 #include "model.h"
@@ -102,6 +85,7 @@ dim3 b2_grid(const shape *sh)
     return dim3((pairs + B2_BLOCK - 1) / B2_BLOCK, sh->n);
 }
 
+/* the two stages of common/reduce.cuh as one call each, for b1's db and b3's dw and dbias */
 void sum_channels(const float *a, int n, int channels, int s, int blocks, float *partials,
                   float *out)
 {

@@ -1,31 +1,25 @@
 /*
- * v4: 16-byte loads on misaligned planes, the online logsumexp, the fast intrinsics
+ * v4: four positions a thread, 16-byte loads on misaligned planes: the loads cost time
  *
- * Defect of v2 (0.416 ms [v2 epilogue_fwd], 86% of the ceiling [v2 epilogue_fwd pct_ceiling]): one
- * 4-byte load instruction per channel per position, an integer division per position, and a max
- * pass before the exp pass (all 16 values must be held). It is not latency: 64 bytes in flight a
- * thread are 128 KB an SM at 2048 threads, eight times the 16 KB that Little's law asks for (3e12
- * B/s x 7e-7 s of DRAM latency / 132 SMs). Changes: (1) each thread takes 4 adjacent positions and
- * reads each channel with 16-byte loads
- *      (shifted-load.cuh). A channel's plane is S = 123039 floats, an odd number, so only one
- *      channel in four starts on a 16-byte boundary: the others take two aligned float4 and
- *      shift, the second usually the neighbour thread's first (an L1 hit, no extra DRAM bytes);
- *  (2) the online logsumexp (Milakov & Gimelshein, "Online normalizer calculation for softmax",
- *      2018; common/lse.cuh) folds each channel in as it arrives, one exp per value:
- *          v > m:  s = s exp(m - v) + 1,  m = v        otherwise:  s = s + exp(v - m)
- *      so no value waits for the max;
- *  (3) __expf/__logf instead of expf/logf, kept because the accuracy checks still pass.
- * Prediction: the same 1.071 GB, so the same 0.359 ms floor; what v2 lost is instructions per
- * byte. Per 4 positions, 64 load instructions become 4 x 1 + 12 x 2 = 28, and 4 divisions one.
- * If v2's 14% gap to the ceiling shrinks with the loads, 14% x 28 / 64 = 6%: about 0.382 ms.
- * Measured: 0.368 ms [v4 epilogue_fwd], 97.6% of the measured copy ceiling
- * [v4 epilogue_fwd pct_ceiling] (2912 of 2983 GB/s [v4 epilogue_fwd gbps ceiling_gbps]), 1.13x v2
- * [v2/v4 epilogue_fwd] and 2.4% above the 0.359 ms [v4 epilogue_fwd floor_ms] floor: better than
- * predicted. torch.compile's generated kernel takes 0.411 ms [compile epilogue_fwd] on the same
- * GPU (the same lease), 12% longer [compile vs v4 epilogue_fwd], the ranges apart. Streaming
- * loads were slower and other block sizes no faster (the chapter README's "tried" list).
- * v7 comes back to this kernel: measured later, the 16-byte loads were not the gain; a thread
- * per position with plain loads and the other two changes is 2% faster.
+ * Defect of v7 this version tests: one 4-byte load instruction per channel per position; a
+ * 16-byte load takes four positions at once. (v4 was written before v7, from v2, with v7's other
+ * changes bundled in; measured apart, those changes were the gain, the loads were not.)
+ * Change: each thread takes 4 adjacent positions and reads each channel with 16-byte loads
+ * (shifted-load.cuh, shifted-load.svg). A channel's plane is S = 123039 floats, an odd number, so
+ * only one channel in four starts on a 16-byte boundary: the others take two aligned float4 and
+ * shift, the second usually the neighbour thread's first (an L1 hit, no extra DRAM bytes). Four
+ * positions' values arrive a channel at a time, so the logsumexp is the online one
+ * (common/lse.cuh), each channel folded in as it arrives.
+ * Prediction: the same 1.071 GB, so the same floor; per 4 positions, 64 load instructions become
+ * 4 x 1 + 12 x 2 = 28. If load instructions were what kept v2 from the ceiling, v4 beats v7.
+ * Measured: 0.368 ms [v4 epilogue_fwd], 97.6% of the copy ceiling [v4 epilogue_fwd pct_ceiling],
+ * 1.13x v2 [v2/v4 epilogue_fwd], but v7 is 2.3% faster [v7 vs v4 epilogue_fwd], the ranges apart.
+ * ncu: v4 asks L1 for 1.81x the sectors its bytes need (the second float4s), v7 for 1.23x, and v4
+ * issues more instructions (the shifts; the online update's compare and select before each exp).
+ * The lesson: a warp's 4-byte loads of 128 contiguous bytes are already coalesced whatever the
+ * alignment; wider loads save instructions only where instructions bind, and the shift spends
+ * them back. (b2 uses the 8-byte form, where it holds fewer values a thread.)
+ * Tried: streaming loads (__ldcs), __ldlu, blocks of 128 or 512: slower (LABBOOK.md).
  */
 #include "shifted-load.cuh"
 #include "lse.cuh"

@@ -1,38 +1,27 @@
 /*
- * v8: back to the whole model: v6's logsumexp without its running max
+ * v8: v6's logsumexp without its running max
  *
- * Defect of v6 (0.268 ms [v6 model_fwd], 7% over the 0.25 ms target): it is issue-bound (ncu: 80.7%
- * of issue slots busy), and of the ~2616 instructions a thread issues for its 8 outputs, about 6
- * per (output, channel) are the online logsumexp's update (lse2_online in parity.cuh): the
- * difference to the running max, ex2 of minus its magnitude, a compare, then either a fused
- * rescale or an add, the max and the sum moved by selects. The max is there so that no ex2
- * overflows.
- * Change: no max. s = the sum of ex2(v) over the 16 channels (v in base-2 units: the weights
- * are pre-scaled by log2 e, as in v6), z = log2(s): an ex2 and an add per (output, channel).
- * That is exact as long as s is a normal float: an ex2 overflows only for v >= 128 (a conv
- * output of 89 in natural units), and s underflows only when every channel is below -126. The
- * end of the loop checks each s; if one is infinite, zero, subnormal or NaN (a NaN input), the
- * thread computes its cube again with v6's online update (cube_lse2_online), which overflows
- * nowhere. `--test` takes that path (the input x 1000), where the tail's clamp pins every
- * output; at the KernelBench shape the conv's outputs are of order 1, far from either end.
- * Prediction: about 4 instructions fewer per (output, channel), 8 x 16 x 4 = 512 of ~2616 a
- * thread (20%); an issue-bound kernel scales with them: 0.269 x 0.80 = 0.22 ms. (The 2616 was
- * v6's own prediction; ncu's count, below, is about 3390 a thread, 222.1 M warp instructions
- * over 65,536 warps, against which 512 is 15%.)
- * Measured, first with v6's launch bounds (78 registers, 6 blocks of 128 an SM): 0.2559, 0.2560,
- * 0.2558 ms against v6's 0.2705, 0.2698, 0.2699 (three rounds interleaved in one call), 5.5%
- * faster, not 20%: ncu on both kernels alone counts 14.9% fewer instructions (189.0 M against
- * 222.1 M), but issue slots busy 73.5% of the time against 81.3%, because the short-scoreboard
- * stall (a warp waiting for its ex2, on the XU pipe, before the add) went from 0.96 to 1.63
- * cycles an issue. The kernel now waits on latency, with 36% of its warps active. More warps,
- * then: without the running max a thread holds 8 fewer values, and capped at 64 registers (8
- * blocks an SM; ptxas spills 76 bytes) it measured 0.2485, 0.2486, 0.2484, 0.2485 against v6's
- * 0.2698, 0.2700, 0.2696, 0.2701 (four rounds, one call). The same cap lost on v6, which spilled
- * more (0.327 ms, the README's Tried list); 72 registers (7 blocks) gave 0.2532-0.2537. ncu: 48%
- * of warps active (36% before), issue slots 77.5% busy, 194.3 M instructions (the spills' share
- * included). Recorded: 0.2484 ms, under the 0.25 ms target by 0.6% (its slowest of 20 runs
- * 0.2513), 8% faster than v6; in the README's table (a later run) 0.2466 [0.2461 - 0.2476]
- * [v8 model_fwd median_ms min_ms max_ms].
+ * Defect of v6 (0.268 ms [v6 model_fwd]): issue-bound (80.7% of issue slots busy), and about 6
+ * instructions per (output, channel) are the online update (lse2_online in parity.cuh): the
+ * difference to the running max, ex2 of minus its magnitude, a compare, a fused rescale or an
+ * add, the max and the sum moved by selects. The max is there only so that no ex2 overflows.
+ * Change: no max. s = the sum of ex2(v) over the 16 channels (v in base-2 units, as in v6),
+ * z = log2(s): an ex2 and an add per (output, channel). An ex2 overflows only for v >= 128 (a
+ * conv output of 89 in natural units). ex2.approx.ftz flushes a result below 2^-126 to zero, so
+ * such terms are lost; together they cost less than one rounding (15 x 2^-126 < 2^-24 s) once
+ * s >= 2^-98, that is once the largest v is -98 or more. The end of the loop checks each s: if it
+ * is infinite, zero or subnormal, or NaN (a NaN input), the thread computes its cube again with
+ * v6's online update (cube_lse2_online). That check is s >= 2^-126, not 2^-98: a cube whose
+ * largest output lies between -126 and -98 (-87 and -68 in natural units) keeps the sum, and
+ * flushed terms can move its z. At the KernelBench shape the conv's outputs are of order 1;
+ * --test reaches the fallback with the input x 1000, and plants no output in that window.
+ * Prediction: 8 x 16 x 4 = 512 instructions fewer a thread, 15% of the 3390 ncu counts on v6; an
+ * issue-bound kernel scales with them: 0.268 x 0.85 = 0.23 ms.
+ * Measured: 0.2466 ms [v8 model_fwd], 8% faster than v6 [v8 vs v6 model_fwd]. With v6's launch
+ * bounds it gained less than predicted: ncu counted 14.9% fewer instructions, but each add now
+ * waited on its ex2 and the kernel became latency-bound, 36% of warps active. Without the max a
+ * thread holds 8 fewer values, so it is capped at 64 registers (8 blocks of 128 an SM, 76 bytes
+ * spilled) for 48% of warps active (LABBOOK.md has each step's numbers).
  */
 #include <float.h>
 #include <math.h>
