@@ -41,6 +41,8 @@
  *                                transposed conv by parity, deterministic dw and dbias; cuDNN's dx
  *   12-b4-staged-backward.cu b4  b3 with b2's backward reading its tile into shared memory by
  *                                cp.async: no registers hold the loads in flight
+ * The exercise:
+ *   x1-fused-epilogue.cu     x1  write the fused epilogue yourself (v2 solves it)
  * Beside them: reference.cu, the CPU reference in double (the transposed conv as a Conv3d of
  * the zero-upsampled input, the epilogue, the backward derived term by term), and problem.cu,
  * the host machinery (inputs, buffers, verification, tests): skip it.
@@ -58,18 +60,32 @@
 #include "model.h"
 
 static const hx_version versions[] = {
-    {"v1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "eager-like: cuDNN conv, 7 naive kernels", v1_launch, 0},
-    {"v2", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "one fused epilogue kernel, thread per position", v2_launch, 0},
-    {"v3", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "anti-pattern: block per position, smem tree", v3_launch, 0},
-    {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "16-byte loads, online logsumexp, intrinsics", v4_launch, 0},
-    {"v5", SC(SCOPE_MODEL_FWD), "full fusion: transposed conv inside the kernel", v5_launch, 0},
-    {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE", v6_launch, 0},
-    {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes", v7_launch, 0},
-    {"v8", SC(SCOPE_MODEL_FWD), "v6, LSE as a sum of ex2: no running max", v8_launch, 0},
-    {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op", b1_launch, 0},
-    {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db", b2_launch, 0},
-    {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)", b3_launch, 0},
-    {"b4", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b3, backward tile staged by cp.async", b4_launch, 0},
+    {"v1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "eager-like: cuDNN conv, 7 naive kernels",
+     v1_launch, 0, HX_FP32, "01-v1-eager.cu"},
+    {"v2", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "one fused epilogue kernel, thread per position",
+     v2_launch, 0, HX_FP32, "02-v2-fused-epilogue.cu"},
+    {"v3", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "anti-pattern: block per position, smem tree",
+     v3_launch, 0, HX_FP32, "03-v3-block-per-position.cu"},
+    {"v4", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "16-byte loads, online logsumexp, intrinsics",
+     v4_launch, 0, HX_FP32, "08-v4-float4-online-lse.cu"},
+    {"v5", SC(SCOPE_MODEL_FWD), "full fusion: transposed conv inside the kernel",
+     v5_launch, 0, HX_FP32, "05-v5-fused-conv.cu"},
+    {"v6", SC(SCOPE_MODEL_FWD), "full fusion: smem float4 weights, base-2 LSE",
+     v6_launch, 0, HX_FP32, "09-v6-smem-weights.cu"},
+    {"v7", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "v4 without float4: thread per position, 2 passes",
+     v7_launch, 0, HX_FP32, "04-v7-thread-per-position.cu"},
+    {"v8", SC(SCOPE_MODEL_FWD), "v6, LSE as a sum of ex2: no running max",
+     v8_launch, 0, HX_FP32, "10-v8-reference-lse.cu"},
+    {"b1", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "autograd-like: v1 saving z t s; a kernel per op",
+     b1_launch, 0, HX_FP32, "06-b1-autograd.cu"},
+    {"b2", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "fused: v7, then one pass recomputing z; det. db",
+     b2_launch, 0, HX_FP32, "07-b2-fused-backward.cu"},
+    {"b3", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b2 + own conv fwd, dw, dbias (cuDNN dx only)",
+     b3_launch, 0, HX_FP32, "11-b3-own-conv-grads.cu"},
+    {"b4", SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN), "b3, backward tile staged by cp.async",
+     b4_launch, 0, HX_FP32, "12-b4-staged-backward.cu"},
+    {"x1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "exercise: the fused epilogue (v2)",
+     x1_launch, 0, HX_FP32, "x1-fused-epilogue.cu"},
 };
 
 int main(int argc, char **argv)

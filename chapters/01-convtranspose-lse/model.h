@@ -166,6 +166,8 @@ void own_dw(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 void b4_launch(const run_ctx *r, int scope);
 dim3 b4_grid(const shape *sh);         /* b4 backward's blocks (problem.cu sizes its partials) */
+/* the exercise: x1-fused-epilogue.cu */
+void x1_launch(const run_ctx *r, int scope);
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */
