@@ -136,16 +136,12 @@ void div_scalar(const run_ctx *r, const float *a, float k, float *o); /* b1's "/
 void unstable_lse(const run_ctx *r, float *z); /* the demonstration --test runs at +-100 */
 void v2_launch(const run_ctx *r, int scope);
 void v3_launch(const run_ctx *r, int scope);
-void v4_launch(const run_ctx *r, int scope);
-void v4_epilogue(const run_ctx *r);
+void v7_launch(const run_ctx *r, int scope);
+void v7_epilogue(const run_ctx *r);    /* b2's, b3's and b4's forward */
 void v5_launch(const run_ctx *r, int scope);
 /* v5's per-thread computation run on the host over a whole tensor (a CPU check) */
 void v5_host(const shape *s, const float *x, const float *w, const float *bias, float b,
              float *y);
-void v6_launch(const run_ctx *r, int scope);
-void v8_launch(const run_ctx *r, int scope);
-void v7_epilogue(const run_ctx *r);    /* b2's and b3's forward */
-void v7_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void lib_dx(const run_ctx *r);       /* the training step's conv gradients through cuDNN */
 void lib_dw(const run_ctx *r);
@@ -153,18 +149,25 @@ void lib_dbias(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);    /* b3's epilogue backward too */
 dim3 b2_grid(const shape *sh);         /* b2 backward's blocks (problem.cu sizes its partials) */
-/* the two stages of common/reduce.cuh as one call each (b2-fused-backward.cu): sum_channels
+/* the two stages of common/reduce.cuh as one call each (07-b2-fused-backward.cu): sum_channels
  * adds each channel of an n x channels x s tensor into out[channel]; sum_segments adds each run
  * of count partials */
 void sum_channels(const float *a, int n, int channels, int s, int blocks, float *partials,
                   float *out);
 void sum_segments(const float *partials, int segments, int count, int threads, float *out);
+/* the advanced part */
+void v4_launch(const run_ctx *r, int scope);
+void v4_epilogue(const run_ctx *r);
+void v6_launch(const run_ctx *r, int scope);
+void v8_launch(const run_ctx *r, int scope);
 void b3_launch(const run_ctx *r, int scope);
 void b3_conv_forward(const run_ctx *r); /* the transposed conv by parity, writing c */
 void own_dw(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 void b4_launch(const run_ctx *r, int scope);
 dim3 b4_grid(const shape *sh);         /* b4 backward's blocks (problem.cu sizes its partials) */
+/* the exercise: x1-fused-epilogue.cu */
+void x1_launch(const run_ctx *r, int scope);
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */

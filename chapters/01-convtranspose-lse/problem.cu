@@ -19,7 +19,7 @@
 /* Gradients that are sums over every position (db, dw, dbias) are judged against the sum of the
  * magnitudes of their terms: 1e-6 of it is about 16 float roundings of the whole sum. At the
  * KernelBench shape dbias sums 15.7 M terms per channel that largely cancel, so a relative error
- * against the sum itself measured 1.4e-5 for cuDNN's (correct) result (commit 7dd83ac). */
+ * against the sum itself measured 1.4e-5 for cuDNN's (correct) result (LABBOOK.md). */
 #define TOL_SUM 1e-6
 /* dc's reference is computed a few whole samples at a time, as many as fit in this many doubles
  * (at least one), and checked as it comes (verify_dc): 8 samples, 126 MB, at the KernelBench
@@ -676,7 +676,7 @@ static const hx_case cases[] = {
     {NULL, 0},
 };
 
-/* v1-eager.cu's unstable log(sum(exp)) on the planted +100 or -100: expected to break */
+/* 01-v1-eager.cu's unstable log(sum(exp)) on the planted +100 or -100: expected to break */
 static void unstable_demo(problem *pb, const char *label, int plus)
 {
     const shape *s = &pb->sh;
@@ -785,12 +785,13 @@ const hx_chapter chapter_machinery = {
     "  -> minus a learnable scalar b -> clamp(-1, 1)\n"
     "  --shape is N x 3 x D x H x W (default 128x3x16x32x32); the output is\n"
     "  N x 1 x (2D-1) x (2H-1) x (2W-1). Limits: batch and depth <= 65535, conv output < 2^31.\n"
-    "  Versions: v1-v8 forward (v5, v6, v8 the whole model only), b1-b3 backward (--list).\n"
+    "  Versions: v1-v8 forward (v5, v6, v8 the whole model only), b1-b4 backward, x1 an\n"
+    "  exercise (--list).\n"
     "  --dump DIR writes x.npy, conv_weight.npy (3,16,3,3,3), conv_bias.npy (16), bias.npy\n"
     "  (1,1,1,1), conv_out.npy (the cuDNN conv output the epilogue versions read),\n"
     "  grad_output.npy, out_v1.npy .. out_v4.npy and out_v7.npy (the epilogue from\n"
     "  conv_out), out_v5_model.npy, out_v6_model.npy and out_v8_model.npy (the fused whole\n"
-    "  model, from x) and, from each backward version's training step (b1, b2, b3),\n"
+    "  model, from x) and, from each backward version's training step (b1 to b4),\n"
     "  grad_conv_out_bK.npy, grad_bias_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy,\n"
     "  grad_x_bK.npy (with --version, that version's files only).\n"
     "  Check a dump: python3 data/pytorch_peer.py check DIR --chapter 1\n",

@@ -1,42 +1,34 @@
 /*
  * b3: the training step with the conv's own kernels: forward by parity, dw and dbias reduced
  *
- * Defect of b1 and b2's training steps: 15.4 [b1 train_step] and 14.2 ms [b2 train_step] (the
- * README's table), most of it in cuDNN's conv pieces (the per-op table after the version table):
- * the transposed conv 6.23 ms, dw 4.38, dx (the Conv3d forward) 1.98, dbias (CUB's segmented sums)
- * 0.38. When b3 was written, through cuDNN's legacy API, the steps took 113 and 112 ms (transposed
- * conv 12.5, dbias 63.6, dw 33.1, dx 2.1). A per-channel sum over 1 GB has a 0.34 ms floor; the
- * conv's 5 GFLOP about 0.08 ms. b3 keeps b2's epilogue and replaces three of the four:
+ * Defect of b2's training step: 14.2 ms [b2 train_step], most of it cuDNN's conv pieces (the
+ * README's per-op table: the transposed conv about 6 ms, dw about 4, dx about 2). A per-channel
+ * sum over 1 GB has a 0.34 ms floor; the conv's 5 GFLOP about 0.08 ms.
+ * Change: b2's epilogue kept, three of the four conv pieces ours:
  *   - the transposed conv writing c, by v6's parity scheme (parity.cuh; v6 with the logsumexp
  *     replaced by 128 stores a thread);
  *   - dbias: per channel, blocks sum slices of every sample's plane, one partial each, then a
  *     fixed-order final sum (common/reduce.cuh): deterministic;
  *   - dw: dw[ci][co][k] = sum over n, j of x[n][ci][j] dc[n][co][2j - 1 + k]. A block takes one
- *     output channel co and strides over input positions j; each thread keeps the 81 products'
- *     sums (3 ci x 27 taps) in registers over all its positions, then the block reduces them
- *     (shuffles, then shared memory) into one partial per weight; a final kernel adds the blocks'
- *     partials in a fixed order: deterministic, no atomics.
+ *     output channel co and strides over input positions j; each thread keeps the 81 sums (3 ci
+ *     x 27 taps) in registers over all its positions, then the block reduces them (warp
+ *     shuffles, common/reduce.cuh's, then shared memory) into one partial per weight; a final
+ *     kernel adds the blocks' partials in a fixed order: deterministic, no atomics.
  * dx stays cuDNN's Conv3d forward.
- * Prediction, each piece at the copy ceiling: the conv writes 1.008 GB (0.34 ms), dw reads dc
- * and x (1.03 GB, 0.35 ms), dbias reads dc (0.34 ms); with b2's measured 1.286 ms and cuDNN's
- * 2.1 ms dx: 0.34 + 0.35 + 0.34 + 1.29 + 2.1 = 4.4 ms.
- * Measured (the README's table): the training step takes 4.87 ms [b3 train_step], against 14.2 ms
- * [b2 train_step] for b2 with cuDNN's gradients and, on the same GPU, 18.7 ms [eager train_step]
- * for PyTorch eager and 14.1 ms [compile train_step] for torch.compile in fp32 (cudnn.benchmark
- * on), 14.7 [eager train_step default] and 9.95 [compile train_step default] in PyTorch's default
- * precision (cuDNN's convs in TF32). Its pieces, each timed alone (the notes after the table): our
- * transposed conv 0.48 ms, dw 0.74, dbias 0.48, cuDNN's dx 1.98, and the epilogue's forward and
- * backward 1.18 [b3 epilogue_fwdbwd]: dw and dbias are where most of the 0.5 ms over the prediction
- * went (0.74 and 0.48 against 0.35 and 0.34 at the ceiling). Fusing the conv's backward with the
- * epilogue's (dc never written) is the next step and is not done here.
+ * Prediction, each piece at the copy ceiling: the conv writes 1.008 GB (0.34 ms), dw reads dc and
+ * x (1.03 GB, 0.35 ms), dbias reads dc (0.34 ms); with b2's epilogue forward + backward, 1.18 ms
+ * [b2 epilogue_fwdbwd], and cuDNN's dx, about 2 ms: 0.34 + 0.35 + 0.34 + 1.18 + 2 = 4.2 ms.
+ * Measured: 4.87 ms [b3 train_step], 2.92x b2's step [b2/b3 train_step] and 2.89x torch.compile's
+ * in fp32 [compile/b3 train_step]. The pieces timed alone (the notes `make chapter-1` prints) put
+ * most of the miss in dw and dbias, each about twice its time at the ceiling (LABBOOK.md).
  */
 #include "model.h"
 #include "parity.cuh"
 
 __global__ void __launch_bounds__(TILE_W *TILE_H)
-    k_conv_transpose_parity(const float *__restrict__ x, const float *__restrict__ weight,
-                            const float *__restrict__ conv_bias, float *__restrict__ c, int d,
-                            int h, int w)
+    b3_conv_transpose_parity(const float *__restrict__ x, const float *__restrict__ weight,
+                             const float *__restrict__ conv_bias, float *__restrict__ c, int d,
+                             int h, int w)
 {
     __shared__ float4 s_w4[C_OUT][C_IN][TAPS_PAD / 4];
     __shared__ float s_bias[C_OUT];
@@ -69,8 +61,8 @@ __global__ void __launch_bounds__(TILE_W *TILE_H)
 /* dw stage 1: block (bx, co) strides over input positions; writes 81 partials at
  * partials[(co * 81 + q) * gridDim.x + bx], q = ci * 27 + k, so stage 2 adds contiguous runs */
 __global__ void __launch_bounds__(256)
-    k_dw_partials(const float *__restrict__ x, const float *__restrict__ dc,
-                  float *__restrict__ partials, int n, int d, int h, int w)
+    b3_dw_partials(const float *__restrict__ x, const float *__restrict__ dc,
+                   float *__restrict__ partials, int n, int d, int h, int w)
 {
     __shared__ float red[8][DW_TAPS];
     int co = blockIdx.y, od = 2 * d - 1, oh = 2 * h - 1, ow = 2 * w - 1, s = od * oh * ow;
@@ -120,7 +112,7 @@ __global__ void __launch_bounds__(256)
 }
 
 /* [co][ci][k] -> PyTorch's [ci][co][k] */
-__global__ void k_dw_reorder(const float *__restrict__ by_co, float *__restrict__ dw)
+__global__ void b3_dw_reorder(const float *__restrict__ by_co, float *__restrict__ dw)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N_WEIGHT)
@@ -132,18 +124,18 @@ __global__ void k_dw_reorder(const float *__restrict__ by_co, float *__restrict_
 void b3_conv_forward(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    k_conv_transpose_parity<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
-        r->x, r->weight, r->conv_bias, r->c, s->d, s->h, s->w);
+    b3_conv_transpose_parity<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+         r->x, r->weight, r->conv_bias, r->c, s->d, s->h, s->w);
 }
 
 void own_dw(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    k_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h,
-                                                   s->w);
+    b3_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h,
+                                                    s->w);
     /* the partials of weight (co, ci, k) are contiguous: one sum a weight, then PyTorch's order */
     sum_segments(r->partials, C_OUT * DW_TAPS, DW_BLOCKS, 64, r->dw_by_co);
-    k_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
+    b3_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
 }
 
 void own_dbias(const run_ctx *r)

@@ -18,9 +18,9 @@
 #include "model.h"
 #include "tail.cuh"
 
-__global__ void k_epilogue_block_per_position(const float *__restrict__ c,
-                                              const float *__restrict__ b, float *__restrict__ y,
-                                              int s)
+__global__ void v3_epilogue_block_per_position(const float *__restrict__ c,
+                                               const float *__restrict__ b, float *__restrict__ y,
+                                               int s)
 {
     __shared__ float sm[C_OUT];
     int i = blockIdx.x, ch = threadIdx.x;
@@ -50,6 +50,6 @@ void v3_launch(const run_ctx *r, int scope)
 {
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    k_epilogue_block_per_position<<<(unsigned)out_elems(&r->sh), C_OUT>>>(r->c, r->b, r->y,
-                                                                          r->sh.s);
+    v3_epilogue_block_per_position<<<(unsigned)out_elems(&r->sh), C_OUT>>>(r->c, r->b, r->y,
+                                                                           r->sh.s);
 }

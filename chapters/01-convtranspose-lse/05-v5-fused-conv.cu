@@ -1,32 +1,26 @@
 /*
  * v5: full fusion, the transposed conv computed inside the kernel
  *
- * Defect of v2 and v4: at best they reach the 0.359 ms it takes to read the conv output, and
- * the conv takes longer still and writes that 1 GB first (v4's whole model: 6.60 ms
- * [v4 model_fwd]). The only way past both is not to write it.
- * Change: the transposed conv by parity (parity.cuh): each thread owns one input position j and
- * the 2x2x2 output cube at 2j, and computes it from the 2x2x2 inputs at j .. j+1 with each of
- * the 27 taps exactly once per (ci, co): 27 * 3 * 16 = 1296 FMAs for 8 outputs, every thread of
- * the grid walking the taps in the same order. That uniformity is what makes constant memory
- * right for the weights (a warp reading one address gets it broadcast, and an FFMA can take it
- * as an operand) and why no thread diverges on parity, as it would with a thread per output.
- * The input: a block covers 32 (w) x 4 (h) input columns of one depth j; it needs inputs j..j+1
- * in d, 5 rows in h and 33 in w for 3 channels: 990 floats staged in shared memory, read by up
- * to 8 threads each. The channel loop folds each of the 16 conv outputs into an online
- * logsumexp as soon as it is computed, so the conv output lives in registers for one iteration
- * and never in memory.
+ * Defect of v7: at best it reads the conv output in 0.359 ms [v7 epilogue_fwd floor_ms], and the
+ * conv takes longer still and writes that 1 GB first (v7's whole model: 6.59 ms [v7 model_fwd]).
+ * The only way past both is not to write it.
+ * Change: the transposed conv by parity (parity.cuh, parity.svg): each thread owns one input
+ * position j and the 2x2x2 output cube at 2j, and computes it from the 2x2x2 inputs at j .. j+1
+ * with each of the 27 taps exactly once per (ci, co): 27 x 3 x 16 = 1296 FMAs for 8 outputs,
+ * every thread walking the taps in the same order. That uniformity makes constant memory right
+ * for the weights (a warp reading one address gets it broadcast) and keeps threads from diverging
+ * on parity, as they would with a thread per output. A block covers 32 (w) x 4 (h) input columns
+ * of one depth; its 990 input floats (3 channels x 2 x 5 x 33) are staged in shared memory. The
+ * conv output arrives one channel at a time, so the logsumexp is the online one (common/lse.cuh:
+ * a running max and sum, one exp per value): each of the 16 outputs is folded in as soon as it
+ * is computed and lives in registers for one iteration, never in memory.
  * Prediction: bytes do not bind (88 MB, 0.03 ms) and the FMA floor is 0.075 ms; counting
- * instructions: 1296 FFMA, about 6 an update for the 128 online-logsumexp updates (768), about
- * 100 for the inputs, the tail and the stores: 2200 a thread, 65,536 warps, 4 issue slots an SM
- * a cycle: 65536 x 2200 / (132 x 4 x 1.98e9 /s) = 0.14 ms, issue-bound. (The SASS, counted in
- * v6's comment, has 1440 FFMA: the conv's 1296, each taking its weight from a uniform register
- * loaded from the constant bank, and 144 in the logsumexp and the tail, which the estimate's
- * other terms include; cuobjdump -sass, nvcc 13.0, sm_90.)
- * Measured: 0.390 ms [v5 model_fwd] for the whole model, 17.9x v1 [v1/v5 model_fwd] and 14.7x
- * [compile/v5 model_fwd] torch.compile's 5.75 ms [compile model_fwd] in fp32 (9.6x
- * [compile model_fwd default / v5 model_fwd] its 3.74 ms [compile model_fwd default] in PyTorch's
- * default precision, the conv in TF32), but 2.8x the prediction: the profile (v6's comment) shows
- * the constant cache missing.
+ * instructions, 1296 FFMA, about 6 an online update (768), about 100 for the inputs, the tail and
+ * the stores: 2200 a thread, 65,536 warps, 4 issue slots an SM a cycle:
+ * 65536 x 2200 / (132 x 4 x 1.98e9 /s) = 0.14 ms, issue-bound.
+ * Measured: 0.390 ms [v5 model_fwd], 17.9x v1 [v1/v5 model_fwd] and 14.7x [compile/v5 model_fwd]
+ * torch.compile in fp32, but 2.8x the prediction: the profile (v6, the advanced part) shows the
+ * constant cache missing.
  */
 #include <math.h>
 
@@ -93,15 +87,15 @@ __host__ __device__ static inline void fused_cube_lse(const float *__restrict__ 
 }
 
 __global__ void __launch_bounds__(TILE_W *TILE_H)
-    k_model_fused(const float *__restrict__ x, const float *__restrict__ b, float *__restrict__ y,
-                  int d, int h, int w)
+    v5_model_fused(const float *__restrict__ x, const float *__restrict__ b, float *__restrict__ y,
+                   int d, int h, int w)
 {
     __shared__ float tile[C_IN][2][TILE_H + 1][TILE_W + 1];
     int jh0, jw0;
     load_input_tile(x, tile, cube_position(w, &jh0, &jw0), jh0, jw0, d, h, w);
     __syncthreads();
-    /* the position again after the barrier, not held across it: holding it measured 0.400 ms
-     * against this form's 0.390 (H100, three interleaved rounds each; the A/B of commit 0e8e96a) */
+    /* the position again after the barrier, not held across it: holding it measured slower
+     * (LABBOOK.md) */
     cube_at at = cube_position(w, &jh0, &jw0);
     if (at.jw >= w || at.jh >= h)
         return;
@@ -122,7 +116,7 @@ void v5_launch(const run_ctx *r, int scope)
                                        cudaMemcpyDeviceToDevice, 0));
     CUDA_CHECK(cudaMemcpyToSymbolAsync(c_conv_bias, r->conv_bias, sizeof(float) * C_OUT, 0,
                                        cudaMemcpyDeviceToDevice, 0));
-    k_model_fused<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(r->x, r->b, r->y, s->d, s->h, s->w);
+    v5_model_fused<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(r->x, r->b, r->y, s->d, s->h, s->w);
 }
 
 /* The kernel's per-thread computation on the host, over a whole tensor: the CPU checks compare

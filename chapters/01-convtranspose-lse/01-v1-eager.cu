@@ -34,41 +34,41 @@ void conv_forward(const run_ctx *r)
     r->lib->forward_ran = 1;
 }
 
-__global__ void k_add_scalar(const float *__restrict__ a, float k, float *__restrict__ o, int n)
+__global__ void v1_add_scalar(const float *__restrict__ a, float k, float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = a[i] + k;
 }
 
-__global__ void k_sigmoid(const float *__restrict__ a, float *__restrict__ o, int n)
+__global__ void v1_sigmoid(const float *__restrict__ a, float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = 1.0f / (1.0f + expf(-a[i]));
 }
 
-__global__ void k_mul(const float *__restrict__ a, const float *__restrict__ b,
-                      float *__restrict__ o, int n)
+__global__ void v1_mul(const float *__restrict__ a, const float *__restrict__ b,
+                       float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = a[i] * b[i];
 }
 
-__global__ void k_div_scalar(const float *__restrict__ a, float k, float *__restrict__ o, int n)
+__global__ void v1_div_scalar(const float *__restrict__ a, float k, float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = a[i] / k;
 }
 
 /* b is a parameter: it lives in device memory, as in a training loop where it changes */
-__global__ void k_sub_param(const float *__restrict__ a, const float *__restrict__ b,
-                            float *__restrict__ o, int n)
+__global__ void v1_sub_param(const float *__restrict__ a, const float *__restrict__ b,
+                             float *__restrict__ o, int n)
 {
     float bv = *b;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = a[i] - bv;
 }
 
-__global__ void k_clamp(const float *__restrict__ a, float *__restrict__ o, int n)
+__global__ void v1_clamp(const float *__restrict__ a, float *__restrict__ o, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         o[i] = clamp_pm1(a[i]);
@@ -79,19 +79,19 @@ void v1_epilogue(const run_ctx *r)
     int n = (int)out_elems(&r->sh), g = grid_for(n, 256, r->sm_count);
     float *const *t = r->tmp;
     k_logsumexp_naive<C_OUT><<<g, 256>>>(r->c, t[T_Z], n, r->sh.s); /* z */
-    k_add_scalar<<<g, 256>>>(t[T_Z], 3.0f, t[T_ZP3], n);      /* z + 3 */
-    k_sigmoid<<<g, 256>>>(t[T_ZP3], t[T_T], n);               /* t = sigmoid(z + 3) */
-    k_mul<<<g, 256>>>(t[T_Z], t[T_T], t[T_ZT], n);            /* z t */
-    k_div_scalar<<<g, 256>>>(t[T_ZT], 6.0f, t[T_A], n);       /* a = z t / 6 */
-    k_sub_param<<<g, 256>>>(t[T_A], r->b, t[T_S], n);         /* s = a - b */
-    k_clamp<<<g, 256>>>(t[T_S], r->y, n);                     /* y = clamp(s, -1, 1) */
+    v1_add_scalar<<<g, 256>>>(t[T_Z], 3.0f, t[T_ZP3], n);      /* z + 3 */
+    v1_sigmoid<<<g, 256>>>(t[T_ZP3], t[T_T], n);               /* t = sigmoid(z + 3) */
+    v1_mul<<<g, 256>>>(t[T_Z], t[T_T], t[T_ZT], n);            /* z t */
+    v1_div_scalar<<<g, 256>>>(t[T_ZT], 6.0f, t[T_A], n);       /* a = z t / 6 */
+    v1_sub_param<<<g, 256>>>(t[T_A], r->b, t[T_S], n);         /* s = a - b */
+    v1_clamp<<<g, 256>>>(t[T_S], r->y, n);                     /* y = clamp(s, -1, 1) */
 }
 
 /* o = a / k over N S floats: also b1's backward of "/ 6" */
 void div_scalar(const run_ctx *r, const float *a, float k, float *o)
 {
     int n = (int)out_elems(&r->sh);
-    k_div_scalar<<<grid_for(n, 256, r->sm_count), 256>>>(a, k, o, n);
+    v1_div_scalar<<<grid_for(n, 256, r->sm_count), 256>>>(a, k, o, n);
 }
 
 void v1_launch(const run_ctx *r, int scope)
@@ -109,8 +109,8 @@ void v1_launch(const run_ctx *r, int scope)
  * that it breaks there (z = inf everywhere; z off by more than 1e-4) while every version passes.
  * This model's clamp hides the damage in y (z = inf still gives y = 1), but the backward's
  * softmax exp(v - z) would be 0 for every channel: a silently zero gradient. */
-__global__ void k_epilogue_unstable(const float *__restrict__ c, const float *__restrict__ b,
-                                    float *__restrict__ z, float *__restrict__ y, int n_pos, int s)
+__global__ void v1_epilogue_unstable(const float *__restrict__ c, const float *__restrict__ b,
+                                     float *__restrict__ z, float *__restrict__ y, int n_pos, int s)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
         int n = i / s, p = i - n * s;
@@ -126,5 +126,5 @@ __global__ void k_epilogue_unstable(const float *__restrict__ c, const float *__
 void unstable_lse(const run_ctx *r, float *z)
 {
     int n = (int)out_elems(&r->sh);
-    k_epilogue_unstable<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->b, z, r->y, n, r->sh.s);
+    v1_epilogue_unstable<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->b, z, r->y, n, r->sh.s);
 }

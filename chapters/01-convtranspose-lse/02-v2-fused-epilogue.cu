@@ -9,14 +9,14 @@
  * Prediction: the 1.07 GB floor, 0.359 ms, if 64 bytes a thread in flight hide DRAM latency.
  * Measured: 0.416 ms [v2 epilogue_fwd], 86% of the copy ceiling [v2 epilogue_fwd pct_ceiling],
  * 1.82x v1 [v1/v2 epilogue_fwd]. Not the floor. Suspects: 16 load instructions per position for 64
- * bytes, and an integer division per position; v4 removes most of the loads and the divisions, and
- * measures what that was worth.
+ * bytes, an integer division per position, the accurate expf/logf; v7 (after v3) removes all but
+ * the loads, and measures what that was worth.
  */
 #include "model.h"
 #include "tail.cuh"
 
-__global__ void k_epilogue_fused(const float *__restrict__ c, const float *__restrict__ b,
-                                 float *__restrict__ y, int n_pos, int s)
+__global__ void v2_epilogue_fused(const float *__restrict__ c, const float *__restrict__ b,
+                                  float *__restrict__ y, int n_pos, int s)
 {
     float bv = *b;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
@@ -43,5 +43,5 @@ void v2_launch(const run_ctx *r, int scope)
     int n = (int)out_elems(&r->sh);
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    k_epilogue_fused<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->b, r->y, n, r->sh.s);
+    v2_epilogue_fused<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->b, r->y, n, r->sh.s);
 }
