@@ -34,8 +34,8 @@
 #include "rows.cuh"
 
 __global__ void __launch_bounds__(ROW_BLOCK)
-k_softmax_no_max(const float *__restrict__ c, const float *__restrict__ scale,
-                 float *__restrict__ y, float *__restrict__ lse, int S)
+v4_softmax_no_max(const float *__restrict__ c, const float *__restrict__ scale,
+                  float *__restrict__ y, float *__restrict__ lse, int S)
 {
     const float4 *c4 = (const float4 *)(c + (size_t)blockIdx.x * S);
     float4 *y4 = (float4 *)(y + (size_t)blockIdx.x * S);
@@ -52,7 +52,7 @@ k_softmax_no_max(const float *__restrict__ c, const float *__restrict__ scale,
 /* b2's forward */
 void v4_epilogue(const run_ctx *r)
 {
-    k_softmax_no_max<<<rows(&r->sh), ROW_BLOCK>>>(r->c, r->scale, r->y, r->lse, r->sh.s);
+    v4_softmax_no_max<<<rows(&r->sh), ROW_BLOCK>>>(r->c, r->scale, r->y, r->lse, r->sh.s);
 }
 
 void v4_launch(const run_ctx *r, int scope)

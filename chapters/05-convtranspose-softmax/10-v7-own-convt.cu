@@ -22,9 +22,9 @@
  *     memory and does 2 x 27 x 4 = 216 FMAs.
  *   - Epilogue: bias, c stored (float2: two outputs adjacent along width), and the sum of
  *     exp(clamp(c)) over the block's outputs of each channel (v4: no max needed) into tpart.
- * Then one pass (k_rows_from_partials) reads c once, adds each row's partials in a fixed order
+ * Then one pass (v7_rows_from_partials) reads c once, adds each row's partials in a fixed order
  * and writes y = scale_c exp(clamp(c)) / sum and lse.
- * ptxas (sm_90): k_convt_sums 128 registers at __launch_bounds__(256, 2), no spills.
+ * ptxas (sm_90): v7_convt_sums 128 registers at __launch_bounds__(256, 2), no spills.
  * Prediction: the conv's 58 GFLOP at 30 TFLOP/s (chapter 4's tile reached 32.7) is 1.9 ms;
  * x read once (537 MB) and c written (1074 MB) during it; then c read and y written, 2.15 GB,
  * 0.72 ms: about 2.7 ms, under the 4 ms target and 4x torch.compile's 11.24 [compile model_fwd].
@@ -37,10 +37,10 @@
  * takes 2.76 ms [compile model_fwd default]: v7 runs at 0.74x
  * [compile model_fwd default / v7 model_fwd] its speed. The prediction missed by 1.05 ms, 39%.
  * Nsight Compute (data/run-device.sh ncu5, same shape, 2026-11-23; ncu fixes the clocks, so its
- * times sum to 4.25 ms, not 3.75 [v7 model_fwd]): the weights' pre-pass 3 us; k_convt_sums 3.50 ms,
+ * times sum to 4.25 ms, not 3.75 [v7 model_fwd]): the weights' pre-pass 3 us; v7_convt_sums 3.50 ms,
  * its FMA pipe 35% busy with 25% of the warps active (two blocks of 256 threads an SM: the 128
  * registers a thread allow no more), reading 890 MB (x is 537 MB: neighbouring tiles re-read their
- * halos' windows) and writing 1.36 GB (c is 1.07 GB); k_rows_from_partials 0.750 ms, reading 1.08
+ * halos' windows) and writing 1.36 GB (c is 1.07 GB); v7_rows_from_partials 0.750 ms, reading 1.08
  * GB and writing 1.06 GB, 2.86 TB/s (95% of the copy ceiling). So the last pass is as fast as its
  * bytes allow, and the conv looks latency-bound: too few warps to hide the shared-memory and FMA
  * latencies, where the prediction assumed chapter 4's 30 TFLOP/s. At batch 1, 0.130 ms
@@ -93,7 +93,7 @@ __device__ static inline int tap_k(int q, int j) { return q == 0 ? 1 : (j == 0 ?
  * once a forward: 55296 floats. Staging them transposed inside the conv kernel instead put a
  * warp's 32 shared-memory stores 64 floats apart, one bank, 22 cycles a store (counted on a host
  * emulation of the kernel): more than the chunk's FMAs take. */
-__global__ void k_weights_tap_major(const float *__restrict__ w, float *__restrict__ wt)
+__global__ void v7_weights_tap_major(const float *__restrict__ w, float *__restrict__ wt)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N_WEIGHT; i += gridDim.x * blockDim.x) {
         int ci = i / (KVOL * C_OUT), rest = i - ci * KVOL * C_OUT, t = rest / C_OUT, co = rest - t * C_OUT;
@@ -102,9 +102,9 @@ __global__ void k_weights_tap_major(const float *__restrict__ w, float *__restri
 }
 
 __global__ void __launch_bounds__(V7_THREADS, 2)
-k_convt_sums(const float *__restrict__ x, const float *__restrict__ wt,
-             const float *__restrict__ bias, float *__restrict__ c, float *__restrict__ tpart,
-             shape s)
+v7_convt_sums(const float *__restrict__ x, const float *__restrict__ wt,
+              const float *__restrict__ bias, float *__restrict__ c, float *__restrict__ tpart,
+              shape s)
 {
     extern __shared__ float sm[];
     float *ws = sm;                           /* [ci][tap][co]: V7_CI x 27 x 64 */
@@ -213,9 +213,9 @@ k_convt_sums(const float *__restrict__ x, const float *__restrict__ wt,
 /* y from c and each row's `tiles` partial sums: a block a chunk of a row (v5's split), the
  * partials added by warp 0 in a fixed order, every block of the row the same bits */
 __global__ void __launch_bounds__(V5_BLOCK)
-k_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpart,
-                     const float *__restrict__ scale, float *__restrict__ y,
-                     float *__restrict__ lse, int S, int tiles, int split)
+v7_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpart,
+                      const float *__restrict__ scale, float *__restrict__ y,
+                      float *__restrict__ lse, int S, int tiles, int split)
 {
     __shared__ float total;
     int row = blockIdx.x / split, k = blockIdx.x - row * split, n4 = S / 4;
@@ -236,20 +236,20 @@ k_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpar
               lo + threadIdx.x, hi, V5_BLOCK, 0.0f, scale[row % C_OUT] / total);
 }
 
-static int opted; /* k_convt_sums' shared-memory opt-in is set */
+static int opted; /* v7_convt_sums' shared-memory opt-in is set */
 
 void v7_launch(const run_ctx *r, int scope)
 {
     (void)scope; /* the whole model only */
     if (!opted) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void *)k_convt_sums,
+        CUDA_CHECK(cudaFuncSetAttribute((const void *)v7_convt_sums,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, V7_SMEM));
         opted = 1;
     }
     int tiles = v7_tiles(&r->sh);
-    k_weights_tap_major<<<ceil_div(N_WEIGHT, 256), 256>>>(r->weight, r->wt);
-    k_convt_sums<<<r->sh.n * tiles, V7_THREADS, V7_SMEM>>>(r->x, r->wt, r->bias, r->c,
+    v7_weights_tap_major<<<ceil_div(N_WEIGHT, 256), 256>>>(r->weight, r->wt);
+    v7_convt_sums<<<r->sh.n * tiles, V7_THREADS, V7_SMEM>>>(r->x, r->wt, r->bias, r->c,
                                                          r->tpart, r->sh);
-    k_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK>>>(r->c, r->tpart, r->scale, r->y,
+    v7_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK>>>(r->c, r->tpart, r->scale, r->y,
                                                                 r->lse, r->sh.s, tiles, r->split);
 }

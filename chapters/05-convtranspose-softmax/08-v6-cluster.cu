@@ -43,8 +43,8 @@
 namespace cg = cooperative_groups;
 
 __global__ void __launch_bounds__(V6_THREADS)
-k_softmax_cluster(const float *__restrict__ c, const float *__restrict__ scale,
-                  float *__restrict__ y, float *__restrict__ lse, int S, int keep4)
+v6_softmax_cluster(const float *__restrict__ c, const float *__restrict__ scale,
+                   float *__restrict__ y, float *__restrict__ lse, int S, int keep4)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 held[]; /* this block's slice: up to keep4 float4 */
@@ -110,15 +110,15 @@ int v6_keep4(const run_ctx *r)
     return slice < most ? slice : most;
 }
 
-static int opted; /* k_softmax_cluster's shared-memory opt-in is set (cluster_launch_make) */
+static int opted; /* v6_softmax_cluster's shared-memory opt-in is set (cluster_launch_make) */
 
 /* v6 keeping keep4 float4 a block (at most v6_keep4's; fewer only in a test: problem.cu) */
 void v6_epilogue_keep(const run_ctx *r, int keep4)
 {
     cluster_launch L;
-    cluster_launch_make(&L, (const void *)k_softmax_cluster, &opted, r->smem_optin, V6_CL,
+    cluster_launch_make(&L, (const void *)v6_softmax_cluster, &opted, r->smem_optin, V6_CL,
                         dim3(V6_CL * rows(&r->sh)), V6_THREADS, 16 * (size_t)keep4);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_softmax_cluster, (const float *)r->c, r->scale, r->y,
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, v6_softmax_cluster, (const float *)r->c, r->scale, r->y,
                                   r->lse, r->sh.s, keep4));
 }
 
@@ -129,9 +129,9 @@ int v6_resident_clusters(const run_ctx *r)
 {
     cluster_launch L;
     int keep4 = v6_keep4(r);
-    cluster_launch_make(&L, (const void *)k_softmax_cluster, &opted, r->smem_optin, V6_CL,
+    cluster_launch_make(&L, (const void *)v6_softmax_cluster, &opted, r->smem_optin, V6_CL,
                         dim3(V6_CL * rows(&r->sh)), V6_THREADS, 16 * (size_t)keep4);
-    return resident_clusters(&L, (const void *)k_softmax_cluster);
+    return resident_clusters(&L, (const void *)v6_softmax_cluster);
 }
 
 void v6_launch(const run_ctx *r, int scope)

@@ -29,7 +29,7 @@
 #include "rows.cuh"
 
 __global__ void __launch_bounds__(V5_BLOCK)
-k_chunk_sums(const float *__restrict__ c, float *__restrict__ rpart, int S, int split)
+v5_chunk_sums(const float *__restrict__ c, float *__restrict__ rpart, int S, int split)
 {
     int row = blockIdx.x / split, part = blockIdx.x - row * split, n4 = S / 4;
     const float4 *c4 = (const float4 *)(c + (size_t)row * S);
@@ -43,9 +43,9 @@ k_chunk_sums(const float *__restrict__ c, float *__restrict__ rpart, int S, int 
 }
 
 __global__ void __launch_bounds__(V5_BLOCK)
-k_chunk_write(const float *__restrict__ c, const float *__restrict__ rpart,
-              const float *__restrict__ scale, float *__restrict__ y, float *__restrict__ lse,
-              int S, int split)
+v5_chunk_write(const float *__restrict__ c, const float *__restrict__ rpart,
+               const float *__restrict__ scale, float *__restrict__ y, float *__restrict__ lse,
+               int S, int split)
 {
     int row = blockIdx.x / split, part = blockIdx.x - row * split, n4 = S / 4;
     float sum = 0.0f;
@@ -72,6 +72,6 @@ void v5_launch(const run_ctx *r, int scope)
     if (scope == SCOPE_MODEL_FWD)
         model_front(r);
     int blocks = rows(&r->sh) * r->split;
-    k_chunk_sums<<<blocks, V5_BLOCK>>>(r->c, r->rpart, r->sh.s, r->split);
-    k_chunk_write<<<blocks, V5_BLOCK>>>(r->c, r->rpart, r->scale, r->y, r->lse, r->sh.s, r->split);
+    v5_chunk_sums<<<blocks, V5_BLOCK>>>(r->c, r->rpart, r->sh.s, r->split);
+    v5_chunk_write<<<blocks, V5_BLOCK>>>(r->c, r->rpart, r->scale, r->y, r->lse, r->sh.s, r->split);
 }

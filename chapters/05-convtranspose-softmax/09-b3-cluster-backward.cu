@@ -71,9 +71,9 @@ __device__ static inline float gp4(float4 ps, float4 g)
 #endif
 
 __global__ void __launch_bounds__(V6_THREADS)
-k_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
-                   const float *__restrict__ lse, const float *__restrict__ scale,
-                   float *__restrict__ dc, float *__restrict__ dot_out, int S, int keep4)
+b3_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
+                    const float *__restrict__ lse, const float *__restrict__ scale,
+                    float *__restrict__ dc, float *__restrict__ dot_out, int S, int keep4)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 held[]; /* keep4 float4 of signed p, then keep4 of g */
@@ -147,7 +147,7 @@ static int opted;
 /* the launch with clusters of cl blocks, each keeping keep4 float4 of c and of g */
 static void b3_config(cluster_launch *L, const run_ctx *r, int cl, int keep4)
 {
-    cluster_launch_make(L, (const void *)k_backward_cluster, &opted, r->smem_optin, cl,
+    cluster_launch_make(L, (const void *)b3_backward_cluster, &opted, r->smem_optin, cl,
                         dim3(cl * rows(&r->sh)), V6_THREADS, 32 * (size_t)keep4);
 }
 
@@ -167,11 +167,11 @@ int b3_cluster_size(const run_ctx *r)
         const char *env = getenv("CH05_B3_CL");
         chosen = B3_CL;
         if (env && atoi(env) == 16) {
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)k_backward_cluster,
+            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster,
                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
             cluster_launch L;
             b3_config(&L, r, 16, b3_keep4(r, 16));
-            chosen = resident_clusters(&L, (const void *)k_backward_cluster) > 0 ? 16 : B3_CL;
+            chosen = resident_clusters(&L, (const void *)b3_backward_cluster) > 0 ? 16 : B3_CL;
         }
     }
     return chosen;
@@ -184,9 +184,9 @@ void b3_backward_keep(const run_ctx *r, int keep4)
     int cl = b3_cluster_size(r);
     cluster_launch L;
     b3_config(&L, r, cl, keep4);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_backward_cluster, (const float *)r->c, r->g,
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster, (const float *)r->c, r->g,
                                   (const float *)r->lse, r->scale, r->dc, r->dot, r->sh.s, keep4));
-    k_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
+    b2_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
 }
 
 int b3_keep4_max(const run_ctx *r) { return b3_keep4(r, b3_cluster_size(r)); }

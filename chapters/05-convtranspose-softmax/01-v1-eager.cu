@@ -29,7 +29,7 @@
 #include "reduce.cuh"
 
 /* AvgPool3d(2), floor: a thread an output, the mean of its 2 x 2 x 2 window */
-__global__ void k_avg_pool(const float *__restrict__ x, float *__restrict__ xp, shape s)
+__global__ void v1_avg_pool(const float *__restrict__ x, float *__restrict__ xp, shape s)
 {
     size_t total = pool_elems(&s);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -47,7 +47,7 @@ __global__ void k_avg_pool(const float *__restrict__ x, float *__restrict__ xp, 
 
 void pool_forward(const run_ctx *r)
 {
-    k_avg_pool<<<grid_for((long long)pool_elems(&r->sh), 256, r->sm_count), 256>>>(r->x, r->xp, r->sh);
+    v1_avg_pool<<<grid_for((long long)pool_elems(&r->sh), 256, r->sm_count), 256>>>(r->x, r->xp, r->sh);
 }
 
 /* the library's ConvTranspose3d + bias (common/conv.h: the input gradient of the Conv3d it
@@ -61,7 +61,7 @@ void model_front(const run_ctx *r)
     conv_forward(r);
 }
 
-__global__ void k_clamp(const float *__restrict__ c, float *__restrict__ z, size_t n)
+__global__ void v1_clamp(const float *__restrict__ c, float *__restrict__ z, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         z[i] = fminf(fmaxf(c[i], CLAMP_LO), CLAMP_HI);
@@ -70,7 +70,7 @@ __global__ void k_clamp(const float *__restrict__ c, float *__restrict__ z, size
 /* ATen's softmax for a long row: a block a row, three passes; lse[row] = max + log(sum), the
  * statistic every forward saves */
 __global__ void __launch_bounds__(ROW_BLOCK)
-k_softmax_rows(const float *__restrict__ z, float *__restrict__ p, float *__restrict__ lse, int S)
+v1_softmax_rows(const float *__restrict__ z, float *__restrict__ p, float *__restrict__ lse, int S)
 {
     __shared__ float bcast;
     const float *in = z + (size_t)blockIdx.x * S;
@@ -96,8 +96,8 @@ k_softmax_rows(const float *__restrict__ z, float *__restrict__ p, float *__rest
 }
 
 /* y = p scale_c: scale is a parameter in device memory (it changes in training) */
-__global__ void k_scale(const float *__restrict__ p, const float *__restrict__ scale,
-                        float *__restrict__ y, size_t n, int S)
+__global__ void v1_scale(const float *__restrict__ p, const float *__restrict__ scale,
+                         float *__restrict__ y, size_t n, int S)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = p[i] * scale[i / S % C_OUT];
@@ -108,9 +108,9 @@ void v1_epilogue(const run_ctx *r)
 {
     size_t n = conv_elems(&r->sh);
     int grid = grid_for((long long)n, 256, r->sm_count);
-    k_clamp<<<grid, 256>>>(r->c, r->t[0], n);
-    k_softmax_rows<<<rows(&r->sh), ROW_BLOCK>>>(r->t[0], r->t[1], r->lse, r->sh.s);
-    k_scale<<<grid, 256>>>(r->t[1], r->scale, r->y, n, r->sh.s);
+    v1_clamp<<<grid, 256>>>(r->c, r->t[0], n);
+    v1_softmax_rows<<<rows(&r->sh), ROW_BLOCK>>>(r->t[0], r->t[1], r->lse, r->sh.s);
+    v1_scale<<<grid, 256>>>(r->t[1], r->scale, r->y, n, r->sh.s);
 }
 
 void v1_launch(const run_ctx *r, int scope)

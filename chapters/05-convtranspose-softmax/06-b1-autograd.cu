@@ -37,15 +37,15 @@
 #include "model.h"
 #include "reduce.cuh"
 
-__global__ void k_mul(const float *__restrict__ a, const float *__restrict__ b,
-                      float *__restrict__ o, size_t n)
+__global__ void b1_mul(const float *__restrict__ a, const float *__restrict__ b,
+                       float *__restrict__ o, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         o[i] = a[i] * b[i];
 }
 
-__global__ void k_mul_channel(const float *__restrict__ a, const float *__restrict__ scale,
-                              float *__restrict__ o, size_t n, int S)
+__global__ void b1_mul_channel(const float *__restrict__ a, const float *__restrict__ scale,
+                               float *__restrict__ o, size_t n, int S)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         o[i] = a[i] * scale[i / S % C_OUT];
@@ -53,8 +53,8 @@ __global__ void k_mul_channel(const float *__restrict__ a, const float *__restri
 
 /* ATen's softmax backward for a long row: a block a row, dot = sum dp p, then p (dp - dot) */
 __global__ void __launch_bounds__(ROW_BLOCK)
-k_softmax_backward(const float *__restrict__ dp, const float *__restrict__ p,
-                   float *__restrict__ dz, int S)
+b1_softmax_backward(const float *__restrict__ dp, const float *__restrict__ p,
+                    float *__restrict__ dz, int S)
 {
     __shared__ float bcast;
     size_t base = (size_t)blockIdx.x * S;
@@ -70,8 +70,8 @@ k_softmax_backward(const float *__restrict__ dp, const float *__restrict__ p,
         dz[base + j] = p[base + j] * (dp[base + j] - dot);
 }
 
-__global__ void k_clamp_backward(const float *__restrict__ dz, const float *__restrict__ c,
-                                 float *__restrict__ dc, size_t n)
+__global__ void b1_clamp_backward(const float *__restrict__ dz, const float *__restrict__ c,
+                                  float *__restrict__ dc, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dc[i] = (c[i] >= CLAMP_LO && c[i] <= CLAMP_HI) ? dz[i] : 0.0f;
@@ -91,15 +91,15 @@ void b1_backward(const run_ctx *r)
     size_t n = conv_elems(&r->sh);
     int grid = grid_for((long long)n, 256, r->sm_count);
     float *const *t = r->t; /* z, p (v1's), then g p and g', then dz */
-    k_mul<<<grid, 256>>>(r->g, t[1], t[2], n);                    /* g p */
+    b1_mul<<<grid, 256>>>(r->g, t[1], t[2], n);                    /* g p */
     channel_sums(r, t[2], NULL);                                  /* dscale */
-    k_mul_channel<<<grid, 256>>>(r->g, r->scale, t[2], n, r->sh.s); /* g' = g scale */
-    k_softmax_backward<<<rows(&r->sh), ROW_BLOCK>>>(t[2], t[1], t[3], r->sh.s); /* dz */
-    k_clamp_backward<<<grid, 256>>>(t[3], r->c, r->dc, n);        /* dc */
+    b1_mul_channel<<<grid, 256>>>(r->g, r->scale, t[2], n, r->sh.s); /* g' = g scale */
+    b1_softmax_backward<<<rows(&r->sh), ROW_BLOCK>>>(t[2], t[1], t[3], r->sh.s); /* dz */
+    b1_clamp_backward<<<grid, 256>>>(t[3], r->c, r->dc, n);        /* dc */
 }
 
 /* dx = dxp / 8 on each value of a window, 0 on the values the pool dropped: a thread a value of x */
-__global__ void k_pool_backward(const float *__restrict__ dxp, float *__restrict__ dx, shape s)
+__global__ void b1_pool_backward(const float *__restrict__ dxp, float *__restrict__ dx, shape s)
 {
     size_t total = x_elems(&s);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -120,7 +120,7 @@ void conv_pool_grads(const run_ctx *r)
     lib_conv3d_forward(r->lib, r->dc, r->weight, NULL, r->dxp);
     lib_conv3d_backward_filter(r->lib, r->dc, r->xp, r->dw);
     lib_conv_transpose3d_backward_bias(r->lib, r->dc, r->dbias);
-    k_pool_backward<<<grid_for((long long)x_elems(&r->sh), 256, r->sm_count), 256>>>(r->dxp, r->dx, r->sh);
+    b1_pool_backward<<<grid_for((long long)x_elems(&r->sh), 256, r->sm_count), 256>>>(r->dxp, r->dx, r->sh);
 }
 
 void b1_launch(const run_ctx *r, int scope)
