@@ -1,29 +1,23 @@
 /*
  * v1: what PyTorch eager does
  *
- * PyTorch eager runs the model op by op: AvgPool3d (ATen's own kernel, a thread an output;
- * PyTorch does not call cuDNN for it), the library's transposed conv, then clamp, softmax and the
- * multiply by scale, each a kernel that reads its input from DRAM and writes its result back.
- * ATen's softmax over a row longer than its shared memory holds (cunn_SoftMaxForward,
- * aten/src/ATen/native/cuda/SoftMax.cu) is a block a row making three passes over the row: the
- * max, the sum of exp(v - max), then the outputs. v1 is that, written plainly: a clamp kernel,
- * a block-per-row softmax of three passes, a scale kernel.
+ * PyTorch eager runs the model op by op: AvgPool3d (ATen's own kernel, a thread an output),
+ * the library's transposed conv, then clamp, softmax and the multiply by scale, each a kernel
+ * that reads its input from DRAM and writes its result back. ATen's softmax for a row longer
+ * than its shared memory holds (cunn_SoftMaxForward, aten/src/ATen/native/cuda/SoftMax.cu) is
+ * a block a row making three passes over the row: the max, the sum of exp(v - max), then the
+ * outputs. v1 is that, written plainly. The whole model (scope model_fwd) of v1..v6 is the
+ * pool, the library's transposed conv, then the epilogue.
  * Bytes: clamp reads c and writes z, softmax reads z three times and writes p, scale reads p and
- * writes y: 8 x 1073.7 MB = 8.6 GB against the epilogue's 2.15 GB floor. Prediction: about 4x
- * the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and third reads come
- * from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight, 138 MB, more than
- * the 50 MB L2).
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv; copy ceiling 2991 GB/s
- * [v1 epilogue_fwd ceiling_gbps] in that run): the epilogue 3.229 ms [v1 epilogue_fwd], 22.2% of
- * the ceiling [v1 epilogue_fwd pct_ceiling], 4.5x [v1 epilogue_fwd median_ms/floor_ms] its 0.718 ms
- * [v1 epilogue_fwd floor_ms] floor and 1.12x the prediction. PyTorch eager's epilogue takes 3.043
- * ms [eager epilogue_fwd] on the same GPU (data/h100/pytorch-ch05.csv). The whole model 14.31 ms
- * [v1 model_fwd], of which cuDNN's transposed conv alone takes 10.88 ms (5.3 TFLOP/s) and the pool
- * 0.203 ms (the notes after the table); PyTorch eager's whole model 14.13 ms [eager model_fwd] in
- * fp32, 5.70 [eager model_fwd default] in its default precision (cuDNN's conv in TF32).
- *
- * The whole model (scope model_fwd) of v1..v6 is the pool, the library's transposed conv, then
- * the epilogue.
+ * writes y: 8 x 1073.7 MB = 8.6 GB against the epilogue's 2.15 GB floor (model.h).
+ * Prediction: about 4x the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and
+ * third reads come from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight,
+ * 138 MB, more than the 50 MB L2).
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv): the epilogue 3.229 ms
+ * [v1 epilogue_fwd], 22.2% of the copy ceiling [v1 epilogue_fwd pct_ceiling], 4.5x its floor
+ * [v1 epilogue_fwd median_ms/floor_ms], 1.12x the prediction; PyTorch eager's epilogue takes
+ * 3.043 ms [eager epilogue_fwd]. The whole model 14.31 ms [v1 model_fwd], most of it the
+ * library's transposed conv (PyTorch eager's alone: 10.73 ms [eager conv_fwd] in fp32).
  */
 #include "model.h"
 #include "reduce.cuh"

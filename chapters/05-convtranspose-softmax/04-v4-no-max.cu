@@ -6,30 +6,21 @@
  * must be rescaled to a common one before they add (lse_merge).
  * Change: drop the max. Softmax is shift-invariant, exp(z - m) / sum exp(z - m) = exp(z) /
  * sum exp(z) for any m; the max is subtracted only so that no exp overflows and the largest
- * terms do not underflow. Here z = clamp(c, 0, 1), so exp(z) lies in [1, e] and the sum of a
- * row in [S, e S]: no overflow for any S below 2^31 (float's limit is 3.4e38), no underflow,
- * and every term within a factor e of every other: a float sum of them rounds no worse than
- * one of exp(z - max), whose terms lie in [1/e, 1]. One
- * pass sums exp(z), the next writes y = scale_c exp(z) / sum. Partial sums from different
- * blocks (v5) or different kernels (a conv that writes c in tiles, the chapter's next part)
- * now simply add.
- * When the shortcut is valid, exactly: when every input of the row is known to lie in [lo, hi]
- * with hi + ln S below about 88.7 (exp(88.72) is float's largest) and lo above about -87.3
- * (below that the terms are subnormal and lose precision; the clamp gives [0, 1]); and the
- * bound must come from the math (a clamp, a sigmoid, a tanh before the softmax), not from
- * the data seen so far. Without the clamp, c in the hundreds (the test x*1000 makes such c)
- * overflows exp: the sum becomes inf, scale / inf = 0, so the outputs whose exp overflowed
- * become inf x 0 = NaN and all the others 0; the test "c ~ +-1000" plants such c
- * before the clamp, where the clamp makes it harmless.
- * Prediction: the same bytes as v3 (2 reads, a write: 1.07 ms): the saving is instructions,
- * and at 3000 GB/s an SM takes in about 2.9 floats a clock (750 G floats/s over 132 SMs at
- * 1.98 GHz), so v3's dozen instructions a float already fit in the 4 warp instructions (128
- * thread-instructions) an SM issues a clock, and its one exp a float in the 16 an SM's special
- * function units give a clock. Expect v3's time; the gain is the additive sum, which v5, v6 and
- * the chapter's next part use.
+ * terms do not underflow. Here z = clamp(c, 0, 1), so exp(z) lies in [1, e] and a row's sum in
+ * [S, e S]: no overflow for any S below 2^31, no underflow, and every term within a factor e of
+ * every other, so a float sum of them rounds no worse than one of exp(z - max). Partial sums
+ * from different blocks (v5, v6) or kernels (v7's conv epilogue) now simply add.
+ * When the shortcut is valid, exactly: every input of the row lies in [lo, hi] with hi + ln S
+ * below about 88.7 (exp(88.72) is float's largest) and lo above about -87.3 (below it the terms
+ * are subnormal), and the bound comes from the math (a clamp, a sigmoid, a tanh), not from the
+ * data seen so far. Without the clamp, c in the hundreds overflows exp: the sum becomes inf and
+ * the outputs NaN or 0; the test "c ~ +-1000" plants such c before the clamp.
+ * Prediction: the same bytes as v3 (1.07 ms): the saving is instructions, and at the ceiling an
+ * SM takes in about 2.9 floats a clock (750 G floats/s over 132 SMs at 1.98 GHz), while it issues
+ * 128 thread-instructions and 16 exps a clock: v3's dozen instructions and one exp a float fit.
  * Measured: 1.087 ms [v4 epilogue_fwd], the same as v3 (1.086 [v3 epilogue_fwd]) to 0.07%
- * [v4 vs v3 epilogue_fwd], far inside the spread between runs: the
- * prediction held. The shortcut pays in the versions that combine partial sums.
+ * [v4 vs v3 epilogue_fwd], far inside the spread between runs: the prediction held. The
+ * shortcut pays in the versions that combine partial sums.
  */
 #include "rows.cuh"
 

@@ -1,30 +1,26 @@
 /*
  * v5: rows split across blocks
  *
- * Defect of v4: a block a row. 2048 rows at the KernelBench shape keep 264 blocks of 1024
- * threads busy (two an SM) through 7.8 waves, but at batch 1 there are 64 rows for 132 SMs:
- * half the GPU idles, and each of the 64 blocks walks 512 KB twice with the latency of one
- * SM. Any batch below 5 leaves some of the 264 block slots empty (64 N < 264), and below 3
- * some SMs idle (64 N < 132). (A wave: as many blocks as fit on the GPU at once.)
+ * Defect of v4: a block a row. At batch 1 there are 64 rows for 132 SMs: half the GPU idles,
+ * and each of the 64 blocks walks 512 KB twice with the latency of one SM; any batch below 5
+ * leaves some of the 264 block slots (two blocks of 1024 threads an SM) empty (64 N < 264).
  * Change: split each row over `split` blocks (run_ctx.split, problem.cu: enough for two waves
- * of resident blocks, at least a float4 a thread). Kernel 1: each block sums exp(z) over its
- * chunk into rpart; kernel 2: each block adds its row's `split` partials, in the same order in
- * every block (so every chunk of a row divides by the same bits), and writes its chunk. v4's
- * max-free sum is what makes the merge a plain sum (a max would need lse_merge's rescaling).
- * The kernel boundary is the grid-wide barrier the statistics need: no chunk is written before
- * every chunk of its row is summed.
- * Prediction: at the KernelBench shape the same bytes and time as v4 (the row count already
- * fills the GPU); at batch 1 (64 rows) close to the same bandwidth as the full batch instead of
- * about half: the sweep (data/h100/ch05-sweep.csv) shows it.
- * Measured: the prediction failed. At the KernelBench shape the split is 1 (2048 rows are more
- * than two waves), so v5 is v4 in 512-thread blocks plus a second launch: 1.095 ms
- * [v5 epilogue_fwd], 0.8% slower [v5 vs v4 epilogue_fwd] than v4. At batch 1 (the sweep,
- * data/h100/ch05-sweep.csv) v5 takes 0.0406 ms [v5 epilogue_fwd @1] against v4's 0.0327
- * [v4 epilogue_fwd @1]: slower, not faster. At that size c is 33.5 MB, less than the 50 MB L2, so
- * v4's second read is already served from L2, and 64 blocks of 1024 threads with 16-byte loads kept
- * enough bytes in flight (not profiled: this is what the numbers allow, not a measurement). What v5
- * keeps is the merge of max-free partial sums across blocks, which a conv that writes c in
- * tiles (the chapter's next part) needs; v6 is what removes the second read.
+ * of resident blocks, at least a float4 a thread; a wave: as many blocks as fit on the GPU at
+ * once). Kernel 1: each block sums exp(z) over its chunk into rpart; kernel 2: each block adds
+ * its row's `split` partials in the same order in every block (so every chunk of a row divides
+ * by the same bits) and writes its chunk. v4's max-free sum makes the merge a plain sum (a max
+ * would need lse_merge's rescaling). The kernel boundary is the grid-wide barrier the
+ * statistics need: no chunk is written before every chunk of its row is summed.
+ * Prediction: at the KernelBench shape the same time as v4 (2048 rows already fill the GPU);
+ * at batch 1 close to the full batch's bandwidth instead of about half.
+ * Measured: the prediction failed. At the KernelBench shape the split is 1, so v5 is v4 in
+ * 512-thread blocks plus a second launch: 1.095 ms [v5 epilogue_fwd], 0.8% slower
+ * [v5 vs v4 epilogue_fwd] than v4. At batch 1 (data/h100/ch05-sweep.csv) v5 takes 0.0406 ms
+ * [v5 epilogue_fwd @1] against v4's 0.0327 [v4 epilogue_fwd @1]: slower, not faster. There c is
+ * 33.5 MB, less than the 50 MB L2, so v4's second read already comes from L2, and 64 blocks of
+ * 1024 threads with 16-byte loads kept enough bytes in flight (not profiled: what the numbers
+ * allow, not a measurement). What v5 keeps is the merge of max-free partial sums across blocks,
+ * which b2 and v7 (partial sums from its conv's tiles) use; v6 removes the second read.
  */
 #include "rows.cuh"
 

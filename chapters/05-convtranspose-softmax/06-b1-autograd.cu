@@ -14,7 +14,9 @@
  *   dxp = the Conv3d that the transposed conv transposes, of dc (common/conv.h); dw = the
  *   weight gradient from dc and xp; dbias = the sum of dc over n and positions; dx = dxp / 8
  *   spread over each 2 x 2 x 2 window (0 for the values the pool dropped).
- *
+ */
+
+/*
  * b1: what autograd does
  *
  * Autograd saves what each op's backward needs and runs a kernel (or two) per op: the multiply
@@ -27,12 +29,10 @@
  * 3): 14 x 1073.7 MB; with v1's forward (8 tensor passes) 22 x 1073.7 MB = 23.6 GB against the
  * fwd + bwd floor of 5.4 GB. Prediction: about 4.4x the floor, 7.9 ms at the ceiling.
  * Measured: 8.937 ms [b1 epilogue_fwdbwd], 20.1% of the ceiling [b1 epilogue_fwdbwd pct_ceiling]
- * (5.0x [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.795 ms [b1 epilogue_fwdbwd floor_ms] floor),
- * 1.13x the prediction; PyTorch eager's epilogue forward + backward takes 10.29 ms
- * [eager epilogue_fwdbwd]. The training step 27.78 ms [b1 train_step], of which the library's
- * transposed conv takes 10.88 ms and its gradients, the bias gradient and the pool's backward
- * 7.74 ms (the notes after the table); through the legacy cudnnFind API common/conv.cu used
- * before, 35.24, 10.97 and 15.28 ms (commit bd58a0c).
+ * (5.0x [b1 epilogue_fwdbwd median_ms/floor_ms] the floor), 1.13x the prediction; PyTorch eager's
+ * epilogue forward + backward takes 10.29 ms [eager epilogue_fwdbwd]. The training step 27.78 ms
+ * [b1 train_step], most of it the library's transposed conv and its gradients (conv_pool_grads
+ * below; PyTorch eager's conv weight gradient alone takes 4.813 ms [eager conv_dw] in fp32).
  */
 #include "model.h"
 #include "reduce.cuh"
