@@ -51,16 +51,22 @@
 #define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
 
 static const hx_version versions[] = {
-    {"v1", FWD, "eager-like: clamp, 3-pass softmax, scale kernels", v1_launch, 0},
-    {"v2", FWD, "fused: one kernel, three passes over c", v2_launch, 0},
-    {"v3", FWD, "online softmax: max and sum in one pass, 2 reads", v3_launch, 0},
-    {"v4", FWD, "no max: the clamp bounds exp, 2 reads", v4_launch, 0},
-    {"v5", FWD, "rows split over blocks, partial sums merged", v5_launch, 0},
-    {"v6", FWD, "cluster holds a row in smem: c read once", v6_launch, NEEDS_SM90},
-    {"v7", SC(SCOPE_MODEL_FWD), "own convT: pool in its loads, row sums in epilogue", v7_launch, 0},
-    {"b1", BWD, "autograd-like: v1 saving p, a kernel per op", b1_launch, 0},
-    {"b2", BWD, "fused: v4, then 2 kernels recomputing p", b2_launch, 0},
-    {"b3", BWD, "clusters: v6, then c and g held in smem, read once", b3_launch, NEEDS_SM90},
+    {"v1", FWD, "eager-like: clamp, 3-pass softmax, scale kernels", v1_launch, 0, HX_FP32, "01-v1-eager.cu"},
+    {"v2", FWD, "fused: one kernel, three passes over c", v2_launch, 0, HX_FP32, "02-v2-fused-three-pass.cu"},
+    {"v3", FWD, "online softmax: max and sum in one pass, 2 reads", v3_launch, 0, HX_FP32,
+     "03-v3-online.cu"},
+    {"v4", FWD, "no max: the clamp bounds exp, 2 reads", v4_launch, 0, HX_FP32, "04-v4-no-max.cu"},
+    {"v5", FWD, "rows split over blocks, partial sums merged", v5_launch, 0, HX_FP32, "05-v5-split-rows.cu"},
+    {"v6", FWD, "cluster holds a row in smem: c read once", v6_launch, NEEDS_SM90, HX_FP32,
+     "08-v6-cluster.cu"},
+    {"v7", SC(SCOPE_MODEL_FWD), "own convT: pool in its loads, row sums in epilogue", v7_launch, 0, HX_FP32,
+     "10-v7-own-convt.cu"},
+    {"b1", BWD, "autograd-like: v1 saving p, a kernel per op", b1_launch, 0, HX_FP32, "06-b1-autograd.cu"},
+    {"b2", BWD, "fused: v4, then 2 kernels recomputing p", b2_launch, 0, HX_FP32, "07-b2-fused-backward.cu"},
+    {"b3", BWD, "clusters: v6, then c and g held in smem, read once", b3_launch, NEEDS_SM90, HX_FP32,
+     "09-b3-cluster-backward.cu"},
+    {"x1", FWD, "exercise: the online softmax (v3), by the reader", x1_launch, 0, HX_FP32,
+     "x1-online-softmax.cu"},
 };
 
 int main(int argc, char **argv)

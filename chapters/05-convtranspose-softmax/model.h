@@ -214,6 +214,7 @@ int b3_keep4_max(const run_ctx *r);               /* b3: float4 of c (and of g) 
 void b3_backward_keep(const run_ctx *r, int keep4); /* b3's backward keeping keep4 of them */
 void b3_backward(const run_ctx *r);
 void b3_launch(const run_ctx *r, int scope);
+void x1_launch(const run_ctx *r, int scope); /* the exercise (x1-online-softmax.cu) */
 /* the training step's gradients from dc: the transposed conv's (library) and the pool's */
 void conv_pool_grads(const run_ctx *r);
 
