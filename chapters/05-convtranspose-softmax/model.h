@@ -159,7 +159,7 @@ void reference_checks(uint64_t seed);
 #define V6_CL 8        /* v6, b3: blocks a cluster, a cluster a row */
 #define V6_THREADS 512 /* their threads a block */
 #define V6_CHUNKS 4    /* v6: bulk copies (and mbarriers) a block's slice arrives in */
-#define B3_CL 8        /* b3: blocks a cluster (16 with CH05_B3_CL=16: b3-cluster-backward.cu) */
+#define B3_CL 8        /* b3: blocks a cluster (16 with CH05_B3_CL=16: 09-b3-cluster-backward.cu) */
 #define SMEM_STATIC_MAX 1024 /* the most static shared memory a cluster kernel has */
 
 /* Everything a launcher reads, on the device */
@@ -186,7 +186,7 @@ struct run_ctx {
 };
 
 /* the versions' launchers, in reading order */
-void pool_forward(const run_ctx *r);  /* xp = AvgPool3d(x) (v1-eager.cu) */
+void pool_forward(const run_ctx *r);  /* xp = AvgPool3d(x) (01-v1-eager.cu) */
 void conv_forward(const run_ctx *r);  /* the library ConvTranspose3d + bias: c = convT(xp) */
 void model_front(const run_ctx *r);   /* pool, then the library transposed conv */
 void v1_epilogue(const run_ctx *r); /* b1's forward: z in t[0], p in t[1] */
@@ -207,13 +207,14 @@ void v7_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);
-/* dscale_ch = sum over n of dot[n][ch], in n order: a thread a channel (b2-fused-backward.cu) */
-__global__ void k_dscale(const float *__restrict__ dot, float *__restrict__ dscale, int n);
+/* dscale_ch = sum over n of dot[n][ch], in n order: a thread a channel (07-b2-fused-backward.cu) */
+__global__ void b2_dscale(const float *__restrict__ dot, float *__restrict__ dscale, int n);
 int b3_cluster_size(const run_ctx *r); /* b3: B3_CL, or 16 if asked and possible */
 int b3_keep4_max(const run_ctx *r);               /* b3: float4 of c (and of g) a block keeps */
 void b3_backward_keep(const run_ctx *r, int keep4); /* b3's backward keeping keep4 of them */
 void b3_backward(const run_ctx *r);
 void b3_launch(const run_ctx *r, int scope);
+void x1_launch(const run_ctx *r, int scope); /* the exercise (x1-online-softmax.cu) */
 /* the training step's gradients from dc: the transposed conv's (library) and the pool's */
 void conv_pool_grads(const run_ctx *r);
 

@@ -12,8 +12,8 @@
 #include "model.h"
 #include "reduce.cuh"
 
-/* fmaxf drops a NaN: unlike torch.clamp, which keeps it, a NaN c becomes 0 here (and v1's
- * k_clamp, and b3's mask counts it outside [0, 1]) */
+/* fmaxf drops a NaN: unlike torch.clamp, which keeps it, a NaN c becomes 0 here (and
+ * v1_clamp, and b3's mask counts it outside [0, 1]) */
 __device__ static inline float clamp01(float v) { return fminf(fmaxf(v, CLAMP_LO), CLAMP_HI); }
 
 __device__ static inline float4 clamp4(float4 v)

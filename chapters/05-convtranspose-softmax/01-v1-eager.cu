@@ -1,35 +1,29 @@
 /*
  * v1: what PyTorch eager does
  *
- * PyTorch eager runs the model op by op: AvgPool3d (ATen's own kernel, a thread an output;
- * PyTorch does not call cuDNN for it), the library's transposed conv, then clamp, softmax and the
- * multiply by scale, each a kernel that reads its input from DRAM and writes its result back.
- * ATen's softmax over a row longer than its shared memory holds (cunn_SoftMaxForward,
- * aten/src/ATen/native/cuda/SoftMax.cu) is a block a row making three passes over the row: the
- * max, the sum of exp(v - max), then the outputs. v1 is that, written plainly: a clamp kernel,
- * a block-per-row softmax of three passes, a scale kernel.
+ * PyTorch eager runs the model op by op: AvgPool3d (ATen's own kernel, a thread an output),
+ * the library's transposed conv, then clamp, softmax and the multiply by scale, each a kernel
+ * that reads its input from DRAM and writes its result back. ATen's softmax for a row longer
+ * than its shared memory holds (cunn_SoftMaxForward, aten/src/ATen/native/cuda/SoftMax.cu) is
+ * a block a row making three passes over the row: the max, the sum of exp(v - max), then the
+ * outputs. v1 is that, written plainly. The whole model (scope model_fwd) of v1..v6 is the
+ * pool, the library's transposed conv, then the epilogue.
  * Bytes: clamp reads c and writes z, softmax reads z three times and writes p, scale reads p and
- * writes y: 8 x 1073.7 MB = 8.6 GB against the epilogue's 2.15 GB floor. Prediction: about 4x
- * the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and third reads come
- * from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight, 138 MB, more than
- * the 50 MB L2).
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv; copy ceiling 2991 GB/s
- * [v1 epilogue_fwd ceiling_gbps] in that run): the epilogue 3.229 ms [v1 epilogue_fwd], 22.2% of
- * the ceiling [v1 epilogue_fwd pct_ceiling], 4.5x [v1 epilogue_fwd median_ms/floor_ms] its 0.718 ms
- * [v1 epilogue_fwd floor_ms] floor and 1.12x the prediction. PyTorch eager's epilogue takes 3.043
- * ms [eager epilogue_fwd] on the same GPU (data/h100/pytorch-ch05.csv). The whole model 14.31 ms
- * [v1 model_fwd], of which cuDNN's transposed conv alone takes 10.88 ms (5.3 TFLOP/s) and the pool
- * 0.203 ms (the notes after the table); PyTorch eager's whole model 14.13 ms [eager model_fwd] in
- * fp32, 5.70 [eager model_fwd default] in its default precision (cuDNN's conv in TF32).
- *
- * The whole model (scope model_fwd) of v1..v6 is the pool, the library's transposed conv, then
- * the epilogue.
+ * writes y: 8 x 1073.7 MB = 8.6 GB against the epilogue's 2.15 GB floor (model.h).
+ * Prediction: about 4x the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and
+ * third reads come from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight,
+ * 138 MB, more than the 50 MB L2).
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv): the epilogue 3.229 ms
+ * [v1 epilogue_fwd], 22.2% of the copy ceiling [v1 epilogue_fwd pct_ceiling], 4.5x its floor
+ * [v1 epilogue_fwd median_ms/floor_ms], 1.12x the prediction; PyTorch eager's epilogue takes
+ * 3.043 ms [eager epilogue_fwd]. The whole model 14.31 ms [v1 model_fwd], most of it the
+ * library's transposed conv (PyTorch eager's alone: 10.73 ms [eager conv_fwd] in fp32).
  */
 #include "model.h"
 #include "reduce.cuh"
 
 /* AvgPool3d(2), floor: a thread an output, the mean of its 2 x 2 x 2 window */
-__global__ void k_avg_pool(const float *__restrict__ x, float *__restrict__ xp, shape s)
+__global__ void v1_avg_pool(const float *__restrict__ x, float *__restrict__ xp, shape s)
 {
     size_t total = pool_elems(&s);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -47,7 +41,7 @@ __global__ void k_avg_pool(const float *__restrict__ x, float *__restrict__ xp, 
 
 void pool_forward(const run_ctx *r)
 {
-    k_avg_pool<<<grid_for((long long)pool_elems(&r->sh), 256, r->sm_count), 256>>>(r->x, r->xp, r->sh);
+    v1_avg_pool<<<grid_for((long long)pool_elems(&r->sh), 256, r->sm_count), 256>>>(r->x, r->xp, r->sh);
 }
 
 /* the library's ConvTranspose3d + bias (common/conv.h: the input gradient of the Conv3d it
@@ -61,7 +55,7 @@ void model_front(const run_ctx *r)
     conv_forward(r);
 }
 
-__global__ void k_clamp(const float *__restrict__ c, float *__restrict__ z, size_t n)
+__global__ void v1_clamp(const float *__restrict__ c, float *__restrict__ z, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         z[i] = fminf(fmaxf(c[i], CLAMP_LO), CLAMP_HI);
@@ -70,7 +64,7 @@ __global__ void k_clamp(const float *__restrict__ c, float *__restrict__ z, size
 /* ATen's softmax for a long row: a block a row, three passes; lse[row] = max + log(sum), the
  * statistic every forward saves */
 __global__ void __launch_bounds__(ROW_BLOCK)
-k_softmax_rows(const float *__restrict__ z, float *__restrict__ p, float *__restrict__ lse, int S)
+v1_softmax_rows(const float *__restrict__ z, float *__restrict__ p, float *__restrict__ lse, int S)
 {
     __shared__ float bcast;
     const float *in = z + (size_t)blockIdx.x * S;
@@ -96,8 +90,8 @@ k_softmax_rows(const float *__restrict__ z, float *__restrict__ p, float *__rest
 }
 
 /* y = p scale_c: scale is a parameter in device memory (it changes in training) */
-__global__ void k_scale(const float *__restrict__ p, const float *__restrict__ scale,
-                        float *__restrict__ y, size_t n, int S)
+__global__ void v1_scale(const float *__restrict__ p, const float *__restrict__ scale,
+                         float *__restrict__ y, size_t n, int S)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = p[i] * scale[i / S % C_OUT];
@@ -108,9 +102,9 @@ void v1_epilogue(const run_ctx *r)
 {
     size_t n = conv_elems(&r->sh);
     int grid = grid_for((long long)n, 256, r->sm_count);
-    k_clamp<<<grid, 256>>>(r->c, r->t[0], n);
-    k_softmax_rows<<<rows(&r->sh), ROW_BLOCK>>>(r->t[0], r->t[1], r->lse, r->sh.s);
-    k_scale<<<grid, 256>>>(r->t[1], r->scale, r->y, n, r->sh.s);
+    v1_clamp<<<grid, 256>>>(r->c, r->t[0], n);
+    v1_softmax_rows<<<rows(&r->sh), ROW_BLOCK>>>(r->t[0], r->t[1], r->lse, r->sh.s);
+    v1_scale<<<grid, 256>>>(r->t[1], r->scale, r->y, n, r->sh.s);
 }
 
 void v1_launch(const run_ctx *r, int scope)

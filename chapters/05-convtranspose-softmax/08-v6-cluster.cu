@@ -1,39 +1,27 @@
 /*
  * v6: a row held in a cluster's shared memory: c read once (Hopper)
  *
- * Defect of v4 and v5: c is read twice, because no output of a row can be written before the
- * whole row is summed, and a row (512 KB) is larger than an SM's shared memory (228 KB): the
- * first read is gone by the time the second pass needs it. 264 rows in flight are 138 MB,
- * nearly three times the 50 MB L2, so the second read comes from DRAM too.
+ * Defect of v4 and v5: c is read twice: no output of a row can be written before the whole row
+ * is summed, a row (512 KB) is larger than an SM's shared memory (228 KB), and 264 rows in
+ * flight are 138 MB, nearly three times the 50 MB L2, so the second read comes from DRAM too.
  * Change: a thread-block cluster of V6_CL = 8 blocks on 8 SMs (CUDA C++ Programming Guide,
- * "Thread Block Clusters") takes a row; each block keeps its eighth of it, 64 KB at the
- * KernelBench shape, in its shared memory:
+ * "Thread Block Clusters") takes a row; each block keeps its eighth, 64 KB here, in shared memory:
  *   1. thread 0 asks the TMA unit for the slice as V6_CHUNKS bulk copies, each completing on its
- *      own mbarrier (common/hopper.cuh), so the block starts on the first chunk while the others
- *      land;
- *   2. the block replaces each value with exp(clamp(c)) in place and sums them (v4's max-free
- *      sum: partial sums simply add);
- *   3. the block's sum goes to shared memory; a cluster barrier; then warp 0 of every block
- *      reads the 8 sums through distributed shared memory (cluster.map_shared_rank) and adds
- *      them in the same order (warp_sum's tree) in every block, so all 8 hold the same bits;
+ *      own mbarrier (common/hopper.cuh): the block starts on the first chunk as the others land;
+ *   2. the block replaces each value with exp(clamp(c)) in place and sums them (v4's sum);
+ *   3. the block's sum goes to shared memory; a cluster barrier; warp 0 of every block reads the
+ *      8 sums through distributed shared memory (cluster.map_shared_rank) and adds them in the
+ *      same order in every block, so all 8 hold the same bits;
  *   4. each block writes y = scale_c exp(z) / sum from shared memory;
- *   5. a second cluster barrier, split into arrive (after step 3's reads) and wait (at the
- *      end), keeps every block's sum alive until the others have read it, without stalling
- *      step 4.
- * Where a slice is longer than the shared memory one block may have (on the H100, rows above
- * 462,848 values, 1.85 MB: 8 blocks x 14,464 float4 of the 226 KB opt-in), the block keeps
- * what fits and reads the rest twice, as v4 does.
- * Prediction: one read and one write, 2.15 GB: the floor, 0.72 ms at the ceiling, if enough
- * clusters are resident that some load while others reduce: 64 KB a block leaves room for 3 an
- * SM, so up to 49 clusters (392 blocks) at once.
+ *   5. a second cluster barrier, split into arrive (after step 3's reads) and wait (at the end),
+ *      keeps every block's sum alive until the others have read it, without stalling step 4.
+ * A slice longer than a block's shared memory (rows above 462,848 values on the H100) keeps what
+ * fits and reads the rest twice, as v4 does.
+ * Prediction: one read and one write, the floor, 0.72 ms at the ceiling, if enough clusters are
+ * resident that some load while others reduce (64 KB a block leaves room for 3 an SM).
  * Measured: 0.800 ms [v6 epilogue_fwd], 89.7% of the ceiling [v6 epilogue_fwd pct_ceiling], 1.36x
- * faster than v4 [v4/v6 epilogue_fwd] and 1.40x [compile/v6 epilogue_fwd] torch.compile's 1.118 ms
- * [compile epilogue_fwd]; 45 clusters were resident at once (the notes after the table). The
- * target, 0.75 ms, is missed by 6.7%. Nsight Compute (at 8x32x32x64x64, profiled as b3's forward
- * kernel, at the lower clocks Nsight Compute locks): 74.5% of the DRAM's peak, three blocks an SM
- * (36 registers a thread and 64 KB of shared memory both allow three, not four), 68% of the warps
- * achieved against 75% possible, and 10.3 waves of clusters per SM. What the remaining gap is made
- * of is not broken down yet.
+ * v4 [v4/v6 epilogue_fwd], 1.40x torch.compile [compile/v6 epilogue_fwd]; the 0.75 ms target is
+ * missed (what Nsight Compute shows of the gap: LABBOOK.md).
  */
 #include <cooperative_groups.h>
 
@@ -43,8 +31,8 @@
 namespace cg = cooperative_groups;
 
 __global__ void __launch_bounds__(V6_THREADS)
-k_softmax_cluster(const float *__restrict__ c, const float *__restrict__ scale,
-                  float *__restrict__ y, float *__restrict__ lse, int S, int keep4)
+v6_softmax_cluster(const float *__restrict__ c, const float *__restrict__ scale,
+                   float *__restrict__ y, float *__restrict__ lse, int S, int keep4)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 held[]; /* this block's slice: up to keep4 float4 */
@@ -110,15 +98,15 @@ int v6_keep4(const run_ctx *r)
     return slice < most ? slice : most;
 }
 
-static int opted; /* k_softmax_cluster's shared-memory opt-in is set (cluster_launch_make) */
+static int opted; /* v6_softmax_cluster's shared-memory opt-in is set (cluster_launch_make) */
 
 /* v6 keeping keep4 float4 a block (at most v6_keep4's; fewer only in a test: problem.cu) */
 void v6_epilogue_keep(const run_ctx *r, int keep4)
 {
     cluster_launch L;
-    cluster_launch_make(&L, (const void *)k_softmax_cluster, &opted, r->smem_optin, V6_CL,
+    cluster_launch_make(&L, (const void *)v6_softmax_cluster, &opted, r->smem_optin, V6_CL,
                         dim3(V6_CL * rows(&r->sh)), V6_THREADS, 16 * (size_t)keep4);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_softmax_cluster, (const float *)r->c, r->scale, r->y,
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, v6_softmax_cluster, (const float *)r->c, r->scale, r->y,
                                   r->lse, r->sh.s, keep4));
 }
 
@@ -129,9 +117,9 @@ int v6_resident_clusters(const run_ctx *r)
 {
     cluster_launch L;
     int keep4 = v6_keep4(r);
-    cluster_launch_make(&L, (const void *)k_softmax_cluster, &opted, r->smem_optin, V6_CL,
+    cluster_launch_make(&L, (const void *)v6_softmax_cluster, &opted, r->smem_optin, V6_CL,
                         dim3(V6_CL * rows(&r->sh)), V6_THREADS, 16 * (size_t)keep4);
-    return resident_clusters(&L, (const void *)k_softmax_cluster);
+    return resident_clusters(&L, (const void *)v6_softmax_cluster);
 }
 
 void v6_launch(const run_ctx *r, int scope)

@@ -7,7 +7,7 @@
  * Change: forward v4 (two passes, writes lse). Backward in two kernels over the rows split like
  * v5's (run_ctx.split blocks a row): kernel 1 reads c and g and sums g p over its chunk; kernel 2
  * adds the row's partials (the same order in every block), so dot = sum over the row of g p,
- * reads c and g again and writes dc = [0 <= c <= 1] scale_ch p (g - dot) (b1-autograd.cu's
+ * reads c and g again and writes dc = [0 <= c <= 1] scale_ch p (g - dot) (06-b1-autograd.cu's
  * derivation); its first block of a row keeps dot, and a last small kernel adds dscale_ch =
  * sum over n of dot, in n order: deterministic.
  * Bytes: forward 3 x 1073.7 MB (v4); backward: c and g twice, dc once: 5 x 1073.7 MB; 8.6 GB
@@ -20,8 +20,8 @@
 #include "rows.cuh"
 
 __global__ void __launch_bounds__(V5_BLOCK)
-k_dot_chunks(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ lse,
-             float *__restrict__ part, int S, int split)
+b2_dot_chunks(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ lse,
+              float *__restrict__ part, int S, int split)
 {
     int row = blockIdx.x / split, k = blockIdx.x - row * split, n4 = S / 4;
     const float4 *c4 = (const float4 *)(c + (size_t)row * S), *g4 = (const float4 *)(g + (size_t)row * S);
@@ -42,9 +42,9 @@ __device__ static inline float dc_of(float c, float p, float g, float dot, float
 }
 
 __global__ void __launch_bounds__(V5_BLOCK)
-k_dc_chunks(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ lse,
-            const float *__restrict__ part, const float *__restrict__ scale, float *__restrict__ dc,
-            float *__restrict__ dot_out, int S, int split)
+b2_dc_chunks(const float *__restrict__ c, const float *__restrict__ g, const float *__restrict__ lse,
+             const float *__restrict__ part, const float *__restrict__ scale, float *__restrict__ dc,
+             float *__restrict__ dot_out, int S, int split)
 {
     int row = blockIdx.x / split, k = blockIdx.x - row * split, n4 = S / 4;
     float dot = 0.0f;
@@ -63,7 +63,7 @@ k_dc_chunks(const float *__restrict__ c, const float *__restrict__ g, const floa
     }
 }
 
-__global__ void k_dscale(const float *__restrict__ dot, float *__restrict__ dscale, int n)
+__global__ void b2_dscale(const float *__restrict__ dot, float *__restrict__ dscale, int n)
 {
     int ch = threadIdx.x;
     float s = 0.0f;
@@ -76,10 +76,10 @@ __global__ void k_dscale(const float *__restrict__ dot, float *__restrict__ dsca
 void b2_backward(const run_ctx *r)
 {
     int blocks = rows(&r->sh) * r->split;
-    k_dot_chunks<<<blocks, V5_BLOCK>>>(r->c, r->g, r->lse, r->bpart, r->sh.s, r->split);
-    k_dc_chunks<<<blocks, V5_BLOCK>>>(r->c, r->g, r->lse, r->bpart, r->scale, r->dc, r->dot,
-                                      r->sh.s, r->split);
-    k_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
+    b2_dot_chunks<<<blocks, V5_BLOCK>>>(r->c, r->g, r->lse, r->bpart, r->sh.s, r->split);
+    b2_dc_chunks<<<blocks, V5_BLOCK>>>(r->c, r->g, r->lse, r->bpart, r->scale, r->dc, r->dot,
+                                       r->sh.s, r->split);
+    b2_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
 }
 
 void b2_launch(const run_ctx *r, int scope)

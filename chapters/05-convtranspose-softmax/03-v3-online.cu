@@ -18,8 +18,8 @@
 #include "rows.cuh"
 
 __global__ void __launch_bounds__(ROW_BLOCK)
-k_softmax_online(const float *__restrict__ c, const float *__restrict__ scale,
-                 float *__restrict__ y, float *__restrict__ lse, int S)
+v3_softmax_online(const float *__restrict__ c, const float *__restrict__ scale,
+                  float *__restrict__ y, float *__restrict__ lse, int S)
 {
     const float4 *c4 = (const float4 *)(c + (size_t)blockIdx.x * S);
     float4 *y4 = (float4 *)(y + (size_t)blockIdx.x * S);
@@ -42,5 +42,5 @@ void v3_launch(const run_ctx *r, int scope)
 {
     if (scope == SCOPE_MODEL_FWD)
         model_front(r);
-    k_softmax_online<<<rows(&r->sh), ROW_BLOCK>>>(r->c, r->scale, r->y, r->lse, r->sh.s);
+    v3_softmax_online<<<rows(&r->sh), ROW_BLOCK>>>(r->c, r->scale, r->y, r->lse, r->sh.s);
 }

@@ -14,7 +14,9 @@
  *   dxp = the Conv3d that the transposed conv transposes, of dc (common/conv.h); dw = the
  *   weight gradient from dc and xp; dbias = the sum of dc over n and positions; dx = dxp / 8
  *   spread over each 2 x 2 x 2 window (0 for the values the pool dropped).
- *
+ */
+
+/*
  * b1: what autograd does
  *
  * Autograd saves what each op's backward needs and runs a kernel (or two) per op: the multiply
@@ -27,25 +29,23 @@
  * 3): 14 x 1073.7 MB; with v1's forward (8 tensor passes) 22 x 1073.7 MB = 23.6 GB against the
  * fwd + bwd floor of 5.4 GB. Prediction: about 4.4x the floor, 7.9 ms at the ceiling.
  * Measured: 8.937 ms [b1 epilogue_fwdbwd], 20.1% of the ceiling [b1 epilogue_fwdbwd pct_ceiling]
- * (5.0x [b1 epilogue_fwdbwd median_ms/floor_ms] the 1.795 ms [b1 epilogue_fwdbwd floor_ms] floor),
- * 1.13x the prediction; PyTorch eager's epilogue forward + backward takes 10.29 ms
- * [eager epilogue_fwdbwd]. The training step 27.78 ms [b1 train_step], of which the library's
- * transposed conv takes 10.88 ms and its gradients, the bias gradient and the pool's backward
- * 7.74 ms (the notes after the table); through the legacy cudnnFind API common/conv.cu used
- * before, 35.24, 10.97 and 15.28 ms (commit bd58a0c).
+ * (5.0x [b1 epilogue_fwdbwd median_ms/floor_ms] the floor), 1.13x the prediction; PyTorch eager's
+ * epilogue forward + backward takes 10.29 ms [eager epilogue_fwdbwd]. The training step 27.78 ms
+ * [b1 train_step], most of it the library's transposed conv and its gradients (conv_pool_grads
+ * below; PyTorch eager's conv weight gradient alone takes 4.813 ms [eager conv_dw] in fp32).
  */
 #include "model.h"
 #include "reduce.cuh"
 
-__global__ void k_mul(const float *__restrict__ a, const float *__restrict__ b,
-                      float *__restrict__ o, size_t n)
+__global__ void b1_mul(const float *__restrict__ a, const float *__restrict__ b,
+                       float *__restrict__ o, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         o[i] = a[i] * b[i];
 }
 
-__global__ void k_mul_channel(const float *__restrict__ a, const float *__restrict__ scale,
-                              float *__restrict__ o, size_t n, int S)
+__global__ void b1_mul_channel(const float *__restrict__ a, const float *__restrict__ scale,
+                               float *__restrict__ o, size_t n, int S)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         o[i] = a[i] * scale[i / S % C_OUT];
@@ -53,8 +53,8 @@ __global__ void k_mul_channel(const float *__restrict__ a, const float *__restri
 
 /* ATen's softmax backward for a long row: a block a row, dot = sum dp p, then p (dp - dot) */
 __global__ void __launch_bounds__(ROW_BLOCK)
-k_softmax_backward(const float *__restrict__ dp, const float *__restrict__ p,
-                   float *__restrict__ dz, int S)
+b1_softmax_backward(const float *__restrict__ dp, const float *__restrict__ p,
+                    float *__restrict__ dz, int S)
 {
     __shared__ float bcast;
     size_t base = (size_t)blockIdx.x * S;
@@ -70,8 +70,8 @@ k_softmax_backward(const float *__restrict__ dp, const float *__restrict__ p,
         dz[base + j] = p[base + j] * (dp[base + j] - dot);
 }
 
-__global__ void k_clamp_backward(const float *__restrict__ dz, const float *__restrict__ c,
-                                 float *__restrict__ dc, size_t n)
+__global__ void b1_clamp_backward(const float *__restrict__ dz, const float *__restrict__ c,
+                                  float *__restrict__ dc, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dc[i] = (c[i] >= CLAMP_LO && c[i] <= CLAMP_HI) ? dz[i] : 0.0f;
@@ -91,15 +91,15 @@ void b1_backward(const run_ctx *r)
     size_t n = conv_elems(&r->sh);
     int grid = grid_for((long long)n, 256, r->sm_count);
     float *const *t = r->t; /* z, p (v1's), then g p and g', then dz */
-    k_mul<<<grid, 256>>>(r->g, t[1], t[2], n);                    /* g p */
+    b1_mul<<<grid, 256>>>(r->g, t[1], t[2], n);                    /* g p */
     channel_sums(r, t[2], NULL);                                  /* dscale */
-    k_mul_channel<<<grid, 256>>>(r->g, r->scale, t[2], n, r->sh.s); /* g' = g scale */
-    k_softmax_backward<<<rows(&r->sh), ROW_BLOCK>>>(t[2], t[1], t[3], r->sh.s); /* dz */
-    k_clamp_backward<<<grid, 256>>>(t[3], r->c, r->dc, n);        /* dc */
+    b1_mul_channel<<<grid, 256>>>(r->g, r->scale, t[2], n, r->sh.s); /* g' = g scale */
+    b1_softmax_backward<<<rows(&r->sh), ROW_BLOCK>>>(t[2], t[1], t[3], r->sh.s); /* dz */
+    b1_clamp_backward<<<grid, 256>>>(t[3], r->c, r->dc, n);        /* dc */
 }
 
 /* dx = dxp / 8 on each value of a window, 0 on the values the pool dropped: a thread a value of x */
-__global__ void k_pool_backward(const float *__restrict__ dxp, float *__restrict__ dx, shape s)
+__global__ void b1_pool_backward(const float *__restrict__ dxp, float *__restrict__ dx, shape s)
 {
     size_t total = x_elems(&s);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -120,7 +120,7 @@ void conv_pool_grads(const run_ctx *r)
     lib_conv3d_forward(r->lib, r->dc, r->weight, NULL, r->dxp);
     lib_conv3d_backward_filter(r->lib, r->dc, r->xp, r->dw);
     lib_conv_transpose3d_backward_bias(r->lib, r->dc, r->dbias);
-    k_pool_backward<<<grid_for((long long)x_elems(&r->sh), 256, r->sm_count), 256>>>(r->dxp, r->dx, r->sh);
+    b1_pool_backward<<<grid_for((long long)x_elems(&r->sh), 256, r->sm_count), 256>>>(r->dxp, r->dx, r->sh);
 }
 
 void b1_launch(const run_ctx *r, int scope)

@@ -7,37 +7,21 @@
  * a row, each block holding its slice of c and of g in shared memory (two bulk copies a chunk,
  * completing on one mbarrier): it turns c into p = exp(clamp(c) - lse) in place, sums g p,
  * exchanges the sums through distributed shared memory as v6 does, and writes
- * dc = [0 <= c <= 1] scale_ch p (g - dot) from shared memory. Rows longer than the cluster
- * holds (above 231,424 values on the H100: half of v6's, two arrays a block) keep what fits and
- * read the rest twice, as v6 does. The mask needs c, which p has
+ * dc = [0 <= c <= 1] scale_ch p (g - dot) from shared memory. The mask needs c, which p has
  * replaced: it is kept in p's sign bit (p > 0 always, so the bit is free: -p marks a c outside
- * [0, 1]). Two slices a block double v6's shared memory: with v6's clusters of 8, 64 + 64 KB
- * a block at the KernelBench shape, one block an SM. Clusters of 16 (a non-portable size,
- * cudaFuncAttributeNonPortableClusterSizeAllowed; CH05_B3_CL=16 in the environment) would
- * halve that; compute-sanitizer's synccheck reports a "missing wait" on their mbarriers that it
- * does not report at 8, so 8 is the default (the README has both timings). dscale follows from
- * the rows' dot as in b2.
- * Bytes: forward 2 x 1073.7 MB (v6), backward 3 x 1073.7 MB: 5.4 GB, the fwd + bwd floor.
- * Prediction: 1.8 ms at the ceiling if the clusters overlap as v6's do.
- * Measured: 2.212 ms [b3 epilogue_fwdbwd] with clusters of 8, 81.2% of the ceiling
- * [b3 epilogue_fwdbwd pct_ceiling], 1.32x faster than b2 [b2/b3 epilogue_fwdbwd] and 1.90x
- * [compile/b3 epilogue_fwdbwd] torch.compile's 4.209 ms [compile epilogue_fwdbwd]; 1.23x
- * [b3 epilogue_fwdbwd median_ms/floor_ms] the prediction, and 11% over the 2.0 ms target. The
- * prediction missed what was computable in advance, and Nsight Compute (at 8x32x32x64x64) shows it:
- * the backward kernel reaches 61% of the DRAM's peak against v6's 74.5%, because 128 KB of shared
- * memory a block leave room for one block an SM (25% of the warps): while that block sums and waits
- * at the cluster barrier, its SM loads nothing. With clusters of 16 (CH05_B3_CL=16, 64 KB a block,
- * three an SM; the same machine minutes after 2.225 ms with clusters of 8, commit bd58a0c; not
- * measured since) b3 measured 2.143 ms [2.131 - 2.158]. The training step, 21.05 ms
- * [b3 train_step], is 5% ahead [compile vs b3 train_step] of torch.compile's 22.19
- * [compile train_step] in fp32, and runs at 0.50x [compile train_step default / b3 train_step] the
- * speed of its default precision's 10.50 [compile train_step default], whose convs and their
- * gradients run on TF32 tensor cores. Through the legacy cudnnFind API common/conv.cu used before
- * it took 28.52 ms (commit bd58a0c), and the gradients of the conv and the pool were why: by
- * subtraction of the medians (training step - whole model - the epilogue's backward) they took
- * 15.2 ms there; through the graph API PyTorch uses they take 7.74 ms (timed alone, the notes after
- * the table), against 7.5 ms in PyTorch eager and 7.9 ms with torch.compile in fp32 by the same
- * subtraction, which compute the same gradients.
+ * [0, 1]). Rows longer than the cluster holds (above 231,424 values on the H100, half of v6's)
+ * keep what fits and read the rest twice. dscale follows from the rows' dot as in b2.
+ * Two slices a block double v6's shared memory: 64 + 64 KB a block, one block an SM. Clusters
+ * of 16 (non-portable; CH05_B3_CL=16 in the environment) would halve that, but
+ * compute-sanitizer's synccheck reports a "missing wait" on their mbarriers that it does not
+ * report at 8, so 8 is the default (LABBOOK.md has both timings).
+ * Bytes: forward 2 x 1073.7 MB (v6), backward 3: 5.4 GB, the fwd + bwd floor. Prediction:
+ * 1.8 ms at the ceiling if the clusters overlap as v6's do.
+ * Measured: 2.212 ms [b3 epilogue_fwdbwd], 81.2% of the ceiling [b3 epilogue_fwdbwd pct_ceiling],
+ * 1.32x b2 [b2/b3 epilogue_fwdbwd], 1.90x torch.compile [compile/b3 epilogue_fwdbwd], 1.23x
+ * [b3 epilogue_fwdbwd median_ms/floor_ms] the prediction: one block an SM loads nothing while it
+ * sums and waits at the cluster barrier (Nsight Compute: LABBOOK.md). The training step, 21.05 ms
+ * [b3 train_step], is 5% ahead [compile vs b3 train_step] of torch.compile's in fp32.
  */
 #include <cooperative_groups.h>
 #include <stdlib.h>
@@ -71,9 +55,9 @@ __device__ static inline float gp4(float4 ps, float4 g)
 #endif
 
 __global__ void __launch_bounds__(V6_THREADS)
-k_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
-                   const float *__restrict__ lse, const float *__restrict__ scale,
-                   float *__restrict__ dc, float *__restrict__ dot_out, int S, int keep4)
+b3_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
+                    const float *__restrict__ lse, const float *__restrict__ scale,
+                    float *__restrict__ dc, float *__restrict__ dot_out, int S, int keep4)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 held[]; /* keep4 float4 of signed p, then keep4 of g */
@@ -147,7 +131,7 @@ static int opted;
 /* the launch with clusters of cl blocks, each keeping keep4 float4 of c and of g */
 static void b3_config(cluster_launch *L, const run_ctx *r, int cl, int keep4)
 {
-    cluster_launch_make(L, (const void *)k_backward_cluster, &opted, r->smem_optin, cl,
+    cluster_launch_make(L, (const void *)b3_backward_cluster, &opted, r->smem_optin, cl,
                         dim3(cl * rows(&r->sh)), V6_THREADS, 32 * (size_t)keep4);
 }
 
@@ -167,11 +151,11 @@ int b3_cluster_size(const run_ctx *r)
         const char *env = getenv("CH05_B3_CL");
         chosen = B3_CL;
         if (env && atoi(env) == 16) {
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)k_backward_cluster,
+            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster,
                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
             cluster_launch L;
             b3_config(&L, r, 16, b3_keep4(r, 16));
-            chosen = resident_clusters(&L, (const void *)k_backward_cluster) > 0 ? 16 : B3_CL;
+            chosen = resident_clusters(&L, (const void *)b3_backward_cluster) > 0 ? 16 : B3_CL;
         }
     }
     return chosen;
@@ -184,9 +168,9 @@ void b3_backward_keep(const run_ctx *r, int keep4)
     int cl = b3_cluster_size(r);
     cluster_launch L;
     b3_config(&L, r, cl, keep4);
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_backward_cluster, (const float *)r->c, r->g,
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster, (const float *)r->c, r->g,
                                   (const float *)r->lse, r->scale, r->dc, r->dot, r->sh.s, keep4));
-    k_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
+    b2_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
 }
 
 int b3_keep4_max(const run_ctx *r) { return b3_keep4(r, b3_cluster_size(r)); }

@@ -1,52 +1,27 @@
 /*
- * v7: the whole model with our own transposed conv: the pool folded into its loads, the clamp
- * and each row's partial sums in its epilogue
+ * v7: the whole model with our own transposed conv, the pool in its loads, row sums in its epilogue
  *
- * Defect of v1..v6's whole model: cuDNN's transposed conv takes 10.88 ms of v6's 11.88
- * [v6 model_fwd] (5.3 TFLOP/s of a 66.9 peak, fp32; the notes after the table), and the pool
- * writes xp (67 MB) for the conv to read back.
- * Change: the transposed conv in our kernel, by its parity decomposition (chapter 1's v5): an
- * output o = 2 i - 1 + k along an axis (stride 2, padding 1, kernel 3) is reached from input i
- * by tap k, so an even output 2m takes one tap (i = m, k = 1) and an odd one 2m + 1 two
- * (i = m + 1, k = 0; i = m, k = 2). A pooled input cell m therefore owns the 2 x 2 x 2 cube of
- * outputs (2m .. 2m + 1 on each axis), which needs only the inputs m and m + 1 on each axis and
- * all 27 taps between them: 27 multiply-adds a cube, input channel and output channel.
- *   - A block takes a tile of 2 x 2 x 8 pooled cells (depth, height, width) of one sample and
- *     all 64 output channels; a thread takes two cells adjacent along width and 4 channels:
- *     2 x 8 outputs x 4 channels = 64 accumulators.
- *   - Input channels in chunks of V7_CI: the chunk's weights (V7_CI x 27 x 64, transposed to
- *     [ci][tap][co] by a small kernel first, so a thread's 4 channels are one float4) and its
- *     input tile with the halo (3 x 3 x 9 pooled values a channel) go to shared memory. The pooled values are made while
- *     loading: the mean of the 8 x values of each window, so xp never exists.
- *   - Per input channel a thread loads 12 input values and 27 float4 of weights from shared
- *     memory and does 2 x 27 x 4 = 216 FMAs.
- *   - Epilogue: bias, c stored (float2: two outputs adjacent along width), and the sum of
- *     exp(clamp(c)) over the block's outputs of each channel (v4: no max needed) into tpart.
- * Then one pass (k_rows_from_partials) reads c once, adds each row's partials in a fixed order
- * and writes y = scale_c exp(clamp(c)) / sum and lse.
- * ptxas (sm_90): k_convt_sums 128 registers at __launch_bounds__(256, 2), no spills.
- * Prediction: the conv's 58 GFLOP at 30 TFLOP/s (chapter 4's tile reached 32.7) is 1.9 ms;
- * x read once (537 MB) and c written (1074 MB) during it; then c read and y written, 2.15 GB,
- * 0.72 ms: about 2.7 ms, under the 4 ms target and 4x torch.compile's 11.24 [compile model_fwd].
- * Measured (H100, 32x32x32x64x64): 3.746 ms [3.647 - 3.859]
- * [v7 model_fwd median_ms min_ms max_ms], 3.2x v6's whole model [v6/v7 model_fwd] (11.88
- * [v6 model_fwd] in ch05.csv; cuDNN's transposed conv alone took 10.88 in the same run), 3.0x
- * [compile/v7 model_fwd] torch.compile's 11.24 [compile model_fwd] and 3.8x [eager/v7 model_fwd]
- * eager's 14.13 [eager model_fwd] in fp32 (data/h100/pytorch-ch05.csv). In PyTorch's default
- * precision, whose cuDNN conv runs on TF32 tensor cores at about 3e-4 relative error, torch.compile
- * takes 2.76 ms [compile model_fwd default]: v7 runs at 0.74x
- * [compile model_fwd default / v7 model_fwd] its speed. The prediction missed by 1.05 ms, 39%.
- * Nsight Compute (data/run-device.sh ncu5, same shape, 2026-11-23; ncu fixes the clocks, so its
- * times sum to 4.25 ms, not 3.75 [v7 model_fwd]): the weights' pre-pass 3 us; k_convt_sums 3.50 ms,
- * its FMA pipe 35% busy with 25% of the warps active (two blocks of 256 threads an SM: the 128
- * registers a thread allow no more), reading 890 MB (x is 537 MB: neighbouring tiles re-read their
- * halos' windows) and writing 1.36 GB (c is 1.07 GB); k_rows_from_partials 0.750 ms, reading 1.08
- * GB and writing 1.06 GB, 2.86 TB/s (95% of the copy ceiling). So the last pass is as fast as its
- * bytes allow, and the conv looks latency-bound: too few warps to hide the shared-memory and FMA
- * latencies, where the prediction assumed chapter 4's 30 TFLOP/s. At batch 1, 0.130 ms
- * [v7 model_fwd @1] (ch05-sweep.csv). Checked: make test runs v7 on every awkward shape (1x32x2x2x2
- * to 1x32x18x34x66, odd extents that the pool truncates, tiles cut by the edges) and on x scaled by
- * 1000, each row against the double reference by its own scale.
+ * Defect of v1..v6's whole model: the epilogue is 7% [v6 epilogue_fwd/model_fwd] of v6's 11.88
+ * ms [v6 model_fwd]; the rest is the pool, which writes xp for the conv to read back, and the
+ * library's fp32 transposed conv (PyTorch's alone: 10.73 ms [eager conv_fwd]).
+ * Change: the transposed conv by its parity decomposition (chapter 1's v5): along an axis
+ * (stride 2, padding 1, kernel 3) output 2m takes one tap (input m, k = 1) and 2m + 1 two
+ * (m + 1, k = 0; m, k = 2), so pooled cell m owns the 2 x 2 x 2 cube of outputs 2m .. 2m + 1
+ * and needs the inputs m and m + 1 on each axis and all 27 taps.
+ *   - A block: 2 x 2 x 8 pooled cells (d, h, w) of one sample, all 64 output channels; a thread:
+ *     two cells adjacent along w and 4 channels, 2 x 8 outputs x 4 = 64 accumulators.
+ *   - Input channels in chunks of V7_CI: the chunk's weights ([ci][tap][co], transposed once by
+ *     v7_weights_tap_major: a thread's 4 channels are one float4) and its input tile with the halo
+ *     (3 x 3 x 9 pooled values a channel, each the mean of 8 x values, so xp never exists) go to
+ *     shared memory. A thread: 216 FMAs an input channel.
+ *   - Epilogue: bias, c stored (float2), and each channel's sum of exp(clamp(c)) over the block's
+ *     outputs into tpart (v4: no max). Then v7_rows_from_partials reads c once, adds each row's
+ *     partials in a fixed order (v5's merge) and writes y and lse.
+ * Prediction: the conv's 58 GFLOP at 30 TFLOP/s (chapter 4's) 1.9 ms, c read + y written 0.72: 2.7 ms.
+ * Measured: 3.746 ms [3.647 - 3.859] [v7 model_fwd median_ms min_ms max_ms], 3.2x v6's whole model
+ * [v6/v7 model_fwd], 3.0x torch.compile in fp32 [compile/v7 model_fwd], 0.74x its default (TF32)
+ * [compile model_fwd default / v7 model_fwd]; 39% over the prediction: 2 blocks of 256 threads an SM
+ * leave the conv latency-bound (Nsight Compute: LABBOOK.md).
  */
 #include "model.h"
 #include "reduce.cuh"
@@ -93,7 +68,7 @@ __device__ static inline int tap_k(int q, int j) { return q == 0 ? 1 : (j == 0 ?
  * once a forward: 55296 floats. Staging them transposed inside the conv kernel instead put a
  * warp's 32 shared-memory stores 64 floats apart, one bank, 22 cycles a store (counted on a host
  * emulation of the kernel): more than the chunk's FMAs take. */
-__global__ void k_weights_tap_major(const float *__restrict__ w, float *__restrict__ wt)
+__global__ void v7_weights_tap_major(const float *__restrict__ w, float *__restrict__ wt)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N_WEIGHT; i += gridDim.x * blockDim.x) {
         int ci = i / (KVOL * C_OUT), rest = i - ci * KVOL * C_OUT, t = rest / C_OUT, co = rest - t * C_OUT;
@@ -102,9 +77,9 @@ __global__ void k_weights_tap_major(const float *__restrict__ w, float *__restri
 }
 
 __global__ void __launch_bounds__(V7_THREADS, 2)
-k_convt_sums(const float *__restrict__ x, const float *__restrict__ wt,
-             const float *__restrict__ bias, float *__restrict__ c, float *__restrict__ tpart,
-             shape s)
+v7_convt_sums(const float *__restrict__ x, const float *__restrict__ wt,
+              const float *__restrict__ bias, float *__restrict__ c, float *__restrict__ tpart,
+              shape s)
 {
     extern __shared__ float sm[];
     float *ws = sm;                           /* [ci][tap][co]: V7_CI x 27 x 64 */
@@ -213,9 +188,9 @@ k_convt_sums(const float *__restrict__ x, const float *__restrict__ wt,
 /* y from c and each row's `tiles` partial sums: a block a chunk of a row (v5's split), the
  * partials added by warp 0 in a fixed order, every block of the row the same bits */
 __global__ void __launch_bounds__(V5_BLOCK)
-k_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpart,
-                     const float *__restrict__ scale, float *__restrict__ y,
-                     float *__restrict__ lse, int S, int tiles, int split)
+v7_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpart,
+                      const float *__restrict__ scale, float *__restrict__ y,
+                      float *__restrict__ lse, int S, int tiles, int split)
 {
     __shared__ float total;
     int row = blockIdx.x / split, k = blockIdx.x - row * split, n4 = S / 4;
@@ -236,20 +211,20 @@ k_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpar
               lo + threadIdx.x, hi, V5_BLOCK, 0.0f, scale[row % C_OUT] / total);
 }
 
-static int opted; /* k_convt_sums' shared-memory opt-in is set */
+static int opted; /* v7_convt_sums' shared-memory opt-in is set */
 
 void v7_launch(const run_ctx *r, int scope)
 {
     (void)scope; /* the whole model only */
     if (!opted) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void *)k_convt_sums,
+        CUDA_CHECK(cudaFuncSetAttribute((const void *)v7_convt_sums,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, V7_SMEM));
         opted = 1;
     }
     int tiles = v7_tiles(&r->sh);
-    k_weights_tap_major<<<ceil_div(N_WEIGHT, 256), 256>>>(r->weight, r->wt);
-    k_convt_sums<<<r->sh.n * tiles, V7_THREADS, V7_SMEM>>>(r->x, r->wt, r->bias, r->c,
+    v7_weights_tap_major<<<ceil_div(N_WEIGHT, 256), 256>>>(r->weight, r->wt);
+    v7_convt_sums<<<r->sh.n * tiles, V7_THREADS, V7_SMEM>>>(r->x, r->wt, r->bias, r->c,
                                                          r->tpart, r->sh);
-    k_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK>>>(r->c, r->tpart, r->scale, r->y,
+    v7_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK>>>(r->c, r->tpart, r->scale, r->y,
                                                                 r->lse, r->sh.s, tiles, r->split);
 }
