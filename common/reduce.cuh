@@ -44,7 +44,7 @@ __device__ static inline float warp_sum(float v) { return warp_reduce<op_add>(v)
 
 /* the sums of count float2 partials at p, x and y apart, by one warp in a fixed order: lane i
  * adds p[i], p[i + 32], ..., then warp_sum; the result in lane 0 (a second stage's merge of
- * per-block partial sums: chapter 3's k_stats_finish, chapter 4's k_finalize) */
+ * per-block partial sums: chapter 3's v2_stats_finish, chapter 4's k_finalize) */
 __device__ static inline float2 warp_sum_partials(const float2 *__restrict__ p, int count)
 {
     float s = 0.0f, q = 0.0f;

@@ -108,9 +108,9 @@ else
 fi
 
 # a real version file, its first tagged figure planted off, against the recorded data
-src=chapters/01-convtranspose-lse/v2-fused-epilogue.cu
+src=chapters/01-convtranspose-lse/02-v2-fused-epilogue.cu
 mkdir -p "$tmp/chapters/01-convtranspose-lse"
-copy=$tmp/chapters/01-convtranspose-lse/v2-fused-epilogue.cu
+copy=$tmp/chapters/01-convtranspose-lse/02-v2-fused-epilogue.cu
 awk '!done && match($0, /[0-9]+\.[0-9]+ ms \[v[0-9]+ [a-z_]+\]/) {
          $0 = substr($0, 1, RSTART - 1) "9" substr($0, RSTART); done = 1
          print FNR > "/dev/stderr"
@@ -119,7 +119,7 @@ awk '!done && match($0, /[0-9]+\.[0-9]+ ms \[v[0-9]+ [a-z_]+\]/) {
 line=$(cat "$tmp/line")
 if [ -z "$line" ]; then
     echo "FAIL  figures test: $src has no tagged ms figure to plant a change in"
-elif ! check --check "$copy" && grep -q "v2-fused-epilogue.cu:$line: 9" "$tmp/out"; then
+elif ! check --check "$copy" && grep -q "02-v2-fused-epilogue.cu:$line: 9" "$tmp/out"; then
     echo "PASS  figures test: a figure planted off in a copy of $src is caught against data/h100"
 else
     echo "FAIL  figures test: a figure planted off in a copy of $src was not caught:"
