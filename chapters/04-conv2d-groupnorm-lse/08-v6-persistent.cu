@@ -43,8 +43,8 @@
 
 /* phase A, producer warp pw: groups 2 pw and 2 pw + 1 of sample n, contiguous in NCHW (8
  * channels, 2 S float4), block `rank`'s share: float4 rank 32 + lane, stepping ctas 32, eight
- * loads issued before the first is used (the share is 11 float4 a lane with 88 blocks a team:
- * two round trips to DRAM a sample). Not Welford's (count, mean, M2) this time but shifted
+ * loads issued before the first is used (the share is 15 or 16 float4 a lane with 66 blocks a
+ * team, 4 teams on the H100: two round trips to DRAM a sample). Not Welford's (count, mean, M2) this time but shifted
  * sums: with K the group's first value, the same for every lane and every block,
  * s1 = sum (v - K) and s2 = sum (v - K)^2 cost 3 instructions a value, and, the shift being
  * common, the partial sums of all lanes and blocks simply add (Welford's update divides at

@@ -37,6 +37,9 @@
  *                                 never stored
  *   12-v9-own-conv-once.cu    v9  whole model: conv + statistics + c stored once, then v4's apply
  *   13-b4-own-dw.cu           b4  the training step on v9, b3's backward and our own dw, dbias
+ * The exercise:
+ *   x1-warp-stats.cu          x1  the group statistics by warp shuffles, for you to write (v2
+ *                                 solves it; until then the harness reports it not written)
  * Also: reference.cu, the CPU reference in double, the backward derived term by term, and its
  * checks; problem.cu, host machinery (inputs, buffers, verification, tests): skip it.
  *
@@ -58,19 +61,34 @@
 #define BWD (SC(SCOPE_EPI_FWDBWD) | SC(SCOPE_TRAIN))
 
 static const hx_version versions[] = {
-    {"v1", FWD | SC(SCOPE_STATS), "eager-like: smem-tree stats, a kernel per op", v1_launch, 0},
-    {"v2", FWD | SC(SCOPE_STATS), "stats: warp shuffles, one barrier", v2_launch, 0},
-    {"v3", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v3_launch, 0},
-    {"v4", FWD, "fused apply: v2 stats + one kernel (c read twice)", v4_launch, 0},
-    {"v5", FWD, "L2 chunks: split stats, apply from L2", v5_launch, 0},
-    {"v6", FWD, "persistent teams: one launch, c's second read from L2", v6_launch, 0},
-    {"v7", FWD, "NHWC: v4 channels last, lse by 16-lane butterfly", v7_launch, 0},
-    {"v8", SC(SCOPE_MODEL_FWD), "own conv twice: stats, then conv + epilogue (no c)", v8_launch, 0},
-    {"v9", SC(SCOPE_MODEL_FWD), "own conv once: stats + c stored, then v4's apply", v9_launch, 0},
-    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0},
-    {"b2", BWD, "fused: v4, then three recomputing kernels", b2_launch, 0},
-    {"b3", BWD, "persistent teams: v6, then the backward in teams", b3_launch, 0},
-    {"b4", SC(SCOPE_TRAIN), "own conv and dw: v9, b3's backward, cuDNN dx", b4_launch, 0},
+    {"v1", FWD | SC(SCOPE_STATS), "eager-like: smem-tree stats, a kernel per op", v1_launch, 0, HX_FP32,
+     "01-v1-eager.cu"},
+    {"v2", FWD | SC(SCOPE_STATS), "stats: warp shuffles, one barrier", v2_launch, 0, HX_FP32,
+     "02-v2-warp-stats.cu"},
+    {"v3", FWD | SC(SCOPE_STATS), "stats: CUB BlockReduce (library baseline)", v3_launch, 0, HX_FP32,
+     "03-v3-cub-stats.cu"},
+    {"v4", FWD, "fused apply: v2 stats + one kernel (c read twice)", v4_launch, 0, HX_FP32,
+     "04-v4-fused-apply.cu"},
+    {"v5", FWD, "L2 chunks: split stats, apply from L2", v5_launch, 0, HX_FP32,
+     "05-v5-l2-chunks.cu"},
+    {"v6", FWD, "persistent teams: one launch, c's second read from L2", v6_launch, 0, HX_FP32,
+     "08-v6-persistent.cu"},
+    {"v7", FWD, "NHWC: v4 channels last, lse by 16-lane butterfly", v7_launch, 0, HX_FP32,
+     "10-v7-nhwc.cu"},
+    {"v8", SC(SCOPE_MODEL_FWD), "own conv twice: stats, then conv + epilogue (no c)", v8_launch, 0, HX_FP32,
+     "11-v8-own-conv-twice.cu"},
+    {"v9", SC(SCOPE_MODEL_FWD), "own conv once: stats + c stored, then v4's apply", v9_launch, 0, HX_FP32,
+     "12-v9-own-conv-once.cu"},
+    {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0, HX_FP32,
+     "06-b1-autograd.cu"},
+    {"b2", BWD, "fused: v4, then three recomputing kernels", b2_launch, 0, HX_FP32,
+     "07-b2-fused-backward.cu"},
+    {"b3", BWD, "persistent teams: v6, then the backward in teams", b3_launch, 0, HX_FP32,
+     "09-b3-l2-backward.cu"},
+    {"b4", SC(SCOPE_TRAIN), "own conv and dw: v9, b3's backward, cuDNN dx", b4_launch, 0, HX_FP32,
+     "13-b4-own-dw.cu"},
+    {"x1", FWD | SC(SCOPE_STATS), "exercise: the group statistics by warp shuffles", x1_launch, 0,
+     HX_FP32, "x1-warp-stats.cu"},
 };
 
 int main(int argc, char **argv)

@@ -230,6 +230,7 @@ void b3_backward(const run_ctx *r); /* b3's backward after a forward (b4) */
 void b3_launch(const run_ctx *r, int scope);
 int b4_blocks_per_sm(void);
 void b4_launch(const run_ctx *r, int scope);
+void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-warp-stats.cu */
 /* the training step's conv gradients from dc (06-b1-autograd.cu) */
 void lib_dx(const run_ctx *r);
 void lib_dw(const run_ctx *r);
@@ -237,7 +238,7 @@ void lib_dbias(const run_ctx *r);
 /* dgamma, dbeta from `count` partials laid out count x 64 x (dgamma, dbeta), added in order;
  * block ch, any block size (06-b1-autograd.cu; b1, b3) */
 __global__ void b1_param_sums(const float *__restrict__ part, float *__restrict__ dgamma,
-                             float *__restrict__ dbeta, int count);
+                              float *__restrict__ dbeta, int count);
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */
