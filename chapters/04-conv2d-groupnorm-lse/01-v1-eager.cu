@@ -17,7 +17,8 @@
  * five kernels the other 2.29 ms [v1 epilogue_fwd-stats]. The whole model 3.63 ms [v1 model_fwd],
  * of which cuDNN's conv about 1.18 (the notes after the table).
  *
- * The whole model (scope model_fwd) of v1..v6 is the library conv, then the epilogue.
+ * The whole model (scope model_fwd) of v1..v7 is the library conv, then the epilogue (v7's
+ * channels last).
  */
 #include "lse.cuh"
 #include "model.h"

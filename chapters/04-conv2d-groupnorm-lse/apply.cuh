@@ -1,6 +1,6 @@
 /*
- * apply.cuh: the epilogue at one position, from c and its sample's statistics (v4, v5, b2; v6
- * and b3 use its base-2 form, below).
+ * apply.cuh: the epilogue at one position, from c and its sample's statistics (v4, v5, b2; v6,
+ * b3 and v8 use its base-2 form, below).
  *
  * GroupNorm's normalise and affine fold into one FMA a value: with a = rstd_G gamma_c and
  * b = beta_c - mean_G a (per channel, computed once a block into shared memory),

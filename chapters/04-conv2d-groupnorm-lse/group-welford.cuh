@@ -1,5 +1,5 @@
 /*
- * group-welford.cuh: one thread's Welford state over its share of a group (v1..v3, v5), and
+ * group-welford.cuh: one thread's Welford state over its share of a group (v1..v3, v5, x1), and
  * v2's merge of a block's states by warp shuffles (v2, v4, v5, b2; v7 uses its butterfly step
  * and group_rstd).
  *
