@@ -1,6 +1,6 @@
 /*
- * apply.cuh: the epilogue at one position, from c and its sample's statistics (v4, v5, b2; v6
- * and b3 use its base-2 form, below).
+ * apply.cuh: the epilogue at one position, from c and its sample's statistics (v4, v5, b2; v6,
+ * b3 and v8 use its base-2 form, below).
  *
  * GroupNorm's normalise and affine fold into one FMA a value: with a = rstd_G gamma_c and
  * b = beta_c - mean_G a (per channel, computed once a block into shared memory),
@@ -16,7 +16,7 @@
 #include "sfu.cuh"
 #include "model.h"
 
-/* ---- the instruction diet of v6 and b3 (v6-persistent.cu says why): the epilogue in base 2,
+/* ---- the instruction diet of v6 and b3 (08-v6-persistent.cu says why): the epilogue in base 2,
  * on the special-function unit's own approximations (common/sfu.cuh) */
 
 /* tanh(gn) = 1 - 2 / (e^(2 gn) + 1) from u = 2 log2(e) gn = c a2 + b2 (affine_of2): an FMA, two

@@ -1,5 +1,5 @@
 /*
- * conv-tile.cuh: the conv computed inside our own kernels (v8): Conv2d(8 -> 64, 3x3, no padding,
+ * conv-tile.cuh: the conv computed inside our own kernels (v8, v9, b4): Conv2d(8 -> 64, 3x3, no padding,
  * bias) on a tile of CT_ROWS output rows x CT_SEG output columns of one sample, in registers.
  *
  * An output value is 72 FMAs (8 input channels x 9 taps), and its 64 channels share the same 72
@@ -19,13 +19,18 @@
  * loads 2). Per (input channel, kernel row) and warp: 6 + 6 = 12 wavefronts against 96 FMA
  * instructions, which take 24 cycles of the SM's four FMA pipes: shared memory is half busy
  * when the FMAs run at their peak.
- *
+ */
+#ifndef CH04_CONV_TILE_CUH
+#define CH04_CONV_TILE_CUH
+
+#include "model.h"
+
+/*
  * Why 8 channels and not 16. With 16 (64 accumulators, 3 of 4 loads fewer per FMA) the compiler
  * keeps a kernel row's weights in registers too: 241 registers a thread, one block of 8 warps
- * an SM, and each tile's barrier and input load then stall the whole SM. v8 measured 1.198 ms
- * that way and 1.144 ms [v8 model_fwd] with 8 channels, 127 registers and two blocks (16 warps) an
- * SM (H100, KernelBench shape). CT_ROWS, CT_SLICES and CT_MINB can be set with -D to try other
- * shapes.
+ * an SM, and each tile's barrier and input load then stall the whole SM: v8 was 5% slower that
+ * way than with 8 channels, 127 registers and two blocks (16 warps) an SM (LABBOOK.md).
+ * CT_ROWS, CT_SLICES and CT_MINB can be set with -D to try other shapes.
  *
  * Shared memory: the weights, transposed once a block to [ci][kh][kw][co] (18 KB: a tap's 8
  * channels of a slice are 32 contiguous bytes), the bias, and the tile's input: 8 channels x
@@ -33,11 +38,6 @@
  * bytes and the 16-byte loads stay aligned). Inputs outside the image are stored as 0; they
  * only reach outputs outside the image, which are masked.
  */
-#ifndef CH04_CONV_TILE_CUH
-#define CH04_CONV_TILE_CUH
-
-#include "model.h"
-
 #ifndef CT_ROWS
 #define CT_ROWS 1                            /* output rows a tile */
 #endif

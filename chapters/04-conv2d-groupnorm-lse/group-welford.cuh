@@ -1,5 +1,5 @@
 /*
- * group-welford.cuh: one thread's Welford state over its share of a group (v1..v3, v5), and
+ * group-welford.cuh: one thread's Welford state over its share of a group (v1..v3, v5, x1), and
  * v2's merge of a block's states by warp shuffles (v2, v4, v5, b2; v7 uses its butterfly step
  * and group_rstd).
  *
@@ -40,7 +40,7 @@ __device__ static inline welford xor_welford(welford w, int off)
     return o;
 }
 
-/* v2's merge of the block's STATS_BLOCK states (v2-warp-stats.cu says why): each warp's tree by
+/* v2's merge of the block's STATS_BLOCK states (02-v2-warp-stats.cu says why): each warp's tree by
  * __shfl_down_sync into lane 0, one shared slot a warp, one __syncthreads, then warp 0's
  * butterfly by __shfl_xor_sync over the 16 slots. The result is in every lane of warp 0. */
 __device__ static inline welford block_welford(welford w)

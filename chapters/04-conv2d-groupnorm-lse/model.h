@@ -160,7 +160,7 @@ __device__ static inline float hardswish_grad_on_tanh(float t) { return (2.0f * 
 #define APPLY_BLOCK 256 /* v1's tail, v4, v5, b2: positions a block */
 #define SPLIT 8         /* v5: blocks a group's statistics are split over */
 #define L2_SHARE 0.5    /* v5: the part of L2 two chunks of samples may fill */
-#define TEAM_L2_SHARE 0.65 /* v6, b3: the part of L2 the teams' samples may fill (v6-persistent.cu) */
+#define TEAM_L2_SHARE 0.65 /* v6, b3: the part of L2 the teams' samples may fill (08-v6-persistent.cu) */
 #define N_BSUMS 10      /* b2's sums a block: mean(dxh), mean(dxh xh), dgamma and dbeta of 4 channels */
 
 struct welford; /* (count, mean, M2): common/welford.cuh */
@@ -230,14 +230,15 @@ void b3_backward(const run_ctx *r); /* b3's backward after a forward (b4) */
 void b3_launch(const run_ctx *r, int scope);
 int b4_blocks_per_sm(void);
 void b4_launch(const run_ctx *r, int scope);
-/* the training step's conv gradients from dc (b1-autograd.cu) */
+void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-warp-stats.cu */
+/* the training step's conv gradients from dc (06-b1-autograd.cu) */
 void lib_dx(const run_ctx *r);
 void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);
 /* dgamma, dbeta from `count` partials laid out count x 64 x (dgamma, dbeta), added in order;
- * block ch, any block size (b1-autograd.cu; b1, b3) */
-__global__ void k_param_sums(const float *__restrict__ part, float *__restrict__ dgamma,
-                             float *__restrict__ dbeta, int count);
+ * block ch, any block size (06-b1-autograd.cu; b1, b3) */
+__global__ void b1_param_sums(const float *__restrict__ part, float *__restrict__ dgamma,
+                              float *__restrict__ dbeta, int count);
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);
  * main.cu adds the version table */

@@ -559,11 +559,12 @@ const hx_chapter chapter_machinery = {
     "  Limits: batch <= 65535, conv output < 2^31 elements.\n"
     "  --dump DIR writes x.npy, conv_weight.npy (64,8,3,3), conv_bias.npy, gamma.npy, beta.npy\n"
     "  (64 each), conv_out.npy (the library conv output the epilogue versions read),\n"
-    "  grad_output.npy; then out_v1.npy .. out_v7.npy (the epilogue from conv_out) and from\n"
-    "  each backward version's training step (b1..b3) grad_conv_out_bK.npy, grad_gamma_bK.npy,\n"
+    "  grad_output.npy; then out_v1.npy .. out_v7.npy (the epilogue from conv_out),\n"
+    "  out_v8_model.npy and out_v9_model.npy (the whole model from x), and from each backward\n"
+    "  version's training step (b1..b4) grad_conv_out_bK.npy, grad_gamma_bK.npy,\n"
     "  grad_beta_bK.npy, grad_conv_weight_bK.npy, grad_conv_bias_bK.npy, grad_x_bK.npy.\n"
     "  CH04_TEAMS=T in the environment sets v6's and b3's number of teams (the sweep in\n"
-    "  v6-persistent.cu); by default it follows from the L2's size.\n",
+    "  LABBOOK.md); by default it follows from the L2's size.\n",
     4,
     {128, 8, 128, 128},
     NULL, /* main.cu's version table */

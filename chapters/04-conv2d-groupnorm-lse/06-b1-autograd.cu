@@ -11,12 +11,11 @@
  * Bytes: the forward's 5.2 GB (v1), then about 13 x 520 MB in the backward.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue forward + backward
  * 5.45 ms [b1 epilogue_fwdbwd], 9.7% of the floor [b1 epilogue_fwdbwd pct_floor]; the training step
- * 9.74 ms [b1 train_step] (through cuDNN's legacy API it took 54.6 ms, of which cuDNN's weight
- * gradient alone was 44.7 ms: its fastest fp32 algorithm there, algo 1, deterministic).
+ * 9.74 ms [b1 train_step] (through cuDNN's legacy API it took over five times as long: LABBOOK.md).
  *
- * The training step (every b version): the library conv, the epilogue forward and backward,
- * then the conv's gradients from dc through the library: dx (backward data), dw (backward
- * filter), dbias (the sum of dc over n and positions).
+ * The training step (b1..b3): the library conv, the epilogue forward and backward, then the
+ * conv's gradients from dc through the library: dx (backward data), dw (backward filter),
+ * dbias (the sum of dc over n and positions).
  */
 #include "model.h"
 #include "reduce.cuh"
@@ -30,9 +29,9 @@ void lib_dbias(const run_ctx *r) { lib_conv3d_backward_bias(r->lib, r->dc, r->db
          i += (size_t)gridDim.x * blockDim.x)
 
 /* logsumexp: dr = g exp(r - y), y and g broadcast over the 64 channels */
-__global__ void k_logsumexp_backward(const float *__restrict__ rr, const float *__restrict__ y,
-                                     const float *__restrict__ g, float *__restrict__ dr, size_t n,
-                                     int S)
+__global__ void b1_logsumexp_backward(const float *__restrict__ rr, const float *__restrict__ y,
+                                      const float *__restrict__ g, float *__restrict__ dr, size_t n,
+                                      int S)
 {
     GRID_STRIDE(i, n) {
         size_t pos = i / ((size_t)C_OUT * S) * S + i % S;
@@ -41,8 +40,8 @@ __global__ void k_logsumexp_backward(const float *__restrict__ rr, const float *
 }
 
 /* nn.Hardswish's backward as PyTorch writes it: 0 below -3, (2t + 3) / 6 up to 3, 1 above */
-__global__ void k_hardswish_backward(const float *__restrict__ dh, const float *__restrict__ t,
-                                     float *__restrict__ dt, size_t n)
+__global__ void b1_hardswish_backward(const float *__restrict__ dh, const float *__restrict__ t,
+                                      float *__restrict__ dt, size_t n)
 {
     GRID_STRIDE(i, n) {
         float v = t[i];
@@ -51,8 +50,8 @@ __global__ void k_hardswish_backward(const float *__restrict__ dh, const float *
 }
 
 /* tanh's backward from its output: dgn = dt (1 - t^2) */
-__global__ void k_tanh_backward(const float *__restrict__ dt, const float *__restrict__ t,
-                                float *__restrict__ dgn, size_t n)
+__global__ void b1_tanh_backward(const float *__restrict__ dt, const float *__restrict__ t,
+                                 float *__restrict__ dgn, size_t n)
 {
     GRID_STRIDE(i, n) dgn[i] = dt[i] * (1.0f - t[i] * t[i]);
 }
@@ -61,10 +60,10 @@ __global__ void k_tanh_backward(const float *__restrict__ dt, const float *__res
  * dxh = dgn gamma and dxh xh (into m1, m2 as means), and per channel dgn xh and dgn (into
  * part[(n 64 + c) 2 + {0, 1}]) */
 __global__ void __launch_bounds__(STATS_BLOCK)
-k_groupnorm_backward_sums(const float *__restrict__ c, const float *__restrict__ dgn,
-                          const float *__restrict__ mean, const float *__restrict__ rstd,
-                          const float *__restrict__ gamma, float *__restrict__ m1,
-                          float *__restrict__ m2, float *__restrict__ part, int S)
+b1_groupnorm_backward_sums(const float *__restrict__ c, const float *__restrict__ dgn,
+                           const float *__restrict__ mean, const float *__restrict__ rstd,
+                           const float *__restrict__ gamma, float *__restrict__ m1,
+                           float *__restrict__ m2, float *__restrict__ part, int S)
 {
     int seg = blockIdx.x, G = seg % GROUPS;
     size_t base = (size_t)seg * CPG * S;
@@ -91,8 +90,8 @@ k_groupnorm_backward_sums(const float *__restrict__ c, const float *__restrict__
 }
 
 /* dgamma, dbeta: block c adds its N partials in order */
-__global__ void k_param_sums(const float *__restrict__ part, float *__restrict__ dgamma,
-                             float *__restrict__ dbeta, int N)
+__global__ void b1_param_sums(const float *__restrict__ part, float *__restrict__ dgamma,
+                              float *__restrict__ dbeta, int N)
 {
     int ch = blockIdx.x;
     float a = 0.0f, b = 0.0f;
@@ -104,13 +103,13 @@ __global__ void k_param_sums(const float *__restrict__ part, float *__restrict__
 }
 
 /* dc = dr + rstd (dgn gamma - mean(dxh) - xh mean(dxh xh)), in place over dr */
-__global__ void k_groupnorm_backward_apply(const float *__restrict__ c, const float *__restrict__ dgn,
-                                           const float *__restrict__ mean,
-                                           const float *__restrict__ rstd,
-                                           const float *__restrict__ gamma,
-                                           const float *__restrict__ m1,
-                                           const float *__restrict__ m2, float *__restrict__ dc,
-                                           size_t n, int S)
+__global__ void b1_groupnorm_backward_apply(const float *__restrict__ c, const float *__restrict__ dgn,
+                                            const float *__restrict__ mean,
+                                            const float *__restrict__ rstd,
+                                            const float *__restrict__ gamma,
+                                            const float *__restrict__ m1,
+                                            const float *__restrict__ m2, float *__restrict__ dc,
+                                            size_t n, int S)
 {
     GRID_STRIDE(i, n) {
         size_t seg = i / ((size_t)CPG * S);
@@ -126,14 +125,14 @@ static void b1_backward(const run_ctx *r)
     size_t n = conv_elems(s);
     int g = grid_for((long long)n, APPLY_BLOCK, r->sm_count);
     float *const *t = r->t; /* gn, t, h, r from v1's forward; gn's and h's room is reused */
-    k_logsumexp_backward<<<g, APPLY_BLOCK>>>(t[3], r->y, r->g, r->dc, n, s->s); /* dr = dh */
-    k_hardswish_backward<<<g, APPLY_BLOCK>>>(r->dc, t[1], t[2], n);           /* dt */
-    k_tanh_backward<<<g, APPLY_BLOCK>>>(t[2], t[1], t[0], n);                 /* dgn */
-    k_groupnorm_backward_sums<<<(int)seg_count(s), STATS_BLOCK>>>(
+    b1_logsumexp_backward<<<g, APPLY_BLOCK>>>(t[3], r->y, r->g, r->dc, n, s->s); /* dr = dh */
+    b1_hardswish_backward<<<g, APPLY_BLOCK>>>(r->dc, t[1], t[2], n);           /* dt */
+    b1_tanh_backward<<<g, APPLY_BLOCK>>>(t[2], t[1], t[0], n);                 /* dgn */
+    b1_groupnorm_backward_sums<<<(int)seg_count(s), STATS_BLOCK>>>(
         r->c, t[0], r->mean, r->rstd, r->gamma, r->m1, r->m2, r->bpart, s->s);
-    k_param_sums<<<C_OUT, 128>>>(r->bpart, r->dgamma, r->dbeta, s->n);
-    k_groupnorm_backward_apply<<<g, APPLY_BLOCK>>>(r->c, t[0], r->mean, r->rstd, r->gamma, r->m1,
-                                                   r->m2, r->dc, n, s->s);
+    b1_param_sums<<<C_OUT, 128>>>(r->bpart, r->dgamma, r->dbeta, s->n);
+    b1_groupnorm_backward_apply<<<g, APPLY_BLOCK>>>(r->c, t[0], r->mean, r->rstd, r->gamma, r->m1,
+                                                    r->m2, r->dc, n, s->s);
 }
 
 void b1_launch(const run_ctx *r, int scope)

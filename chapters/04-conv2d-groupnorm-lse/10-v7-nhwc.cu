@@ -1,60 +1,27 @@
 /*
  * v7: the layout lesson: the same model with c channels last (NHWC)
  *
- * Defect of v1..v6: they all read c as NCHW, the layout PyTorch's Conv2d returns by default, and
- * the layout decides which of the epilogue's two reductions is cheap. In NCHW a group (n, G) is 4 S
- * contiguous floats, so its statistics are one block streaming 254 KB (v2: 95% of the copy ceiling
- * [v2 stats pct_ceiling]); but the logsumexp over a position's 64 channels is a thread walking 64
- * planes S floats apart: every load is coalesced across the warp (32 consecutive positions of one
- * plane), yet each thread issues 64 loads of 4 bytes and folds them in one at a time (the online
- * logsumexp, a branch and a rescale a value). PyTorch can hand cuDNN channels-last tensors instead
- * (x.to(memory_format=torch.channels_last)), and cuDNN then writes c as N x OH x OW x 64: a
- * position's 64 channels are 256 contiguous bytes, and a group is one float4 at every position.
- * Change: v4's two passes (the statistics, then one apply; c read twice), on c in NHWC:
- *   k_stats_nhwc   lane & 15 is a thread's group G for the whole kernel: it loads the float4 of
- *                  channels 4G .. 4G+3 at each of its positions (a half-warp reads one
- *                  position's 256 bytes, a warp two positions') and folds them into its own
- *                  Welford state: no exchange between lanes until the end. Then lanes G and
- *                  G + 16 merge (one __shfl_xor_sync), the block's 8 warps meet in shared
- *                  memory, and the block writes one partial a group. A sample's positions are
- *                  dealt to v7_split blocks (17 at the KernelBench shape on 132 SMs: 2176
- *                  blocks; 32 for a single KernelBench sample), and a second, tiny kernel
- *                  merges each group's partials in block order (deterministic) into the mean
- *                  and rstd.
- *   k_apply_nhwc   16 lanes a position: lane G loads its group's float4 (a half-warp reads the
- *                  position's 256 bytes), forms r = c + HardSwish(tanh(c a + b)) for its 4
- *                  channels (apply.cuh's a and b), and the position's logsumexp is two
- *                  butterflies over the 16 lanes, __shfl_xor_sync with offsets 8, 4, 2, 1: the
- *                  max, then the sum of exp(r - max); after them every lane holds both, and no
- *                  lane branches. (Merging (max, sum) pairs at every step, lse.cuh's lse_merge,
- *                  costs two exps a lane a step: 3 exps a value instead of 1.) A thread takes 8
- *                  positions, its 8 float4 loads issued before the first is used.
- * The lesson. NCHW makes the group statistics cheap (a group's values contiguous: one block a
- * group, a plain streaming reduction) and the channel reduction a serial walk by one thread over
- * 64 strided (but warp-coalesced) loads. NHWC makes the channel reduction cheap (inside 256
- * contiguous bytes: 16 lanes and a 4-step butterfly in registers) and turns the group
- * statistics into per-lane running sums over the positions, merged across lanes and blocks only
- * at the end. Both layouts read every byte of c in whole 32-byte sectors: the layout moves the
- * instructions and the latency of each pass, not its bytes.
- * Prediction: as v4, c read twice and y written: 1048.6 MB, about 0.35 ms at the ~3000 GB/s copy
- * ceiling (v4 measured 0.374 ms [v4 epilogue_fwd]). The apply's arithmetic a value is v4's (an FMA,
- * tanhf, HardSwish, one __expf) without the online update's compare and rescale, plus two shuffles
- * and two max-or-adds a value for the butterflies (8 of each a lane a position, 4 values a lane);
- * the statistics' Welford update is v2's. The whole model adds the transposition of x that
- * x.to(memory_format=torch.channels_last) costs (67.1 MB read, 67.1 MB written: 0.045 ms at the
- * ceiling; it is in the timed model_fwd) and cuDNN's NHWC conv, whose time against the NCHW one's
- * is to be measured (the notes after the table print both).
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue 0.3714 ms
- * [0.3691 - 0.3727] [v7 epilogue_fwd median_ms min_ms max_ms] against v4's 0.3740 [0.3725 - 0.3765]
- * [v4 epilogue_fwd median_ms min_ms max_ms]: 0.7% faster [v4 vs v7 epilogue_fwd], but the ranges
- * overlap: a tie. Nsight Compute at 32x8x128x128 (data/run-device.sh dram): the statistics read
- * 130 MB and the apply 130 MB from DRAM, as v4's: c crosses DRAM twice in either layout. The layout
- * changed which reduction is cheap, not the bytes, and both passes were bound by the bytes. The
- * whole model is where channels last loses here: 1.931 ms [v7 model_fwd] against v4's 1.522
- * [v4 model_fwd], because cuDNN's fp32 conv channels last takes 1.498 ms (12.5 TFLOP/s) against
- * 1.181 ms channels first (15.9 TFLOP/s), and the transposition of x 0.055 ms (the notes after the
- * table, same run). On this GPU, in fp32, NCHW is the better layout for this model; the lesson is
- * which reduction each layout makes cheap, and v8's own conv takes the choice back.
+ * Defect of v1..v6: they all read c as NCHW, PyTorch's default, and the layout decides which of
+ * the epilogue's two reductions is cheap. In NCHW a group is 4 S contiguous floats (the
+ * statistics stream at 95% of the copy ceiling [v2 stats pct_ceiling]), but the logsumexp over
+ * a position's 64 channels is one thread folding 64 loads S floats apart, one at a time. In
+ * NHWC (torch.channels_last: cuDNN writes c as N x OH x OW x 64) a position's channels are 256
+ * contiguous bytes and a group is one float4 at every position.
+ * Change: v4's two passes (statistics, then one apply; c read twice), on c in NHWC:
+ *   v7_stats_nhwc   lane & 15 is a thread's group G: it loads group G's float4 at each of its
+ *                   positions into its own Welford state, lanes G and G + 16 merge (one
+ *                   __shfl_xor_sync), the warps in shared memory; v7_stats_merge adds the
+ *                   blocks' partials in block order;
+ *   v7_apply_nhwc   16 lanes a position, lane G its group's float4: r for 4 channels, then the
+ *                   logsumexp as two butterflies over the 16 lanes (__shfl_xor_sync 8, 4, 2, 1:
+ *                   the max, then the sum of exp(r - max)); 8 positions a thread.
+ * Prediction: as v4, c read twice and y written: about 0.35 ms; the whole model adds the
+ * transposition of x (67 MB read and written, 0.045 ms) and cuDNN's NHWC conv.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3714 ms [v7 epilogue_fwd]
+ * against v4's 0.3740 [v4 epilogue_fwd], 0.7% apart [v4 vs v7 epilogue_fwd], the ranges overlap:
+ * a tie; both passes read all of c from DRAM (Nsight Compute), as v4's. The layout moved
+ * instructions, not bytes, and both passes were bound by bytes. The whole model loses: 1.931 ms
+ * [v7 model_fwd] against 1.522 [v4 model_fwd], since cuDNN's conv channels last is slower.
  */
 #include "apply.cuh"
 #include "group-welford.cuh"
@@ -62,10 +29,10 @@
 
 #define V7_BLOCK 256                     /* threads a block, both kernels */
 #define V7_SLOTS (V7_BLOCK / GROUPS)     /* half-warps a block: positions it reads at once, 16 */
-#define V7_LOADS 4                       /* k_stats_nhwc: float4 loads a thread has in flight */
-#define V7_MIN_POS 512                   /* k_stats_nhwc: positions a block at the least */
-#define V7_PPT 8                         /* k_apply_nhwc: positions a thread */
-#define V7_APPLY_POS (V7_SLOTS * V7_PPT) /* k_apply_nhwc: positions a block, 128 */
+#define V7_LOADS 4                       /* v7_stats_nhwc: float4 loads a thread has in flight */
+#define V7_MIN_POS 512                   /* v7_stats_nhwc: positions a block at the least */
+#define V7_PPT 8                         /* v7_apply_nhwc: positions a thread */
+#define V7_APPLY_POS (V7_SLOTS * V7_PPT) /* v7_apply_nhwc: positions a block, 128 */
 
 static_assert(CPG == 4 && GROUPS == 16, "v7: a group is one float4, the 16 groups a half-warp");
 static_assert(C_IN % 4 == 0, "v7: x's channels at a position are written as float4");
@@ -82,7 +49,7 @@ void conv_forward_nhwc(const run_ctx *r)
  * coalesced across the warp: consecutive positions of one plane) and writes them as C_IN / 4
  * float4 (a warp's stores: 32 positions' 32 bytes, 1 KB contiguous) */
 __global__ void __launch_bounds__(V7_BLOCK)
-k_x_to_nhwc(const float *__restrict__ x, float *__restrict__ xl, int positions, int HW)
+v7_x_to_nhwc(const float *__restrict__ x, float *__restrict__ xl, int positions, int HW)
 {
     int i = blockIdx.x * V7_BLOCK + threadIdx.x;
     if (i >= positions)
@@ -101,12 +68,12 @@ void x_to_nhwc(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int positions = s->n * s->h * s->w;
-    k_x_to_nhwc<<<ceil_div(positions, V7_BLOCK), V7_BLOCK>>>(r->x, r->x_nhwc, positions,
+    v7_x_to_nhwc<<<ceil_div(positions, V7_BLOCK), V7_BLOCK>>>(r->x, r->x_nhwc, positions,
                                                               s->h * s->w);
 }
 
 /* blocks a sample's statistics are split over: about 16 blocks an SM in all (a few waves of
- * those resident at once: 5 an SM at k_stats_nhwc's 46 registers on sm_90), none with fewer
+ * those resident at once: 5 an SM at v7_stats_nhwc's 46 registers on sm_90), none with fewer
  * than V7_MIN_POS positions (so at least 1, and 1 when S is small) */
 int v7_split(const shape *s, int sm_count)
 {
@@ -119,7 +86,7 @@ int v7_split(const shape *s, int sm_count)
  * is float4 (n S + q) 16 + G); V7_LOADS loads issued before the first is used. part gets the
  * block's (count, mean, M2) of each group: part[(n 16 + G) gridDim.x + b]. */
 __global__ void __launch_bounds__(V7_BLOCK)
-k_stats_nhwc(const float *__restrict__ c, welford *__restrict__ part, int S)
+v7_stats_nhwc(const float *__restrict__ c, welford *__restrict__ part, int S)
 {
     __shared__ welford warp_part[V7_BLOCK / 32][GROUPS];
     int n = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = lane & 15;
@@ -153,8 +120,8 @@ k_stats_nhwc(const float *__restrict__ c, welford *__restrict__ part, int S)
 /* a warp a group seg = (n, G): lane j merges partials j, j + 32, ... in order, then the warp's
  * tree (common/welford.cuh's shfl_welford) leaves the group's state in lane 0: the same order
  * every run. The partials are read in one round trip, not split of them in a row. */
-__global__ void k_stats_merge(const welford *__restrict__ part, float *__restrict__ mean,
-                              float *__restrict__ rstd, int segs, int split, int S)
+__global__ void v7_stats_merge(const welford *__restrict__ part, float *__restrict__ mean,
+                               float *__restrict__ rstd, int segs, int split, int S)
 {
     int seg = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (seg >= segs) /* the same for the whole warp */
@@ -190,9 +157,9 @@ __device__ static inline float half_warp_sum(float v)
  * half-warp holds a position's (max, sum); lane k keeps position k's, so that lanes 0..7 write
  * the half-warp's 8 outputs with one store (32 contiguous bytes). */
 __global__ void __launch_bounds__(V7_BLOCK)
-k_apply_nhwc(const float *__restrict__ c, const float *__restrict__ mean,
-             const float *__restrict__ rstd, const float *__restrict__ gamma,
-             const float *__restrict__ beta, float *__restrict__ y, int S)
+v7_apply_nhwc(const float *__restrict__ c, const float *__restrict__ mean,
+              const float *__restrict__ rstd, const float *__restrict__ gamma,
+              const float *__restrict__ beta, float *__restrict__ y, int S)
 {
     __shared__ float sa[C_OUT], sb[C_OUT];
     int n = blockIdx.y, G = threadIdx.x & (GROUPS - 1), slot = threadIdx.x / GROUPS;
@@ -233,10 +200,10 @@ static void v7_epilogue(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int split = v7_split(s, r->sm_count), segs = (int)seg_count(s), warps = V7_BLOCK / 32;
-    k_stats_nhwc<<<dim3(split, s->n), V7_BLOCK>>>(r->c_nhwc, r->v7part, s->s);
-    k_stats_merge<<<ceil_div(segs, warps), V7_BLOCK>>>(r->v7part, r->mean, r->rstd, segs, split,
-                                                       s->s);
-    k_apply_nhwc<<<dim3(ceil_div(s->s, V7_APPLY_POS), s->n), V7_BLOCK>>>(
+    v7_stats_nhwc<<<dim3(split, s->n), V7_BLOCK>>>(r->c_nhwc, r->v7part, s->s);
+    v7_stats_merge<<<ceil_div(segs, warps), V7_BLOCK>>>(r->v7part, r->mean, r->rstd, segs, split,
+                                                        s->s);
+    v7_apply_nhwc<<<dim3(ceil_div(s->s, V7_APPLY_POS), s->n), V7_BLOCK>>>(
         r->c_nhwc, r->mean, r->rstd, r->gamma, r->beta, r->y, s->s);
 }
 

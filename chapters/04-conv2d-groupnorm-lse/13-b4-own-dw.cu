@@ -1,45 +1,26 @@
 /*
  * b4: the training step with our own conv (v9) and our own weight gradient
  *
- * Defect of b1..b3 as a training step: 50.3 ms through cuDNN's legacy API, of which cuDNN's
- * backward filter (dw) took 44.7 ms, as this tutorial's common/conv.cu first set it up (b3's step
- * takes 5.38 ms [b3 train_step] through the graph API PyTorch uses), and its forward conv 1.18 ms;
- * PyTorch takes 11.28 ms [eager train_step] eager and 6.36 ms [compile train_step] compiled for the
- * same step in fp32, 10.44 [eager train_step default] and 5.55 [compile train_step default] in its
- * default precision (data/h100/pytorch-ch04.csv).
+ * Defect of b1..b3 as a training step: the library's conv and its gradients are most of it.
+ * b3's step takes 5.38 ms [b3 train_step], its epilogue forward and backward 1.10
+ * [b3 epilogue_fwdbwd]; PyTorch's cuDNN weight gradient alone takes 1.355 ms [eager conv_dw].
  * Change: the forward is v9 (our conv once, c stored with the statistics, v4's apply); the
- * backward of the epilogue is b3's (teams, c's second read meant for L2); dx stays cuDNN's
- * backward data (1.61 ms); dw and dbias are ours, k_dw below:
- *
+ * backward of the epilogue is b3's; dx stays cuDNN's backward data; dw and dbias are ours,
+ * b4_dw below:
  *   dw[co][ci][kh][kw] = sum over n, oh, ow of dc[n][co][oh][ow] x[n][ci][oh + kh][ow + kw]
  *   dbias[co]          = sum over n, oh, ow of dc[n][co][oh][ow]
- *
- * a GEMM of 64 x 72 outputs whose inner dimension is every position of the batch (2 M): each
- * output reduces 2 M products, so the work is split over the positions (split-K). A persistent
- * block walks conv-tile.cuh's tiles (one output row of 128 columns of one sample), with dc's 64
- * channel rows of the tile and x's 3 input rows in shared memory. Thread (ci, g) of a half of
- * the block owns channels g, g + 16, g + 32, g + 48 for input channel ci: 4 x 9 accumulators,
- * and walks its half's 64 columns with a sliding window of x (3 rows x 3 taps: 3 new loads a
- * column) and 4 loads of dc: 7 shared-memory loads for 36 FMAs. The 16 channels a warp reads
- * are rows 129 floats apart (the rows padded by one): 16 different banks, no conflict. The dw
- * partials of a block are summed over its tiles in registers (a tile's 64 columns first, then
- * added to the block's total, so no chain of additions grows beyond the tiles a block walks),
- * written once per block, and added over the blocks in block order by k_dw_sum: no atomics,
- * the same bits every run.
+ * a GEMM of 64 x 72 outputs whose inner dimension is every position of the batch (2 M), so the
+ * work is split over the positions (split-K): each persistent block sums its tiles' products in
+ * registers, writes one partial, and b4_dw_sum adds the partials in block order (no atomics, the
+ * same bits every run).
  * Prediction: dw is 18.7 GFLOP, 0.28 ms at the FMA peak, 0.6 ms at v8's 49% of it; the step
- * v9 (0.82 [v9 model_fwd]) + b3's backward (about 0.79: b3's 1.10 [b3 epilogue_fwdbwd] less v6's
- * 0.31 [v6 epilogue_fwd]) + cuDNN's dx (1.61) + 0.6: about 3.8 ms, ahead of torch.compile's 6.36
- * [compile train_step].
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 4.017 ms [4.005 - 4.027]
- * [b4 train_step median_ms min_ms max_ms], 1.34x faster [b3/b4 train_step] than b3's step (5.383
- * [b3 train_step]), 1.58x faster [compile/b4 train_step] than torch.compile's step in fp32 (6.361
- * [compile train_step]) and 2.81x faster [eager/b4 train_step] than PyTorch eager's (11.28
- * [eager train_step]); in PyTorch's default precision, where cuDNN may run dx and dw in TF32, 1.38x
- * [compile train_step default / b4 train_step] and 2.60x
- * [eager train_step default / b4 train_step]: the step is ahead of PyTorch. Nsight Compute (its own
- * clocks): k_dw 957 us, the FMA pipe 48% busy, the issue slots 63%, 16 warps an SM; k_dw_sum 13 us.
- * The one library call left, cuDNN's dx, is 1.61 ms of the 4.02 [b4 train_step] (the notes after
- * the table): dx as our own transposed conv on conv-tile.cuh's tile is the next step.
+ * v9 (0.82 [v9 model_fwd]) + b3's backward (about 0.79) + cuDNN's dx (1.61) + 0.6: about
+ * 3.8 ms, ahead of torch.compile's 6.36 [compile train_step].
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 4.017 ms [b4 train_step],
+ * 1.34x faster [b3/b4 train_step] than b3's step, 1.58x faster [compile/b4 train_step] than
+ * torch.compile's step in fp32 and 1.38x [compile train_step default / b4 train_step] in its
+ * default precision (TF32 convs). Nsight Compute: b4_dw 957 us, the FMA pipe 48% busy. The one
+ * library call left, cuDNN's dx, is the next step: our own transposed conv on conv-tile.cuh's tile.
  */
 #include "conv-tile.cuh"
 #include "model.h"
@@ -61,9 +42,18 @@ struct __align__(16) dw_smem {
     float dc[C_OUT][DW_DCW];
 };
 
+/* A persistent block walks conv-tile.cuh's tiles (one output row of 128 columns of one sample),
+ * with dc's 64 channel rows of the tile and x's 3 input rows in shared memory. Thread (ci, g) of
+ * a half of the block owns channels g, g + 16, g + 32, g + 48 for input channel ci: 4 x 9
+ * accumulators, and walks its half's 64 columns with a sliding window of x (3 rows x 3 taps: 3
+ * new loads a column) and 4 loads of dc: 7 shared-memory loads for 36 FMAs. The 16 channels a
+ * warp reads are rows 129 floats apart (the rows padded by one): 16 different banks, no
+ * conflict. A block's dw partials are summed over its tiles in registers (a tile's 64 columns
+ * first, then added to the block's total, so no chain of additions grows beyond the tiles a
+ * block walks) and written once per block. */
 __global__ void __launch_bounds__(CT_THREADS, 2)
-k_dw(const float *__restrict__ x, const float *__restrict__ dc, float *__restrict__ part, const shape sh,
-     int segs, int tiles)
+b4_dw(const float *__restrict__ x, const float *__restrict__ dc, float *__restrict__ part, const shape sh,
+      int segs, int tiles)
 {
     __shared__ dw_smem sm;
     int half = threadIdx.x / DW_HALF, rr = threadIdx.x % DW_HALF, ci = rr / DW_G, g = rr % DW_G;
@@ -139,8 +129,8 @@ k_dw(const float *__restrict__ x, const float *__restrict__ dc, float *__restric
 }
 
 /* dw and dbias: output i adds the blocks' partials in block order */
-__global__ void k_dw_sum(const float *__restrict__ part, int blocks, float *__restrict__ dw,
-                         float *__restrict__ dbias)
+__global__ void b4_dw_sum(const float *__restrict__ part, int blocks, float *__restrict__ dw,
+                          float *__restrict__ dbias)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= DW_OUT)
@@ -154,11 +144,11 @@ __global__ void k_dw_sum(const float *__restrict__ part, int blocks, float *__re
         dbias[i - N_WEIGHT] = s;
 }
 
-/* the blocks of k_dw resident on an SM (the partial buffer's size, problem.cu) */
+/* the blocks of b4_dw resident on an SM (the partial buffer's size, problem.cu) */
 int b4_blocks_per_sm(void)
 {
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)k_dw, CT_THREADS, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)b4_dw, CT_THREADS, 0));
     return per_sm;
 }
 
@@ -167,10 +157,10 @@ void b4_launch(const run_ctx *r, int scope)
     (void)scope; /* the training step only */
     static int per_sm;
     const shape *s = &r->sh;
-    int tiles = tile_count(s), blocks = resident_grid((const void *)k_dw, &per_sm, r, tiles, 0);
+    int tiles = tile_count(s), blocks = resident_grid((const void *)b4_dw, &per_sm, r, tiles, 0);
     v9_launch(r, SCOPE_MODEL_FWD);
     b3_backward(r);
     lib_dx(r);
-    k_dw<<<blocks, CT_THREADS>>>(r->x, r->dc, r->dwpart, *s, tile_segs(s), tiles);
-    k_dw_sum<<<ceil_div(DW_OUT, 256), 256>>>(r->dwpart, blocks, r->dw, r->dbias);
+    b4_dw<<<blocks, CT_THREADS>>>(r->x, r->dc, r->dwpart, *s, tile_segs(s), tiles);
+    b4_dw_sum<<<ceil_div(DW_OUT, 256), 256>>>(r->dwpart, blocks, r->dw, r->dbias);
 }

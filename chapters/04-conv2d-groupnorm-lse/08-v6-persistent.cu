@@ -2,62 +2,26 @@
  * v6: one persistent launch; teams of blocks, producer and consumer warps (team.cuh)
  *
  * Defect of v5: the second read of c comes from L2, but 43 chunks of two launches joined by
- * events cost 13 us a chunk over the floor, and v5 took 0.742 ms [v5 epilogue_fwd], 1.98x v4
- * [v5/v4 epilogue_fwd].
+ * events cost 13 us a chunk: 0.742 ms [v5 epilogue_fwd], 1.98x v4 [v5/v4 epilogue_fwd].
  * Change: one launch for the whole batch, as many blocks as are resident at once, in teams
- * (team.cuh); a team takes a sample at a time, so the L2 holds only the teams' current
- * samples. Inside each block the two reads of c are done by different warps at once:
+ * (team.cuh); a team takes a sample at a time, so L2 holds only the teams' current samples.
+ * Inside each block the two reads of c are done by different warps at once:
  *   producers (warps 0..7)   read the block's share of the sample's 16 groups from DRAM into
- *                            shifted sums (below), one partial a (group, block), and arrive
- *                            at the team's counter; the last block to arrive adds the team's
- *                            partials in block order (deterministic) and publishes the
- *                            sample's mean and rstd; they may run LOOKAHEAD = 1 sample ahead
- *                            of their own block's consumers, no more;
- *   consumers (warps 8..15)  wait for the published statistics, then read the block's range
- *                            of positions again, now from L2 (evict-first: c's last use), and
- *                            write y, the epilogue in base 2 on the special-function unit
- *                            (apply.cuh: 16 instructions a value, not 30-odd).
- * A team holds LOOKAHEAD + 1 samples in L2; teams = TEAM_L2_SHARE (0.65) of the L2 over that:
- * 4 on the H100 (52 MB L2: 4 teams x 2 samples x 4.06 MB = 32.5 MB).
- * Prediction: DRAM sees c once and y: 528 MB, 0.177 ms at the ceiling, if the producers
- * keep DRAM busy while the consumers work from L2: about 0.2 ms, under the 0.25 ms target.
- * How it got here (H100, this chapter's KernelBench shape, each figure a median of 20 with the
- * earlier timer, whose flush left dirty lines in L2):
- *   - First, every block did both reads in turn (phase A, the team barrier, phase B), with
- *     Welford's partials merged again by every block after the barrier: 0.46 to 0.52 ms for
- *     3 to 6 teams, slower than v4. Nsight Compute: c crossed DRAM once (545 MB read), but at
- *     28% of DRAM's throughput, with the issue slots 50% busy: 213 M warp instructions, about
- *     50 a value, two thirds of them in the merges (each block re-merging all 44..264
- *     partials of every group, a division a merge) and tanhf. The blocks spent their time in
- *     a chain of latencies: load, barrier, merge, load again.
- *   - Shifted sums with one shift a group (its first value) instead of Welford: partials that
- *     simply add; one block a team (the last to arrive) adds them, not every block; the
- *     base-2 epilogue; producers and consumers in separate warps: 124 M warp instructions,
- *     555 MB from DRAM, 0.32 ms at 4 teams.
- *   - Teams (CH04_TEAMS; LOOKAHEAD 1): 2 -> 0.458 ms, 3 -> 0.358, 4 -> 0.321, 5 -> 0.314,
- *     6 -> 0.339, 8 -> 0.383. LOOKAHEAD 2: 3 teams 0.370, 4 teams 0.379; LOOKAHEAD 0 (the
- *     producers wait for their consumers): 4 teams 0.457. A team's sample takes 7 us or more
- *     even with 132 blocks (2 teams: 64 samples in 0.457 ms): the chain of the producers' two
- *     DRAM round trips, the last arrival, the publication and the consumers' passes. More
- *     teams would overlap more of those chains, but beyond 5 their samples no longer fit L2.
- *   - With the clean-L2 timer (the code of data commit 29662c6; three interleaved rounds of 30
- *     repetitions, the rounds' medians): 4 teams, the rule's count, 0.3089, 0.3077, 0.3077 ms;
- *     5 teams (CH04_TEAMS=5) 0.3028, 0.3053, 0.3004. 5 teams are faster in every round, by 2
- *     to 8 us (1 to 2%): at this shape the rule does not pick the fastest count. It is kept as
- *     a rule (a share of L2, not a count tuned to one GPU and shape); CH04_TEAMS=5 takes those
- *     1 to 2% here, and b3, which shares team_plan, was not measured with 5.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3092 ms [0.2979 - 0.3185]
- * [v6 epilogue_fwd median_ms min_ms max_ms] (the consumed count made atomic, k_team_forward,
- * changed nothing measurable: 0.3203 against 0.3215 ms with the earlier timer, commit 402fccd),
- * 1.21x faster [v4/v6 epilogue_fwd] than v4's 0.3740 [v4 epilogue_fwd] and 57% of the floor
- * [v6 epilogue_fwd pct_floor]: 1.75x [v6 epilogue_fwd median_ms/floor_ms] its 0.177 ms
- * [v6 epilogue_fwd floor_ms], so the 0.25 ms target is missed by 0.059 ms (24%). c does cross DRAM
- * once: Nsight Compute at 32x8x128x128 (c 130 MB, 2.6 L2s; data/run-device.sh dram) counts 142 to
- * 146 MB read by the kernel, where v4's statistics and apply read 124 to 130 and 125 MB. What is
- * left is the per-sample chain above: a next step is more, shorter chains in flight (two consumer
- * groups a block on alternate samples, or teams that are thread-block clusters meeting in
- * distributed shared memory instead of global counters). The whole model, cuDNN's conv first:
- * 1.46 ms [v6 model_fwd].
+ *                            shifted sums (below) and arrive at the team's counter; the last
+ *                            block to arrive adds the team's partials in block order and
+ *                            publishes mean and rstd; at most LOOKAHEAD = 1 sample ahead;
+ *   consumers (warps 8..15)  wait for the statistics, read the block's positions again from L2
+ *                            (evict-first: c's last use) and write y, the epilogue in base 2 on
+ *                            the special-function unit (apply.cuh: 16 instructions a value).
+ * Teams: TEAM_L2_SHARE of the L2 over LOOKAHEAD + 1 samples, 4 on the H100. Tried: both reads
+ * in turn in every block: slower than v4; 5 teams: 1 to 2% faster, not the rule (LABBOOK.md).
+ * Prediction: DRAM sees c once and y: 528 MB, 0.177 ms at the ceiling [v6 epilogue_fwd floor_ms];
+ * about 0.2 ms if the producers keep DRAM busy while the consumers work from L2.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 0.3092 ms [v6 epilogue_fwd],
+ * 1.21x faster [v4/v6 epilogue_fwd] than v4, 57% of the floor [v6 epilogue_fwd pct_floor]; c
+ * crosses DRAM once (Nsight Compute). The prediction missed: a team's sample is a chain of
+ * latencies (two DRAM round trips, the last arrival, the publication, the consumers' pass) that
+ * more teams would overlap, but beyond 5 their samples no longer fit L2.
  */
 #include <stdlib.h>
 
@@ -79,8 +43,8 @@
 
 /* phase A, producer warp pw: groups 2 pw and 2 pw + 1 of sample n, contiguous in NCHW (8
  * channels, 2 S float4), block `rank`'s share: float4 rank 32 + lane, stepping ctas 32, eight
- * loads issued before the first is used (the share is 11 float4 a lane with 88 blocks a team:
- * two round trips to DRAM a sample). Not Welford's (count, mean, M2) this time but shifted
+ * loads issued before the first is used (the share is 15 or 16 float4 a lane with 66 blocks a
+ * team, 4 teams on the H100: two round trips to DRAM a sample). Not Welford's (count, mean, M2) this time but shifted
  * sums: with K the group's first value, the same for every lane and every block,
  * s1 = sum (v - K) and s2 = sum (v - K)^2 cost 3 instructions a value, and, the shift being
  * common, the partial sums of all lanes and blocks simply add (Welford's update divides at
@@ -161,7 +125,7 @@ __device__ static inline void producer(const float *__restrict__ c, float2 *__re
     __shared__ int last;
     for (int n = team, i = 0; n < N; n += teams, i++) {
         if (threadIdx.x == 0)
-            while (atomicAdd(consumed, 0) < i - LOOKAHEAD) /* an atomic read: see k_team_forward */
+            while (atomicAdd(consumed, 0) < i - LOOKAHEAD) /* an atomic read: see v6_team_forward */
                 __nanosleep(32);
         named_barrier(BAR_PRODUCERS, PRODUCERS);
         produce_sums(c, part, n, S, rank, ctas);
@@ -252,10 +216,10 @@ __device__ static inline void consumer(const float *__restrict__ c, const float 
 
 /* block (team rank): warps 0..7 the producers, 8..15 the consumers */
 __global__ void __launch_bounds__(TEAM_BLOCK, 2)
-k_team_forward(const float *__restrict__ c, const float *__restrict__ gamma,
-               const float *__restrict__ beta, float2 *__restrict__ part, unsigned *arrived,
-               float *__restrict__ mean, float *__restrict__ rstd, float *__restrict__ y, int N,
-               int S, int teams, int ctas)
+v6_team_forward(const float *__restrict__ c, const float *__restrict__ gamma,
+                const float *__restrict__ beta, float2 *__restrict__ part, unsigned *arrived,
+                float *__restrict__ mean, float *__restrict__ rstd, float *__restrict__ y, int N,
+                int S, int teams, int ctas)
 {
     /* samples this block's consumers have finished: written by a consumer, polled by a producer,
      * with no barrier between them, so both by shared-memory atomics. The count paces the
@@ -282,7 +246,7 @@ k_team_forward(const float *__restrict__ c, const float *__restrict__ gamma,
 void team_plan(run_ctx *r, size_t l2_bytes)
 {
     int per_sm = 0, per_sm_b = b3_blocks_per_sm();
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_team_forward, TEAM_BLOCK, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v6_team_forward, TEAM_BLOCK, 0));
     per_sm = per_sm_b < per_sm ? per_sm_b : per_sm;
     if (per_sm < 1)
         die(1, "chapter 4's team kernels do not fit on an SM of this GPU");
@@ -319,7 +283,7 @@ void v6_epilogue(const run_ctx *r)
     int N = r->sh.n, S = r->sh.s, teams = r->teams, ctas = r->team_ctas;
     void *args[] = {&c, &gamma, &beta, &part, &arrived, &mean, &rstd, &y, &N, &S, &teams, &ctas};
     CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, 0));
-    team_launch((const void *)k_team_forward, r, args);
+    team_launch((const void *)v6_team_forward, r, args);
 }
 
 void v6_launch(const run_ctx *r, int scope)

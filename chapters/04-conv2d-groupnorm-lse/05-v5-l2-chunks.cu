@@ -10,21 +10,17 @@
  * chunk k, on a second stream, so DRAM is not idle while the apply reads L2. A chunk's
  * statistics have only K 16 groups (48 blocks for 132 SMs), so each group is split over
  * SPLIT = 8 blocks writing a partial (count, mean, M2) each; the apply merges a sample's
- * 16 x 8 partials in a fixed order before its positions (Chan's formula, common/welford.cuh),
- * so the result does not depend on timing. A chunk has K S positions, too few threads to hide
- * L2's latency one a position, so the apply gives each position 4 threads (16 channels each)
- * and merges their partial logsumexps (common/lse.cuh's lse_merge).
+ * 16 x 8 partials in a fixed order (Chan's formula), so the result does not depend on timing.
+ * A chunk has too few positions to hide L2's latency with a thread a position, so the apply
+ * gives each position 4 threads (16 channels each) and merges their partial logsumexps.
  * Prediction: c from DRAM once and y written: 528 MB, 0.18 ms at the ceiling, if the apply of
  * each chunk hides under the next chunk's statistics; about 0.2 ms with 43 chunks' launches.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): c does cross DRAM once. Nsight
- * Compute at 32x8x128x128 (data/run-device.sh dram): a chunk's statistics read 12.2 MB from DRAM
- * (its 3 samples' c), its apply under 3 KB: the second read comes from L2. But the time is
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): c does cross DRAM once
+ * (Nsight Compute at 32x8x128x128: a chunk's apply reads under 3 KB from DRAM), but the time is
  * 0.742 ms [v5 epilogue_fwd], 1.98x [v5/v4 epilogue_fwd] v4's 0.374 [v4 epilogue_fwd]: the
- * prediction missed. 43 chunks of two launches joined by events cost (0.742 - 0.177) / 43 = 13 us a
- * chunk over the floor, more than the 4 us a chunk's 12 MB take at the ceiling. What is left for v5
- * to meet the 0.25 ms target: fewer, larger steps (a persistent kernel walking the chunks with a
- * grid-wide barrier between its statistics and its apply, or the chunks captured in a CUDA graph),
- * so the per-chunk cost falls under the DRAM time it hides: v6.
+ * prediction failed. 43 chunks of two launches joined by events cost (0.742 - 0.177) / 43 =
+ * 13 us a chunk over the floor, more than the 4 us a chunk's 12 MB take at the ceiling. The
+ * per-chunk cost must fall under the DRAM time it hides: one persistent launch, v6.
  */
 #include "apply.cuh"
 #include "group-welford.cuh"
@@ -32,7 +28,7 @@
 
 /* block (j, group seg of the chunk): float4 j STATS_BLOCK + i, stepping SPLIT STATS_BLOCK */
 __global__ void __launch_bounds__(STATS_BLOCK)
-k_stats_split(const float *__restrict__ c, welford *__restrict__ part, int seg0, int S)
+v5_stats_split(const float *__restrict__ c, welford *__restrict__ part, int seg0, int S)
 {
     int seg = seg0 + blockIdx.y, j = blockIdx.x;
     welford w = thread_welford(c, seg, S, j * STATS_BLOCK + threadIdx.x, SPLIT * STATS_BLOCK);
@@ -46,10 +42,10 @@ k_stats_split(const float *__restrict__ c, welford *__restrict__ part, int seg0,
  * 0..15 first merge their group's SPLIT partials in order; tile 0 stores the statistics; the
  * quarters' partial logsumexps meet in shared memory. */
 __global__ void __launch_bounds__(APPLY_BLOCK)
-k_apply_merged(const float *__restrict__ c, const welford *__restrict__ part,
-               const float *__restrict__ gamma, const float *__restrict__ beta,
-               float *__restrict__ mean, float *__restrict__ rstd, float *__restrict__ y, int n0,
-               int S)
+v5_apply_merged(const float *__restrict__ c, const welford *__restrict__ part,
+                const float *__restrict__ gamma, const float *__restrict__ beta,
+                float *__restrict__ mean, float *__restrict__ rstd, float *__restrict__ y, int n0,
+                int S)
 {
     enum { POS = APPLY_BLOCK / 4, QCH = C_OUT / 4 };
     __shared__ float smean[GROUPS], srstd[GROUPS], sa[C_OUT], sb[C_OUT], pm[4][POS], ps[4][POS];
@@ -98,11 +94,11 @@ void v5_launch(const run_ctx *r, int scope)
         int cnt = s->n - n0 < r->chunk ? s->n - n0 : r->chunk;
         if (k >= 2)
             CUDA_CHECK(cudaStreamWaitEvent(sa, r->applied[k - 2], 0));
-        k_stats_split<<<dim3(SPLIT, cnt * GROUPS), STATS_BLOCK, 0, sa>>>(r->c, r->wpart,
-                                                                         n0 * GROUPS, s->s);
+        v5_stats_split<<<dim3(SPLIT, cnt * GROUPS), STATS_BLOCK, 0, sa>>>(r->c, r->wpart,
+                                                                          n0 * GROUPS, s->s);
         CUDA_CHECK(cudaEventRecord(r->stats_done[k], sa));
         CUDA_CHECK(cudaStreamWaitEvent(sb, r->stats_done[k], 0));
-        k_apply_merged<<<dim3(ceil_div(s->s, APPLY_BLOCK / 4), cnt), APPLY_BLOCK, 0, sb>>>(
+        v5_apply_merged<<<dim3(ceil_div(s->s, APPLY_BLOCK / 4), cnt), APPLY_BLOCK, 0, sb>>>(
             r->c, r->wpart, r->gamma, r->beta, r->mean, r->rstd, r->y, n0, s->s);
         CUDA_CHECK(cudaEventRecord(r->applied[k], sb));
     }

@@ -16,10 +16,8 @@
  * Prediction: 2.6 GB, 0.87 ms at the ceiling.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue forward + backward
  * 1.507 ms [b2 epilogue_fwdbwd], 3.6x faster than b1 [b1/b2 epilogue_fwdbwd] and 1.7x the 0.87 ms
- * prediction, not yet profiled (the next step: Nsight Compute on the sums and apply kernels, which
- * recompute the forward). The training step took 50.7 ms while cuDNN's weight gradient, through its
- * legacy API, took 44.7; through the graph API PyTorch uses (issue 13), the step takes 5.79 ms
- * [b2 train_step].
+ * prediction, unprofiled (Nsight Compute on the sums and apply kernels, which recompute the
+ * forward, is the next question); the training step 5.79 ms [b2 train_step].
  */
 #include "apply.cuh"
 #include "model.h"
@@ -27,10 +25,10 @@
 
 /* block (tile, G, n): the 10 sums of group G over this tile's positions */
 __global__ void __launch_bounds__(APPLY_BLOCK)
-k_backward_sums(const float *__restrict__ c, const float *__restrict__ y, const float *__restrict__ g,
-                const float *__restrict__ mean, const float *__restrict__ rstd,
-                const float *__restrict__ gamma, const float *__restrict__ beta,
-                float *__restrict__ part, int S)
+b2_backward_sums(const float *__restrict__ c, const float *__restrict__ y, const float *__restrict__ g,
+                 const float *__restrict__ mean, const float *__restrict__ rstd,
+                 const float *__restrict__ gamma, const float *__restrict__ beta,
+                 float *__restrict__ part, int S)
 {
     __shared__ float sa[C_OUT], sb[C_OUT];
     int tile = blockIdx.x, G = blockIdx.y, n = blockIdx.z, tiles = gridDim.x;
@@ -61,8 +59,8 @@ k_backward_sums(const float *__restrict__ c, const float *__restrict__ y, const 
 }
 
 /* block (n, G): mean(dxh) and mean(dxh xh) from its tiles' partials, in order */
-__global__ void k_backward_group_means(const float *__restrict__ part, float *__restrict__ m1,
-                                       float *__restrict__ m2, int tiles, int S)
+__global__ void b2_backward_group_means(const float *__restrict__ part, float *__restrict__ m1,
+                                        float *__restrict__ m2, int tiles, int S)
 {
     int seg = blockIdx.x;
     float a = 0.0f, b = 0.0f;
@@ -74,8 +72,8 @@ __global__ void k_backward_group_means(const float *__restrict__ part, float *__
 }
 
 /* block c: dgamma and dbeta from every (n, tile) partial of its group, in order */
-__global__ void k_backward_params(const float *__restrict__ part, float *__restrict__ dgamma,
-                                  float *__restrict__ dbeta, int N, int tiles)
+__global__ void b2_backward_params(const float *__restrict__ part, float *__restrict__ dgamma,
+                                   float *__restrict__ dbeta, int N, int tiles)
 {
     int ch = blockIdx.x, G = ch / CPG, k = ch % CPG;
     float a = 0.0f, b = 0.0f;
@@ -90,11 +88,11 @@ __global__ void k_backward_params(const float *__restrict__ part, float *__restr
 
 /* block (tile, n): dc at APPLY_BLOCK positions, all 64 channels */
 __global__ void __launch_bounds__(APPLY_BLOCK)
-k_backward_apply(const float *__restrict__ c, const float *__restrict__ y, const float *__restrict__ g,
-                 const float *__restrict__ mean, const float *__restrict__ rstd,
-                 const float *__restrict__ gamma, const float *__restrict__ beta,
-                 const float *__restrict__ m1, const float *__restrict__ m2, float *__restrict__ dc,
-                 int S)
+b2_backward_apply(const float *__restrict__ c, const float *__restrict__ y, const float *__restrict__ g,
+                  const float *__restrict__ mean, const float *__restrict__ rstd,
+                  const float *__restrict__ gamma, const float *__restrict__ beta,
+                  const float *__restrict__ m1, const float *__restrict__ m2, float *__restrict__ dc,
+                  int S)
 {
     __shared__ float sa[C_OUT], sb[C_OUT];
     int n = blockIdx.y, q = blockIdx.x * APPLY_BLOCK + threadIdx.x;
@@ -123,13 +121,13 @@ void b2_launch(const run_ctx *r, int scope)
     if (scope == SCOPE_TRAIN)
         conv_forward(r);
     v4_epilogue(r);
-    k_backward_sums<<<dim3(tiles, GROUPS, s->n), APPLY_BLOCK>>>(r->c, r->y, r->g, r->mean, r->rstd,
-                                                                r->gamma, r->beta, r->bpart, s->s);
-    k_backward_group_means<<<(int)seg_count(s), 64>>>(r->bpart, r->m1, r->m2, tiles, s->s);
-    k_backward_params<<<C_OUT, 256>>>(r->bpart, r->dgamma, r->dbeta, s->n, tiles);
-    k_backward_apply<<<dim3(tiles, s->n), APPLY_BLOCK>>>(r->c, r->y, r->g, r->mean, r->rstd,
-                                                         r->gamma, r->beta, r->m1, r->m2, r->dc,
-                                                         s->s);
+    b2_backward_sums<<<dim3(tiles, GROUPS, s->n), APPLY_BLOCK>>>(r->c, r->y, r->g, r->mean, r->rstd,
+                                                                 r->gamma, r->beta, r->bpart, s->s);
+    b2_backward_group_means<<<(int)seg_count(s), 64>>>(r->bpart, r->m1, r->m2, tiles, s->s);
+    b2_backward_params<<<C_OUT, 256>>>(r->bpart, r->dgamma, r->dbeta, s->n, tiles);
+    b2_backward_apply<<<dim3(tiles, s->n), APPLY_BLOCK>>>(r->c, r->y, r->g, r->mean, r->rstd,
+                                                          r->gamma, r->beta, r->m1, r->m2, r->dc,
+                                                          s->s);
     if (scope == SCOPE_TRAIN)
         lib_dx(r), lib_dw(r), lib_dbias(r);
 }

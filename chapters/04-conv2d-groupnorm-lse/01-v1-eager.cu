@@ -17,7 +17,8 @@
  * five kernels the other 2.29 ms [v1 epilogue_fwd-stats]. The whole model 3.63 ms [v1 model_fwd],
  * of which cuDNN's conv about 1.18 (the notes after the table).
  *
- * The whole model (scope model_fwd) of v1..v6 is the library conv, then the epilogue.
+ * The whole model (scope model_fwd) of v1..v7 is the library conv, then the epilogue (v7's
+ * channels last).
  */
 #include "lse.cuh"
 #include "model.h"
@@ -33,7 +34,7 @@ void conv_forward(const run_ctx *r) { lib_conv3d_forward(r->lib, r->x, r->weight
  * kernel 3, sequential addressing): half the threads merge a pair with Chan's formula, a
  * barrier, half again: log2(512) = 9 levels, 9 __syncthreads. */
 __global__ void __launch_bounds__(STATS_BLOCK)
-k_stats_tree(const float *__restrict__ c, float *__restrict__ mean, float *__restrict__ rstd, int S)
+v1_stats_tree(const float *__restrict__ c, float *__restrict__ mean, float *__restrict__ rstd, int S)
 {
     __shared__ welford part[STATS_BLOCK];
     int seg = blockIdx.x, tid = threadIdx.x;
@@ -51,14 +52,14 @@ k_stats_tree(const float *__restrict__ c, float *__restrict__ mean, float *__res
 
 void stats_v1(const run_ctx *r)
 {
-    k_stats_tree<<<(int)seg_count(&r->sh), STATS_BLOCK>>>(r->c, r->mean, r->rstd, r->sh.s);
+    v1_stats_tree<<<(int)seg_count(&r->sh), STATS_BLOCK>>>(r->c, r->mean, r->rstd, r->sh.s);
 }
 
 /* the elementwise ops, one thread an element (grid-stride); element i of N x 64 x S is channel
  * (i / S) % 64 of group i / (4 S) */
-__global__ void k_groupnorm(const float *__restrict__ c, const float *__restrict__ mean,
-                            const float *__restrict__ rstd, const float *__restrict__ gamma,
-                            const float *__restrict__ beta, float *__restrict__ gn, size_t n, int S)
+__global__ void v1_groupnorm(const float *__restrict__ c, const float *__restrict__ mean,
+                             const float *__restrict__ rstd, const float *__restrict__ gamma,
+                             const float *__restrict__ beta, float *__restrict__ gn, size_t n, int S)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -68,7 +69,7 @@ __global__ void k_groupnorm(const float *__restrict__ c, const float *__restrict
     }
 }
 
-__global__ void k_tanh(const float *__restrict__ a, float *__restrict__ o, size_t n)
+__global__ void v1_tanh(const float *__restrict__ a, float *__restrict__ o, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -76,15 +77,15 @@ __global__ void k_tanh(const float *__restrict__ a, float *__restrict__ o, size_
 }
 
 /* nn.Hardswish as PyTorch computes it, for any input: t relu6(t + 3) / 6 */
-__global__ void k_hardswish(const float *__restrict__ a, float *__restrict__ o, size_t n)
+__global__ void v1_hardswish(const float *__restrict__ a, float *__restrict__ o, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         o[i] = a[i] * fminf(fmaxf(a[i] + 3.0f, 0.0f), 6.0f) / 6.0f;
 }
 
-__global__ void k_add(const float *__restrict__ a, const float *__restrict__ b,
-                      float *__restrict__ o, size_t n)
+__global__ void v1_add(const float *__restrict__ a, const float *__restrict__ b,
+                       float *__restrict__ o, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -98,10 +99,10 @@ void eager_tail(const run_ctx *r)
     size_t n = conv_elems(s);
     int g = grid_for((long long)n, APPLY_BLOCK, r->sm_count);
     float *const *t = r->t;
-    k_groupnorm<<<g, APPLY_BLOCK>>>(r->c, r->mean, r->rstd, r->gamma, r->beta, t[0], n, s->s);
-    k_tanh<<<g, APPLY_BLOCK>>>(t[0], t[1], n);
-    k_hardswish<<<g, APPLY_BLOCK>>>(t[1], t[2], n);
-    k_add<<<g, APPLY_BLOCK>>>(r->c, t[2], t[3], n);
+    v1_groupnorm<<<g, APPLY_BLOCK>>>(r->c, r->mean, r->rstd, r->gamma, r->beta, t[0], n, s->s);
+    v1_tanh<<<g, APPLY_BLOCK>>>(t[0], t[1], n);
+    v1_hardswish<<<g, APPLY_BLOCK>>>(t[1], t[2], n);
+    v1_add<<<g, APPLY_BLOCK>>>(r->c, t[2], t[3], n);
     int np = (int)out_elems(s);
     k_logsumexp_naive<C_OUT><<<grid_for(np, APPLY_BLOCK, r->sm_count), APPLY_BLOCK>>>(t[3], r->y, np,
                                                                                        s->s);

@@ -22,7 +22,7 @@ struct chan_op {
 };
 
 __global__ void __launch_bounds__(STATS_BLOCK)
-k_stats_cub(const float *__restrict__ c, float *__restrict__ mean, float *__restrict__ rstd, int S)
+v3_stats_cub(const float *__restrict__ c, float *__restrict__ mean, float *__restrict__ rstd, int S)
 {
     typedef cub::BlockReduce<welford, STATS_BLOCK> block_reduce;
     __shared__ typename block_reduce::TempStorage tmp;
@@ -35,7 +35,7 @@ k_stats_cub(const float *__restrict__ c, float *__restrict__ mean, float *__rest
 
 void stats_v3(const run_ctx *r)
 {
-    k_stats_cub<<<(int)seg_count(&r->sh), STATS_BLOCK>>>(r->c, r->mean, r->rstd, r->sh.s);
+    v3_stats_cub<<<(int)seg_count(&r->sh), STATS_BLOCK>>>(r->c, r->mean, r->rstd, r->sh.s);
 }
 
 void v3_launch(const run_ctx *r, int scope) { eager_launch(r, scope, stats_v3); }

@@ -6,31 +6,22 @@
  * forward and a separate backward (model.h).
  * Change: v6's forward, then the backward in teams (team.cuh), each block doing both reads in
  * turn. Per sample, warp G of a block recomputes the forward of group G at the block's
- * positions from c, y and the saved statistics (the base-2 epilogue of apply.cuh) and adds
- * up the GroupNorm backward's two sums, dxh and dxh xh, by warp_sum (phase A, c from DRAM);
- * the team barrier; every block adds the team's partials in a fixed order into mean(dxh) and
- * mean(dxh xh) (plain sums: cheap to repeat); phase B recomputes once more, from c now in L2,
- * and writes dc = dr + rstd (dxh - mean(dxh) - xh mean(dxh xh)) with streaming stores (dc is
- * not read again). A block does phase A of the sample after next before it waits for the
- * current one (the look-ahead), so the wait finds the others arrived. dgamma and dbeta are
- * sums over every sample: each lane keeps its group's 4 channels' sums in registers across
- * all its samples, each block writes one partial a channel at the end, and b1's k_param_sums
- * adds the blocks' partials in block order: deterministic.
- * Prediction: v6's forward, 0.31 ms [v6 epilogue_fwd]; the backward reads c once and g, writes dc:
- * 1048 MB, 0.35 ms at the ceiling: about 0.7 ms for the pair, the target.
- * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): forward + backward 1.099 ms
- * [1.081 - 1.106] [b3 epilogue_fwdbwd median_ms min_ms max_ms] (v6's consumed count made atomic
- * changed nothing measurable: 1.103 against 1.107 ms with the earlier timer, commit 402fccd), 1.37x
- * faster [b2/b3 epilogue_fwdbwd] than b2's 1.507 [b2 epilogue_fwdbwd], but 1.6x the 0.7 ms target
- * and 2.1x [b3 epilogue_fwdbwd median_ms/floor_ms] the 0.528 ms [b3 epilogue_fwdbwd floor_ms]
- * floor: the backward alone takes about 0.79 ms, 2.3x its 0.35 ms. Nsight Compute at 32x8x128x128
- * (data/run-device.sh dram): the backward kernel reads 249 MB from DRAM for 130 MB of c, so most of
- * phase B's read misses L2 (it holds two samples a team, and dc's 130 MB of streaming stores pass
- * through the same L2), where v6's forward kernel reads 142 to 146 MB (151 to 155 MB in b3's run).
- * Left to do: v6's producer/consumer split and one published (mean(dxh), mean(dxh xh)) a sample for
- * the backward too. The training step took 50.3 ms, the same as b2's within their spreads, while
- * cuDNN's weight gradient, through its legacy API, took 44.7; with the graph API PyTorch uses
- * (issue 13), the step takes 5.38 ms [b3 train_step].
+ * positions from c, y and the saved statistics (apply.cuh's base-2 epilogue) and adds up the
+ * GroupNorm backward's two sums, dxh and dxh xh, by warp_sum (phase A, c from DRAM); the team
+ * barrier; every block adds the team's partials in a fixed order into mean(dxh) and
+ * mean(dxh xh); phase B recomputes once more, from c now in L2, and writes dc = dr + rstd (dxh -
+ * mean(dxh) - xh mean(dxh xh)) with streaming stores. A block does phase A of the sample after
+ * next before it waits for the current one (the look-ahead). dgamma and dbeta: each lane keeps
+ * its group's 4 channels' sums in registers across its samples, each block writes one partial
+ * a channel, and b1's b1_param_sums adds them in block order: deterministic.
+ * Prediction: v6's forward, 0.31 ms [v6 epilogue_fwd]; the backward reads c once and g, writes
+ * dc: 1048 MB, 0.35 ms at the ceiling: about 0.7 ms for the pair, the target.
+ * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): 1.099 ms [b3 epilogue_fwdbwd],
+ * 1.37x faster [b2/b3 epilogue_fwdbwd] than b2, but 2.1x [b3 epilogue_fwdbwd median_ms/floor_ms]
+ * the floor; the backward alone takes about 0.79 ms, 2.3x its 0.35. Nsight Compute at
+ * 32x8x128x128: the backward reads 249 MB from DRAM for 130 MB of c, so most of phase B misses
+ * L2 (two samples a team, and dc's streaming stores pass through the same L2). The step: 5.38 ms
+ * [b3 train_step]. Left: v6's producer/consumer split for the backward too.
  */
 #include "apply.cuh"
 #include "model.h"
@@ -167,11 +158,11 @@ __device__ static inline void backward_apply(const float *__restrict__ c, const 
  * samples' statistics in shared memory (the one looked ahead at, the one being applied); at
  * the end the block's dgamma, dbeta partials */
 __global__ void __launch_bounds__(TEAM_BLOCK, 2)
-k_team_backward(const float *__restrict__ c, const float *__restrict__ y, const float *__restrict__ g,
-                const float *__restrict__ mean, const float *__restrict__ rstd,
-                const float *__restrict__ gamma, const float *__restrict__ beta,
-                float2 *__restrict__ part, float *__restrict__ pparam, unsigned *arrived,
-                float *__restrict__ dc, int N, int S, int teams, int ctas)
+b3_team_backward(const float *__restrict__ c, const float *__restrict__ y, const float *__restrict__ g,
+                 const float *__restrict__ mean, const float *__restrict__ rstd,
+                 const float *__restrict__ gamma, const float *__restrict__ beta,
+                 float2 *__restrict__ part, float *__restrict__ pparam, unsigned *arrived,
+                 float *__restrict__ dc, int N, int S, int teams, int ctas)
 {
     __shared__ sample_smem ss[2];
     __shared__ float sm1[GROUPS], sm2[GROUPS];
@@ -211,7 +202,7 @@ k_team_backward(const float *__restrict__ c, const float *__restrict__ y, const 
 int b3_blocks_per_sm(void)
 {
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_team_backward, TEAM_BLOCK, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b3_team_backward, TEAM_BLOCK, 0));
     return per_sm;
 }
 
@@ -227,8 +218,8 @@ void b3_backward(const run_ctx *r)
     void *args[] = {&c, &y, &g, &mean, &rstd, &gamma, &beta, &part, &pparam, &arrived, &dc,
                     &N, &S, &teams, &ctas};
     CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, 0));
-    team_launch((const void *)k_team_backward, r, args);
-    k_param_sums<<<C_OUT, 256>>>(pparam, r->dgamma, r->dbeta, r->team_grid); /* b1's */
+    team_launch((const void *)b3_team_backward, r, args);
+    b1_param_sums<<<C_OUT, 256>>>(pparam, r->dgamma, r->dbeta, r->team_grid); /* b1's */
 }
 
 void b3_launch(const run_ctx *r, int scope)

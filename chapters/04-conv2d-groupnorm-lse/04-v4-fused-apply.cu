@@ -21,8 +21,8 @@
 
 /* block (tile, n): APPLY_BLOCK positions of sample n */
 __global__ void __launch_bounds__(APPLY_BLOCK)
-k_apply(const float *__restrict__ c, const float *__restrict__ mean, const float *__restrict__ rstd,
-        const float *__restrict__ gamma, const float *__restrict__ beta, float *__restrict__ y, int S)
+v4_apply(const float *__restrict__ c, const float *__restrict__ mean, const float *__restrict__ rstd,
+         const float *__restrict__ gamma, const float *__restrict__ beta, float *__restrict__ y, int S)
 {
     __shared__ float sa[C_OUT], sb[C_OUT];
     int n = blockIdx.y, q = blockIdx.x * APPLY_BLOCK + threadIdx.x;
@@ -35,8 +35,8 @@ k_apply(const float *__restrict__ c, const float *__restrict__ mean, const float
 void apply_v4(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    k_apply<<<dim3(ceil_div(s->s, APPLY_BLOCK), s->n), APPLY_BLOCK>>>(r->c, r->mean, r->rstd,
-                                                                      r->gamma, r->beta, r->y, s->s);
+    v4_apply<<<dim3(ceil_div(s->s, APPLY_BLOCK), s->n), APPLY_BLOCK>>>(r->c, r->mean, r->rstd,
+                                                                       r->gamma, r->beta, r->y, s->s);
 }
 
 void v4_epilogue(const run_ctx *r)
