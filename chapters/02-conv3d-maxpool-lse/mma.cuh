@@ -2,7 +2,8 @@
  * mma.cuh: the implicit GEMM's tile on tensor cores (v7, v8, v9, b3), after igemm.cuh
  *
  * The tensor-core primitives (mma.sync m16n8k8 in TF32, its fragment layout with g = lane / 4
- * and t = lane % 4, the 3xTF32 split) are in common/tf32.cuh.
+ * and t = lane % 4, the 3xTF32 split) are in common/tf32.cuh; mma-fragments.svg draws the
+ * fragments and the banks they read.
  *
  * Here A's rows are positions, its columns (the k of the GEMM) the 8 input channels of a chunk
  * at one tap, B's columns output channels. Ordering k as (tap, channel) instead of PyTorch's
