@@ -16,8 +16,8 @@
  *
  * The block's 8 warps: warp q computes 64 positions (tile rows 2 (q % 4) and 2 (q % 4) + 1,
  * 32 columns each: four m16 pieces) by 32 channels (32 (q / 4) ..: four n8 pieces): 16 mma
- * tiles, 64 accumulators a lane. Per tap a warp reads 16 A and 8 B values a lane and issues 16
- * mma (TF32) or 48 (3xTF32).
+ * tiles, 64 accumulators a lane. Per tap a warp reads 16 A and 8 B values a lane, then runs 16
+ * mma instructions (TF32) or 48 (3xTF32).
  */
 #ifndef CH02_MMA_CUH
 #define CH02_MMA_CUH
