@@ -1,6 +1,6 @@
 /*
- * igemm.cuh: the conv as an implicit GEMM, the tile every own-conv version (v6 .. v9, and b3's
- * gradients) shares.
+ * igemm.cuh: the conv as an implicit GEMM, the tile every own-conv version shares (v6 .. v9
+ * launch it, and b3's gradients; igemm-patch.svg draws the tile and its patch).
  *
  * The conv is a matrix product. Number the conv's outputs of one sample by position m =
  * (d, h, w) and channel co, and its reduction by k = (ci, kd, kh, kw):
@@ -14,25 +14,21 @@
  * and keeps in shared memory only what that tile reads: for 8 input channels at a time, the
  * input patch around the tile (4 x 6 x 34 values a channel: the tile and its one-value halo,
  * zeros where the halo leaves the volume, which is the conv's padding) and those channels'
- * weights. Every A[m][k] is then a shared-memory read at
- *
- *     s_in[ci][dz + kd][hy + kh][wx + kw] = s_in + pos_off(m) + tap_off(k)
- *
- * a position part plus a reduction part: the patch is read 27 times, once per tap, from shared
+ * weights. Every A[m][k] is then a shared-memory read at s_in + pos_off(m) + tap_off(k), a
+ * position part plus a reduction part: the patch is read 27 times, once per tap, from shared
  * memory, and x from DRAM once (plus the halo: 816 values a channel for 256 outputs, 3.2x; most
  * of it from L2, as the neighbouring tile read it just before).
- *
- * Shared memory per block: 8 channels x 840 (the 816 of the patch, padded: see CS) + 8 x 27
- * rows of weights x 72 (64 channels, padded: see WS) = 22272 floats, 87 KB: two blocks an SM
- * (227 KB). Each block loads a chunk, computes it, loads the next: while one waits for its
- * loads the other computes, so no software pipelining is needed.
+ * Shared memory per block: 8 channels x 840 (the patch, padded: CS) + 8 x 27 weight rows x 72
+ * (64 channels, padded: WS) = 22272 floats, 87 KB: two blocks an SM (227 KB). Each block loads
+ * a chunk, computes it, loads the next: while one waits for its loads the other computes, so
+ * no software pipelining is needed.
  */
 #ifndef CH02_IGEMM_CUH
 #define CH02_IGEMM_CUH
 
 #include "model.h"
 
-/* b3's dx runs this tile with the channels swapped (64 in, 32 out: b3-own-gradients.cu). So
+/* b3's dx runs this tile with the channels swapped (64 in, 32 out: 12-b3-own-gradients.cu). So
  * that a block is still 8 warps of 64 positions x 32 channels, its tile is 2 planes x 8 rows x
  * 32 columns (512 positions); the sizes below that depend on it are written for `cout` output
  * channels, and the plain names are the forward's (cout = 64). */

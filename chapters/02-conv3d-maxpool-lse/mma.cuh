@@ -2,7 +2,8 @@
  * mma.cuh: the implicit GEMM's tile on tensor cores (v7, v8, v9, b3), after igemm.cuh
  *
  * The tensor-core primitives (mma.sync m16n8k8 in TF32, its fragment layout with g = lane / 4
- * and t = lane % 4, the 3xTF32 split) are in common/tf32.cuh.
+ * and t = lane % 4, the 3xTF32 split) are in common/tf32.cuh; mma-fragments.svg draws the
+ * fragments and the banks they read.
  *
  * Here A's rows are positions, its columns (the k of the GEMM) the 8 input channels of a chunk
  * at one tap, B's columns output channels. Ordering k as (tap, channel) instead of PyTorch's
@@ -15,8 +16,8 @@
  *
  * The block's 8 warps: warp q computes 64 positions (tile rows 2 (q % 4) and 2 (q % 4) + 1,
  * 32 columns each: four m16 pieces) by 32 channels (32 (q / 4) ..: four n8 pieces): 16 mma
- * tiles, 64 accumulators a lane. Per tap a warp reads 16 A and 8 B values a lane and issues 16
- * mma (TF32) or 48 (3xTF32).
+ * tiles, 64 accumulators a lane. Per tap a warp reads 16 A and 8 B values a lane, then runs 16
+ * mma instructions (TF32) or 48 (3xTF32).
  */
 #ifndef CH02_MMA_CUH
 #define CH02_MMA_CUH

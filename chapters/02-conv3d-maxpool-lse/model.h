@@ -112,6 +112,7 @@ conv3d_geom conv_geom(const shape *s);
 /* the versions' launchers, in reading order */
 void conv_forward(const run_ctx *r); /* cuDNN's Conv3d + bias: c = conv(x) */
 void v1_launch(const run_ctx *r, int scope);
+void lse_relu_naive(const run_ctx *r); /* v1's logsumexp and relu kernels, after p */
 void v2_launch(const run_ctx *r, int scope);
 void v3_launch(const run_ctx *r, int scope);
 void v4_launch(const run_ctx *r, int scope);
@@ -121,7 +122,7 @@ void v5_epilogue_on(const run_ctx *r, const float *c); /* v6 .. v8's epilogue, o
 void conv_ffma(const run_ctx *r, float *c);   /* our convs, c = conv(x) + bias: v6's, */
 void conv_tf32(const run_ctx *r, float *c);   /* v7's, */
 void conv_3xtf32(const run_ctx *r, float *c); /* v8's */
-/* v7-tf32.cu: the tensor-core conv, out = conv(in) (+ bias if not NULL), in N x CIN x D x H x W,
+/* 07-v7-tf32.cu: the tensor-core conv, out = conv(in) (+ bias if not NULL), in N x CIN x D x H x W,
  * w_k[cin][tap][cout]; PASSES 1 (TF32) or 3 (3xTF32). Instantiated for (1 and 3, 32, 64), the
  * forward (v7's own callers), and explicitly for (3, 64, 32), b3's dx. */
 template <int PASSES, int CIN, int COUT>
@@ -142,6 +143,7 @@ void lib_dx(const run_ctx *r);       /* the training step's conv gradients */
 void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);
 void own_dbias(const run_ctx *r);
+void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-fused-epilogue.cu */
 #define DBIAS_BLOCKS 64
 
 /* problem.cu: the host machinery the harness calls (inputs, buffers, verification, tests, dump);

@@ -2,7 +2,7 @@
  * problem.cu: chapter 2's host machinery, for the harness (common/harness.h): the inputs and
  * parameters, the device buffers, cuDNN's setup, the references, what each scope writes and how
  * it is verified, the CPU checks, the awkward shapes and extreme values, the notes after the
- * table, the dump. Nothing here is a lesson; the versions are in the v*.cu and b*.cu files.
+ * table, the dump. Nothing here is a lesson; the versions are in the files numbered in reading order, 01-v1-eager.cu on.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -70,7 +70,7 @@ static void lib_setup(lib_ctx *cc, const shape *s, const run_ctx *r)
  * double conv; the backward's from the GPU's conv output (verified against the double conv):
  * the argmax is discontinuous, and where two window values are within float rounding of each
  * other the float and double convs may pick different elements. Measured at the KernelBench
- * shape in an earlier commit (dbe2e2c): dc off by up to 2e-2 at such windows against a
+ * shape (LABBOOK.md, the tolerance choices): dc off by up to 2e-2 at such windows against a
  * reference on the double conv. */
 static void problem_refresh(problem *pb)
 {
@@ -478,15 +478,16 @@ static void grad_errors(problem *pb, verify_result e[4])
 }
 
 /* b3's 3xTF32 gradients against cuDNN's fp32 ones: how many times cuDNN's error b3's may be. A
- * 3xTF32 product drops lo x lo (up to 2^-22 of the product) and rounds each lo to TF32 (up to
- * 2^-22 each), so it is off by up to 3 x 2^-22, where an FMA's product is exact and each of the
- * sum's additions rounds by up to 2^-24 of the running sum: 12x. On the small test shapes' short
+ * 3xTF32 product drops lo x lo (up to 2^-22 of the product), and the tensor core truncates each
+ * lo, passed unrounded, to TF32 (up to 2^-21 of its operand each: common/tf32.cuh), so it is
+ * off by up to 2^-20 + 2^-22 = 1.25 x 2^-20, where an FMA's product is exact and each of the
+ * sum's additions rounds by up to 2^-24 of the running sum: 20x. On the small test shapes' short
  * sums that shows (on the H100, 2026-11-26, seeds 1 to 8: up to 3.8x cuDNN's relative L2 error
  * and 7.2x its largest); on long sums the additions' rounding, alike in both, dominates (0.88x
  * and 0.96x at 4x32x32x128x128). TF32 alone is hundreds of times cuDNN's error (v7's conv:
  * 570x). The rule was 2x while the reference was the exact dc's backward, whose distance from
  * the float dc's (the same for both) hid the difference: b3 measured 0.6 - 1.3x there. */
-#define B3_PEER_RATIO 12.0
+#define B3_PEER_RATIO 20.0
 
 static void shape_checks(problem *pb, int t)
 {
@@ -512,7 +513,7 @@ static void shape_checks(problem *pb, int t)
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
     /* b3's gradients in 3xTF32 against cuDNN's fp32 ones, both from the same dc and judged
      * against the double backward of that dc (grad_errors): within B3_PEER_RATIO of cuDNN's
-     * errors. Without cuDNN, the fp32 tolerances alone (which TF32's 2^-11 would fail): the
+     * errors. Without cuDNN, the fp32 tolerances alone (which TF32's 2^-10 would fail): the
      * direct kernels stand in for the library and split their sums more finely than any fast
      * kernel (their dw's largest error was 0.45x b3's at 3x32x9x20x100, cuDNN's 1.2x, against
      * the exact dc's backward), so they are no accuracy peer. */

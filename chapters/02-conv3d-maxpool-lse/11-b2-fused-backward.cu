@@ -2,23 +2,21 @@
  * b2: the fused backward, c read once more and dc written once
  *
  * Defect of b1: the saved tensors (p, indices: 134 MB written and read), dp's round trip, and a
- * separate memset of the 537 MB dc before a scattered write into it (0.816 ms [b1 epilogue_fwdbwd],
- * 1.50x the floor [b1 epilogue_fwdbwd median_ms/floor_ms]).
+ * separate memset of the 537 MB dc before a scattered write into it (0.816 ms
+ * [b1 epilogue_fwdbwd], 1.50x the floor [b1 epilogue_fwdbwd median_ms/floor_ms]).
  * Change: one kernel after v5's forward: a thread per output position recomputes, channel by
  * channel, the window max, its argmax and the online logsumexp; the 64 pooled values and
  * argmaxes wait in shared memory, one column per thread (thread t reads and writes word t of
  * each row: no bank conflicts), until z is known. Then it writes each channel's whole window,
  * dp at the argmax and 0 elsewhere, as float2 stores (a warp: 64 adjacent floats per row), and
  * the zeros of the rows and columns no window covers. No memset, no scatter: dc is written once.
- * A first version, measured in an earlier commit (dbe2e2c, H100), kept the 64 values and
- * argmaxes in registers (the channel loop unrolled so their indices were constants): 161
- * registers, 12 warps per SM, and 1.095 ms for v5 + it at the KernelBench shape, slower than
- * b1's 0.816 ms [b1 epilogue_fwdbwd]. Shared memory costs 320 bytes a thread and gives the
- * registers back for warps that hide the loads.
+ * Tried: the 64 values and argmaxes in registers (161 registers, 12 warps an SM): slower than
+ * b1, lost (LABBOOK.md). Shared memory costs 320 bytes a thread and gives the registers back
+ * for warps that hide the loads.
  * Prediction: read c, write dc: 1.07 GB, 0.36 ms; with v5's forward 0.54 ms, the floor.
- * Measured: 0.564 ms [b2 epilogue_fwdbwd] for v5 + this, 96.8% of the copy ceiling
- * [b2 epilogue_fwdbwd pct_ceiling], 1.45x b1 [b1/b2 epilogue_fwdbwd], 1.95x torch.compile
- * [compile/b2 epilogue_fwdbwd] (1.10 ms [compile epilogue_fwdbwd]): within the 0.6 ms target.
+ * Measured (H100, KernelBench shape): 0.564 ms [b2 epilogue_fwdbwd] for v5 + this, 96.8% of the
+ * floor [b2 epilogue_fwdbwd pct_floor], 1.45x b1 [b1/b2 epilogue_fwdbwd], 1.95x torch.compile
+ * [compile/b2 epilogue_fwdbwd] (1.10 ms [compile epilogue_fwdbwd]).
  */
 #include "lse.cuh"
 #include "model.h"
@@ -27,8 +25,8 @@
 #define B2_BLOCK 128
 
 __global__ void __launch_bounds__(B2_BLOCK)
-    k_epilogue_backward_fused(const float *__restrict__ c, const float *__restrict__ g,
-                              float *__restrict__ dc, int n_pos, int d, int h, int w)
+    b2_epilogue_backward(const float *__restrict__ c, const float *__restrict__ g,
+                         float *__restrict__ dc, int n_pos, int d, int h, int w)
 {
     __shared__ float s_p[C_OUT][B2_BLOCK];
     __shared__ unsigned char s_a[C_OUT][B2_BLOCK];
@@ -78,8 +76,8 @@ void epilogue_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int n = (int)out_elems(s);
-    k_epilogue_backward_fused<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK>>>(r->c, r->g, r->dc, n,
-                                                                          s->d, s->h, s->w);
+    b2_epilogue_backward<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK>>>(r->c, r->g, r->dc, n,
+                                                                       s->d, s->h, s->w);
 }
 
 void b2_launch(const run_ctx *r, int scope)

@@ -1,85 +1,26 @@
 /*
  * b3: the training step's conv gradients on our tensor cores, dx and dw in 3xTF32
  *
- * Defect of b2: its training step is the library's. Of b2's 34.39 ms [b2 train_step] at the
- * KernelBench shape (the record of 2026-11-27), cuDNN's three convs take about 33.6 (per-op table:
- * forward 5.9, dx 9.2, dw 18.4) and our epilogue 0.56 [b2 epilogue_fwdbwd]; torch.compile in fp32
- * calls the same cuDNN and is 2.5% behind it [compile vs b2 train_step]
- * (35.24 [compile train_step]). Yet dx runs at 25 TFLOP/s and dw at 12.6, against the forward's
- * 39, though each is the same 232 GFLOP: cuDNN's deterministic engines for them, the ones PyTorch
- * picks too in fp32.
- *
- * dx. The forward is c[co][p] = sum over ci, k of w[co][ci][k] x[ci][p + k - 1], with p a
- * position (d, h, w), k a tap (kd, kh, kw), each component 0 .. 2, and x zero outside the
- * volume (padding 1). x[ci][p] reaches c[co][p - k + 1], so its gradient is
- *
- *     dx[ci][p] = sum over co, k of w[co][ci][k] dc[co][p - k + 1]
- *               = sum over co, k' of w[co][ci][2 - k'] dc[co][p + k' - 1]      (k' = 2 - k)
- *
- * with dc zero outside the volume (those c do not exist): a conv of dc with padding 1, the
- * kernel flipped in every component (the flat tap index 9 kd + 3 kh + kw becomes 26 - tap) and
- * the channels swapped: 64 in, 32 out, same size. It is v8's conv (v7-tf32.cu's
- * conv_mma<3, 64, 32>) on weights rearranged once (k_weights_dx). With 32 output channels the
- * tile doubles its rows (2 x 8 x 32 positions, igemm.cuh), so that the block is still 8 warps
- * of 64 positions x 32 channels.
- *
- * dw. With respect to the weights:
- *
- *     dw[co][ci][k] = sum over samples n and positions p of dc[n][co][p] x[n][ci][p + k - 1]
- *
- * a GEMM with M = 64 output channels, GEMM-N = 32 x 27 = 864 (input channel, tap), and K =
- * every position of every sample (2.1 million). It multiplies the same two tiles as v8 (x's patch,
- * and dc where v8 had the weights), summed the other way: the sum runs over positions, so each
- * block takes a share of the positions and sums them into a partial dw; a second, small kernel
- * adds the partials in a fixed order (deterministic, as cuDNN's engine is).
- *
- * The dw block: one chunk of 8 input channels (8 x 27 = 216 of GEMM-N) by all 64 output
- * channels, 13824 sums, 48 a thread in 9 warps (288 threads); warp q takes the taps (kd, kh) = (q / 3, q % 3), kw =
- * 0 .. 2. It walks tiles of 256 positions (igemm.cuh's: 2 planes x 4 rows x 32 columns) with
- * a stride of the number of shares: for each, dc's 64 x 256 values and x's 8-channel patch
- * (with its halo) in shared memory, then 32 steps of k = 8 adjacent positions. In a step a
- * lane holds A = dc (4 m16 pieces: 64 channels x 8 positions) and B = x at 3 taps (8 input
- * channels x 8 positions each), the fragments of mma.cuh with the roles swapped:
- *
- *     a0 = dc[co g][position t]            b0 = x[ci g][position t + tap]
- *
- * so A's 32 reads are 8 channels x 4 adjacent positions; a channel stride of 260 = 4 (mod 32)
- * puts them in 32 different banks (v8's 8 (mod 32) suits its own pattern, 8 positions x 4
- * channels, and would cost this one a 2-way conflict); the same for x with 836. The four
- * blocks of a share (its 4 chunks) are adjacent in the grid, so they run at the same time on
- * the same tiles: dc comes from DRAM about once, the other three times from L2.
- *
- * Prediction: each is v8's 232 GFLOP x 3 passes on the same tensor cores (v8's conv: 5.27 ms).
- * dx does v8's work per mma (its loads are lighter: 32-channel weight rows), so about 5.3 ms;
- * dw issues 0.61 shared loads and 1.22 split instructions (a cvt and a subtraction a value)
- * per mma (v8: 0.5 and 1.0), so 10-20% slower,
- * about 6 ms. The step: 34.45 - (9.2 - 5.3) - (18.4 - 6) = about 18 ms, 1.9x torch.compile's
- * fp32 step (34.45 and 34.74 ms: b2's and torch.compile's steps as the previous timer measured
- * them).
- * Errors: within 2x of cuDNN's fp32 gradients (relative L2 and largest, against the double
- * reference from the same dc), checked by --test on every awkward shape.
- * Measured (H100, KernelBench shape, the record of 2026-11-27): the training step 18.491 ms
- * [18.391 - 18.876] [b3 train_step median_ms min_ms max_ms], in fp32 1.91x torch.compile
- * [compile/b3 train_step] (35.24 [compile train_step]) and 1.90x eager [eager/b3 train_step]
- * (35.19 [eager train_step]); PyTorch's default precision, whose dx and dw run in TF32, is ahead:
- * b3 takes 1.92x [b3 train_step / compile train_step default] torch.compile's 9.62 ms
- * [compile train_step default] there. Alone (L2 flushed): dx 5.872 ms (39.5 TFLOP/s, cuDNN's
- * 9.215), dw 6.199 ms (37.4, cuDNN's 18.418); dx came out as predicted within 11%, dw within 4%.
- * Errors against the double reference (the run of 2026-11-23): dx rel_l2 3.6e-7 (cuDNN 3.9e-7),
- * dw 6.9e-7 (cuDNN 7.3e-7). Against the double backward of the same dc instead of the exact dc's
- * (the check since commit c4b5cf0, which no longer hands dc's rounding to both alike; the record
- * again): dx 2.2e-7 (cuDNN 2.5e-7), dw 6.5e-7 (6.8e-7); on the small test shapes' short sums up
- * to 3.8x cuDNN's relative L2 error and 7.2x its largest (seeds 1 to 8), where 3xTF32's product
- * error (up to 3 x 2^-22) shows, so --test's rule is now 12x, not the 2x predicted here
- * (problem.cu, B3_PEER_RATIO). Nsight Compute (1x32x16x128x128): dx's kernel has v8's profile
- * (tensor pipe 38% busy, 51% of issue slots, 7.3 cycles between a warp's instructions; v8: 41%,
- * 53%, 7.2); dw's is slower per mma (31%, 45%, 9.4 cycles), and reads 142 MB from DRAM where dc
- * and x are 101 MB: the four blocks of a share do not always meet in L2.
- * Tried (2026-11-23, the previous timer): dx on the forward's 256-position tile, 4 warps of 32
- * channels, three blocks an SM (12 warps, against 16 now): the step 19.38 ms (18.58 with the
- * 8-warp tile in the same run). dw with one wave of shares (66, each summing 124 tiles): as fast
- * (6.27 ms) and 1.6x cuDNN's error (rel_l2 1.2e-6); four waves shorten each running sum 4x and
- * halve the error, as the rounding error of a sum grows with the square root of its length.
+ * Defect of b2: its training step is the library's. Of b2's 34.39 ms [b2 train_step], cuDNN's
+ * dx and dw take 27.6 (the README's per-op table), at 25 and 12.6 TFLOP/s against its forward's
+ * 39, though each is the same 232 GFLOP; PyTorch in fp32 picks the same engines.
+ * Change: dx and dw on v8's machinery (igemm.cuh's tile, mma.cuh's fragments, 3xTF32), dbias
+ * by b2's deterministic sum. dx is a conv of dc with the kernel flipped and the channels
+ * swapped (derived above own_dx), so it runs v8's kernel as conv_mma<3, 64, 32>; dw is a GEMM
+ * whose long dimension is the 2.1 million positions (derived above b3_dw_3xtf32), summed in
+ * shares that a second kernel adds in a fixed order, so dw is deterministic.
+ * Prediction: each about v8's conv time, 5.3 ms; dw's mma need more shared loads and splits
+ * (0.61 and 1.22 a mma, v8's 0.5 and 1.0), so 10-20% slower, about 6 ms. The step: 34.4
+ * [b2 train_step] - (9.2 - 5.3) - (18.4 - 6), about 18 ms. Errors: a 3xTF32 product is off by up
+ * to 1.25 x 2^-20 (common/tf32.cuh), 20 times the 2^-24 of an FMA's additions, so --test holds
+ * dx's and dw's errors within 20x cuDNN's (problem.cu, B3_PEER_RATIO).
+ * Measured (H100, KernelBench shape): the step 18.49 ms [b3 train_step], 56.2% of the floor
+ * [b3 train_step pct_floor], 1.86x b2 [b2/b3 train_step]; in fp32 1.91x torch.compile
+ * [compile/b3 train_step]; PyTorch's default precision, whose dx and dw run in TF32, is ahead:
+ * 0.52x its speed [compile train_step default / b3 train_step]. Alone: dx 5.87 ms and dw 6.20
+ * (cuDNN's 9.22 and 18.42: the README's gradient table), their errors 0.88x and 0.96x cuDNN's
+ * at this shape, up to 3.8x and 7.2x on the test shapes' short sums. Tried: dx on the forward's
+ * tile, and dw in one wave of shares: both lost (LABBOOK.md).
  */
 #include "mma.cuh"
 
@@ -91,7 +32,7 @@
 #define DW_BLOCKS_PER_SM 2
 /* position shares: 4 waves of blocks (a wave: as many as the GPU holds at once, 132 SMs x 2
  * here), so that each sums a quarter of what one wave's would (the rounding error of a running
- * sum grows with the square root of its length; see the measured figures) */
+ * sum grows with the square root of its length: one wave measured twice the error, LABBOOK.md) */
 #define DW_WAVES 4
 
 /* tile i of the volume (row-major over sample, plane pair, row quad, column run: tile_grid's
@@ -137,11 +78,35 @@ __device__ static inline void load_dc_tile(float *s_dc, const float *__restrict_
     }
 }
 
+/*
+ * dw. With respect to the weights,
+ *
+ *     dw[co][ci][k] = sum over samples n and positions p of dc[n][co][p] x[n][ci][p + k - 1]
+ *
+ * a GEMM with M = 64 output channels, GEMM-N = 32 x 27 = 864 (input channel, tap), and K =
+ * every position of every sample (2.1 million). It multiplies the same two tiles as v8 (x's
+ * patch, and dc where v8 had the weights), summed the other way: each block takes a share of
+ * the positions and sums them into a partial dw; b3_dw_sum adds the partials in a fixed order.
+ *
+ * A block: one chunk of 8 input channels (216 of GEMM-N) by all 64 output channels, 13824
+ * sums, 48 a thread in 9 warps; warp q takes the taps (kd, kh) = (q / 3, q % 3), kw = 0 .. 2.
+ * It walks tiles of 256 positions (igemm.cuh's) with a stride of the number of shares: for
+ * each, dc's 64 x 256 values and x's 8-channel patch in shared memory, then 32 steps of k = 8
+ * adjacent positions, with mma.cuh's fragments in swapped roles:
+ *
+ *     a0 = dc[co g][position t]            b0 = x[ci g][position t + tap]
+ *
+ * so A's 32 reads are 8 channels x 4 adjacent positions; a channel stride of 260 = 4 (mod 32)
+ * puts them in 32 different banks (v8's 8 (mod 32) would cost this pattern a 2-way conflict);
+ * the same for x with 836. The four blocks of a share (its 4 chunks) are adjacent in the grid,
+ * so they run at the same time on the same tiles: dc comes from DRAM about once, from L2 the
+ * other three times.
+ */
 /* Block (chunk, share): the partial dw of input channels 8 chunk .. + 7 over tiles share,
  * share + shares, ..., into part[share][co][ci][tap] (PyTorch's order). */
 __global__ void __launch_bounds__(DW_THREADS, DW_BLOCKS_PER_SM)
-    k_dw_3xtf32(const float *__restrict__ x, const float *__restrict__ dc, float *__restrict__ part,
-                int n_tiles, int d, int h, int w)
+    b3_dw_3xtf32(const float *__restrict__ x, const float *__restrict__ dc, float *__restrict__ part,
+                 int n_tiles, int d, int h, int w)
 {
     extern __shared__ float4 smem4[];
     float *s_dc = reinterpret_cast<float *>(smem4), *s_x = s_dc + C_OUT * DS;
@@ -204,7 +169,7 @@ __global__ void __launch_bounds__(DW_THREADS, DW_BLOCKS_PER_SM)
 }
 
 /* dw = the shares' partials, added in order: thread i, weight i */
-__global__ void k_dw_sum(const float *__restrict__ part, float *__restrict__ dw, int shares)
+__global__ void b3_dw_sum(const float *__restrict__ part, float *__restrict__ dw, int shares)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N_WEIGHT) {
@@ -225,21 +190,36 @@ int dw_shares_max(int sm_count)
 
 void own_dw(const run_ctx *r)
 {
-    SMEM_OPT_IN(k_dw_3xtf32, DW_SMEM_BYTES);
+    SMEM_OPT_IN(b3_dw_3xtf32, DW_SMEM_BYTES);
     const shape *s = &r->sh;
     dim3 tiles = tile_grid<C_OUT>(s); /* the forward's tiles, numbered as tile_at reads them */
     int n_tiles = tiles.x * tiles.y * tiles.z;
     int shares = dw_shares_max(r->sm_count);
     if (shares > n_tiles)
         shares = n_tiles;
-    k_dw_3xtf32<<<dim3(N_CHUNKS, shares), DW_THREADS, DW_SMEM_BYTES>>>(r->x, r->dc, r->dw_part,
-                                                                        n_tiles, s->d, s->h, s->w);
-    k_dw_sum<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_part, r->dw, shares);
+    b3_dw_3xtf32<<<dim3(N_CHUNKS, shares), DW_THREADS, DW_SMEM_BYTES>>>(r->x, r->dc, r->dw_part,
+                                                                         n_tiles, s->d, s->h, s->w);
+    b3_dw_sum<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_part, r->dw, shares);
 }
 
+/*
+ * dx. The forward is c[co][p] = sum over ci, k of w[co][ci][k] x[ci][p + k - 1], with p a
+ * position (d, h, w), k a tap (kd, kh, kw), each component 0 .. 2, and x zero outside the
+ * volume (padding 1). x[ci][p] reaches c[co][p - k + 1], so its gradient is
+ *
+ *     dx[ci][p] = sum over co, k of w[co][ci][k] dc[co][p - k + 1]
+ *               = sum over co, k' of w[co][ci][2 - k'] dc[co][p + k' - 1]      (k' = 2 - k)
+ *
+ * with dc zero outside the volume (those c do not exist): a conv of dc with padding 1, the
+ * kernel flipped in every component (the flat tap index 9 kd + 3 kh + kw becomes 26 - tap) and
+ * the channels swapped: 64 in, 32 out, same size. It is v8's conv (07-v7-tf32.cu's
+ * conv_mma<3, 64, 32>) on weights rearranged once (b3_weights_dx). With 32 output channels the
+ * tile doubles its rows (2 x 8 x 32 positions, igemm.cuh), so that the block is still 8 warps
+ * of 64 positions x 32 channels.
+ */
 /* dx's weights in the order its tile reads them, w_dx[co][tap][ci] = w[co][ci][26 - tap]:
  * thread i, i = (co 27 + tap) 32 + ci */
-__global__ void k_weights_dx(const float *__restrict__ w, float *__restrict__ w_dx)
+__global__ void b3_weights_dx(const float *__restrict__ w, float *__restrict__ w_dx)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N_WEIGHT) {
@@ -250,7 +230,7 @@ __global__ void k_weights_dx(const float *__restrict__ w, float *__restrict__ w_
 
 void own_dx(const run_ctx *r)
 {
-    k_weights_dx<<<(N_WEIGHT + 255) / 256, 256>>>(r->weight, r->w_dx);
+    b3_weights_dx<<<(N_WEIGHT + 255) / 256, 256>>>(r->weight, r->w_dx);
     conv_mma<3, C_OUT, C_IN>(&r->sh, r->dc, r->w_dx, NULL, r->dx);
 }
 

@@ -10,16 +10,17 @@
  * again.
  * Prediction: c read once from DRAM is the 0.18 ms floor; the second read comes partly from
  * L1/L2, so between 1x and 2x the floor (0.18 to 0.36 ms).
- * Measured: 0.354 ms [v3 epilogue_fwd], 1.9x the floor [v3 epilogue_fwd median_ms/floor_ms] and
- * slower than v1. Most likely the second pass reads DRAM again: between a thread's two reads of a
- * window every resident thread reads 64 windows, 2 MB apart (one channel plane each), far more than
- * L1 holds (not profiled).
+ * Measured (H100): 0.354 ms [v3 epilogue_fwd], 1.9x the floor [v3 epilogue_fwd median_ms/floor_ms]
+ * (51.5% of it [v3 epilogue_fwd pct_floor]), 0.72x v1 [v1/v3 epilogue_fwd]: slower than v1. Most
+ * likely the second pass reads DRAM again: between a thread's two reads of a window every
+ * resident thread reads 64 windows, 2 MB apart (one channel plane each), far more than L1
+ * holds (not profiled).
  */
 #include "model.h"
 #include "window.cuh"
 
-__global__ void k_epilogue_two_pass(const float *__restrict__ c, float *__restrict__ y, int n_pos,
-                                    int d, int h, int w)
+__global__ void v3_epilogue_two_pass(const float *__restrict__ c, float *__restrict__ y, int n_pos,
+                                     int d, int h, int w)
 {
     int pd = d / 2, ph = h / 2, pw = w / 2, sc = d * h * w;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
@@ -47,5 +48,5 @@ void v3_launch(const run_ctx *r, int scope)
     int n = (int)out_elems(s);
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    k_epilogue_two_pass<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->y, n, s->d, s->h, s->w);
+    v3_epilogue_two_pass<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->y, n, s->d, s->h, s->w);
 }

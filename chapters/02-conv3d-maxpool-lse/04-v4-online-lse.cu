@@ -7,15 +7,15 @@
  *     p > m:  s = s exp(m - p) + 1, m = p        otherwise:  s = s + exp(p - m)
  * One pass, every byte of c read once. __expf/__logf: the accuracy checks still pass.
  * Prediction: 537.9 MB read once: the 0.18 ms floor at the copy ceiling, half of v3's time.
- * Measured: 0.192 ms [v4 epilogue_fwd], 95% of the copy ceiling [v4 epilogue_fwd pct_ceiling],
- * 1.32x v1 [v1/v4 epilogue_fwd].
+ * Measured (H100): 0.192 ms [v4 epilogue_fwd], 94.7% of the floor [v4 epilogue_fwd pct_floor],
+ * 1.84x v3 [v3/v4 epilogue_fwd], 1.32x v1 [v1/v4 epilogue_fwd].
  */
 #include "lse.cuh"
 #include "model.h"
 #include "window.cuh"
 
-__global__ void k_epilogue_online(const float *__restrict__ c, float *__restrict__ y, int n_pos,
-                                  int d, int h, int w)
+__global__ void v4_epilogue_online(const float *__restrict__ c, float *__restrict__ y, int n_pos,
+                                   int d, int h, int w)
 {
     int sc = d * h * w;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
@@ -37,5 +37,5 @@ void v4_launch(const run_ctx *r, int scope)
     int n = (int)out_elems(s);
     if (scope == SCOPE_MODEL_FWD)
         conv_forward(r);
-    k_epilogue_online<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->y, n, s->d, s->h, s->w);
+    v4_epilogue_online<<<grid_for(n, 256, r->sm_count), 256>>>(r->c, r->y, n, s->d, s->h, s->w);
 }

@@ -1,10 +1,9 @@
 /*
  * v6: our own conv, an implicit GEMM on the FMA units (read igemm.cuh first)
  *
- * Defect of v5: the epilogue is done (0.177 ms [v5 epilogue_fwd], 103% of the copy ceiling
- * [v5 epilogue_fwd pct_ceiling]) and the model still takes 6.1 ms [v5 model_fwd]: cuDNN's fp32 conv
- * is 5.9 ms of it, 232 GFLOP at 39 TFLOP/s, 59% of the H100's 67 TFLOP/s FMA peak. Nothing more
- * comes from the epilogue; the conv has to become ours.
+ * Defect of v5: the epilogue is done (0.177 ms [v5 epilogue_fwd], at the copy ceiling) and the
+ * model still takes 6.11 ms [v5 model_fwd]: cuDNN's fp32 conv is almost all of it, 232 GFLOP at
+ * 39 TFLOP/s, 59% of the H100's 67 TFLOP/s FMA peak. The conv has to become ours.
  *
  * Change: the conv as a tiled matrix product (igemm.cuh), before any tensor core, so that the
  * tiling is the lesson and the arithmetic stays plain FMA. A block of 256 threads (8 warps)
@@ -14,22 +13,20 @@
  * reads of the weights (the same address in every lane: a broadcast), 64 FMAs. That is the
  * register blocking that makes a GEMM fast: each value read from shared memory feeds 8 FMAs.
  *
- * Prediction: 64 FMAs for 10 shared loads and about 4 other instructions; with FMA at one
- * instruction a cycle per scheduler, about 80% of issue slots are FMAs, so at best ~0.8 x 67 =
- * 54 TFLOP/s, with occupancy (16 warps an SM, 4 per scheduler) and the chunk loads taking
- * their share: 40-45 TFLOP/s, 5.2-5.8 ms for the conv, about cuDNN's fp32 5.9 ms. That is the
- * point: the FMA path has no 2x left in it. The tensor cores (v7) do.
- * Measured (H100, KernelBench shape, the record of 2026-11-27): the conv alone 6.151 ms,
- * 37.7 TFLOP/s (cuDNN's 5.922 ms, 39.2), same error as cuDNN's (rel_l2 4.9e-7); the whole
- * model 6.332 ms [v6 model_fwd]. Below the prediction: Nsight Compute (1x32x16x128x128) shows 81%
- * of issue slots used and the FMA pipe 65% busy: the loads, the address arithmetic and the chunk
- * loads (during which a block computes nothing) take the rest.
+ * Prediction: 64 FMAs for 10 shared loads and about 4 other instructions, so at best ~80% of
+ * issue slots are FMAs, ~54 TFLOP/s; with occupancy (4 warps a scheduler) and the chunk loads,
+ * 40-45 TFLOP/s: about cuDNN's speed. The FMA path has no 2x left in it; the tensor cores do.
+ * Measured (H100, KernelBench shape): the whole model 6.33 ms [v6 model_fwd], 54.7% of the
+ * floor [v6 model_fwd pct_floor], 0.97x v5 [v5/v6 model_fwd]; the conv alone at 37.7 TFLOP/s
+ * against cuDNN's 39.2 (the conv table of the README), with cuDNN's error. Below the
+ * prediction: Nsight Compute shows 81% of issue slots used and the FMA pipe 65% busy; the
+ * loads, the address arithmetic and the chunk loads take the rest.
  */
 #include "igemm.cuh"
 
 __global__ void __launch_bounds__(IGEMM_THREADS, 2)
-    k_conv_ffma(const float *__restrict__ x, const float *__restrict__ w_k,
-                const float *__restrict__ bias, float *__restrict__ c, int d, int h, int w)
+    v6_conv_ffma(const float *__restrict__ x, const float *__restrict__ w_k,
+                 const float *__restrict__ bias, float *__restrict__ c, int d, int h, int w)
 {
     extern __shared__ float4 smem4[];
     float *s_in = reinterpret_cast<float *>(smem4), *s_w = s_in + CI_CHUNK * CS;
@@ -83,11 +80,11 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 
 void conv_ffma(const run_ctx *r, float *c)
 {
-    SMEM_OPT_IN(k_conv_ffma, SMEM_BYTES);
+    SMEM_OPT_IN(v6_conv_ffma, SMEM_BYTES);
     const shape *s = &r->sh;
     weights_kmajor(r);
-    k_conv_ffma<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, c, s->d,
-                                                             s->h, s->w);
+    v6_conv_ffma<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, c,
+                                                                      s->d, s->h, s->w);
 }
 
 /* the whole model: our conv, then v5's epilogue reading c */

@@ -14,21 +14,14 @@
  *   4. the logsumexp over 64 channels: 8 threads a window, 8 channels each (channel j of
  *      thread k is 8j + k: the 32 threads of a warp then read 32 different banks), merged
  *      with shuffles (lse.cuh's online logsumexp and lse_merge), relu, one float written.
- * Only y (1 MB) leaves the SM.
- *
- * Prediction: v8's conv time minus c's write (0.18 ms at the ceiling) and the epilogue's
- * launch and read (v5, 0.18 ms [v5 epilogue_fwd]); the epilogue's few hundred instructions a
- * block are small against the conv's 27 x 4 taps.
- * Measured (H100, KernelBench shape, the record of 2026-11-27): the whole model 4.9363 ms
- * [4.9233 - 4.9475] [v9 model_fwd median_ms min_ms max_ms], 47.0 TFLOP/s [v9 model_fwd] effective,
- * in fp32 1.24x torch.compile [compile/v9 model_fwd] (6.14 ms [compile model_fwd]) and 1.31x eager
- * [eager/v9 model_fwd] (6.48 [eager model_fwd]), at fp32 accuracy (y rel_l2 against the double
- * model in the table's verification). 0.536 ms [v8-v9 model_fwd] less than v8, 0.18 ms more than
- * the predicted 0.36; the profile does not say where the extra came from. Nsight Compute
- * (1x32x16x128x128): 2.75 MB written to DRAM against v8's 57.6 MB. PyTorch's default precision,
- * whose conv runs in TF32, is ahead: v9 takes 2.16x [v9 model_fwd / compile model_fwd default]
- * torch.compile's 2.28 ms [compile model_fwd default] there. The README's target, 3.0 ms at fp32
- * accuracy, needs a faster 3xTF32 conv (v8).
+ * Only y (1 MB) leaves the SM. (A shuffle, __shfl_xor_sync, hands a register to the lane whose
+ * index differs in the given bits; chapter 4 teaches them.)
+ * Prediction: v8's time minus c's write and v5's read, about 0.36 ms.
+ * Measured (H100, KernelBench shape): 4.94 ms [v9 model_fwd], 70.2% of the floor
+ * [v9 model_fwd pct_floor], 1.11x v8 [v8/v9 model_fwd]: 0.54 ms [v8-v9 model_fwd] saved, more
+ * than predicted (the profile does not say where the rest came from). In fp32, 1.24x
+ * torch.compile [compile/v9 model_fwd]; PyTorch's default precision, whose conv runs in TF32,
+ * is ahead: 0.46x its speed [compile model_fwd default / v9 model_fwd].
  */
 #include "lse.cuh"
 #include "mma.cuh"
@@ -38,8 +31,8 @@
 #define POOL_STRIDE 72
 
 __global__ void __launch_bounds__(IGEMM_THREADS, 2)
-    k_fused(const float *__restrict__ x, const float *__restrict__ w_k,
-            const float *__restrict__ bias, float *__restrict__ y, int d, int h, int w)
+    v9_fused(const float *__restrict__ x, const float *__restrict__ w_k,
+             const float *__restrict__ bias, float *__restrict__ y, int d, int h, int w)
 {
     extern __shared__ float4 smem4[];
     float *s_in = reinterpret_cast<float *>(smem4), *s_w = s_in + CI_CHUNK * CS;
@@ -93,9 +86,9 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 void v9_launch(const run_ctx *r, int scope)
 {
     (void)scope;
-    SMEM_OPT_IN(k_fused, SMEM_BYTES);
+    SMEM_OPT_IN(v9_fused, SMEM_BYTES);
     const shape *s = &r->sh;
     weights_kmajor(r);
-    k_fused<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, r->y, s->d, s->h,
-                                                         s->w);
+    v9_fused<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, r->y,
+                                                                  s->d, s->h, s->w);
 }

@@ -10,28 +10,28 @@
  * but up to the whole 537 MB in 32-byte sectors unless they merge in L2 with the memset's:
  * 0.8 to 1.3 GB. Prediction: with v1's 0.68 GB forward, 1.5 to 2.0 GB against the 1.61 GB
  * floor of forward + backward: 0.50 to 0.67 ms at the copy ceiling.
- * Measured: 0.816 ms [b1 epilogue_fwdbwd] for forward + backward, 1.50x the floor
- * [b1 epilogue_fwdbwd median_ms/floor_ms] (PyTorch eager: 1.24 ms [eager epilogue_fwdbwd],
- * torch.compile 1.10 [compile epilogue_fwdbwd]).
+ * Measured (H100, KernelBench shape): 0.816 ms [b1 epilogue_fwdbwd] for forward + backward,
+ * 66.9% of the floor [b1 epilogue_fwdbwd pct_floor] (PyTorch eager: 1.24 ms
+ * [eager epilogue_fwdbwd], torch.compile 1.10 [compile epilogue_fwdbwd]).
  *
  * The training step (b1 and b2): cuDNN's conv, the epilogue forward and backward, then the
  * conv's gradients: cuDNN's dx (backward data) and dw (backward filter), and dbias: cuDNN's
  * backward bias in b1, a deterministic two-stage reduction of our own in b2 (and b3, which
- * computes dx and dw itself: b3-own-gradients.cu).
+ * computes dx and dw itself: 12-b3-own-gradients.cu).
  */
 #include "model.h"
 #include "reduce.cuh"
 
-__global__ void k_relu_backward(const float *__restrict__ g, const float *__restrict__ y,
-                                float *__restrict__ dz, int n)
+__global__ void b1_relu_backward(const float *__restrict__ g, const float *__restrict__ y,
+                                 float *__restrict__ dz, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         dz[i] = y[i] > 0.0f ? g[i] : 0.0f;
 }
 
-__global__ void k_logsumexp_backward(const float *__restrict__ p, const float *__restrict__ z,
-                                     const float *__restrict__ dz, float *__restrict__ dp,
-                                     int n_pos, int s)
+__global__ void b1_logsumexp_backward(const float *__restrict__ p, const float *__restrict__ z,
+                                      const float *__restrict__ dz, float *__restrict__ dp,
+                                      int n_pos, int s)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pos; i += gridDim.x * blockDim.x) {
         int n = i / s, q = i - n * s;
@@ -44,8 +44,8 @@ __global__ void k_logsumexp_backward(const float *__restrict__ p, const float *_
 
 /* windows do not overlap (stride = kernel = 2), so each pooled value owns its 8 elements and
  * the scatter needs no atomics */
-__global__ void k_maxpool_backward(const float *__restrict__ dp, const int *__restrict__ idx,
-                                   float *__restrict__ dc, int total, int d, int h, int w)
+__global__ void b1_maxpool_backward(const float *__restrict__ dp, const int *__restrict__ idx,
+                                    float *__restrict__ dc, int total, int d, int h, int w)
 {
     int pd = d / 2, ph = h / 2, pw = w / 2;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -61,10 +61,10 @@ static void b1_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int n = (int)out_elems(s), total = (int)pool_elems(s);
-    k_relu_backward<<<grid_for(n, 256, r->sm_count), 256>>>(r->g, r->y, r->dz, n);
-    k_logsumexp_backward<<<grid_for(n, 256, r->sm_count), 256>>>(r->p, r->z, r->dz, r->dp, n, s->s);
+    b1_relu_backward<<<grid_for(n, 256, r->sm_count), 256>>>(r->g, r->y, r->dz, n);
+    b1_logsumexp_backward<<<grid_for(n, 256, r->sm_count), 256>>>(r->p, r->z, r->dz, r->dp, n, s->s);
     CUDA_CHECK(cudaMemsetAsync(r->dc, 0, sizeof(float) * conv_elems(s), 0));
-    k_maxpool_backward<<<grid_for(total, 256, r->sm_count), 256>>>(r->dp, r->idx, r->dc, total,
+    b1_maxpool_backward<<<grid_for(total, 256, r->sm_count), 256>>>(r->dp, r->idx, r->dc, total,
                                                                     s->d, s->h, s->w);
 }
 
