@@ -115,8 +115,9 @@ SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 # of work (MANY_N: the shape; MANY_RUNS_N: version:kernel pairs), so that the reuse of their
 # buffers and barriers runs under the tools: here v15 to v18 at 140 samples, more than twice the
 # teams that fit (66 on an H100), so some teams take a third sample. Only the kernels whose names
-# contain the given text are instrumented (--kernel-name kns=; ours: k_conv is k_conv_stats and
-# k_conv_apply, k_team b3's two): with cuDNN's kernels instrumented as well, racecheck ran past
+# contain the given text are instrumented (--kernel-name kns=; chapter 4's: conv_ is v8's
+# k_conv_stats and v8_conv_apply, _team_ b3's forward and backward teams): with cuDNN's kernels
+# instrumented as well, racecheck ran past
 # 400 s at this shape; with v18's alone, 10 s.
 MANY_03 := 140x3x4x35x37
 MANY_RUNS_03 := v15:k_register_conv v16:k_register_conv v17:k_register_conv v18:k_register_conv
@@ -128,7 +129,7 @@ SWEEP_04 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x8x128x128)
 # each. (At the small shape every team and block has one. v6's racecheck at 13 samples found a
 # race there, since fixed: its comment; this shape was not run on the old code.)
 MANY_04 := 5x8x128x128
-MANY_RUNS_04 := v6:k_team v8:k_conv v9:k_conv b3:k_team b4:k_dw
+MANY_RUNS_04 := v6:v6_team v8:conv_ v9:k_conv b3:_team_ b4:b4_dw
 SHAPE_05 := 32x32x32x64x64
 SMALL_05 := 2x32x3x5x7
 SWEEP_05 := $(foreach b,1 2 4 8 16,$(b)x32x32x64x64)

@@ -116,7 +116,7 @@ for s in $stages; do
                   cp "$(sh common/datadir.sh)/ch0$c.csv" "$LOGS/chapter-ch0$c.csv"; done ;;
     dram) for v in v4 v5 v6 v7 v8 v9 b3; do step dram-$v ncu --cache-control none --metrics \
               dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
-              --kernel-name regex:'k_(stats|apply|team|conv)' \
+              --kernel-name regex:'(k|[vb][0-9])_(stats|apply|team|conv)' \
               --launch-count 4 build/ch04 --version $v --reps 1 --shape 32x8x128x128; done ;;
     findlog) for c in $CHAPTER_NUMBERS; do step findlog$c env CONV_FIND_LOG=1 build/ch0$c \
                  --version b1 --reps 3; done ;;
@@ -139,10 +139,10 @@ for s in $stages; do
             step kb$c build/ch0$c $(args_of $c) --csv $d/ch0$c.csv; done ;;
     ncu2) for v in v6 v7 v8 v9 b3; do n=1; [ $v = b3 ] && n=2 # b3: dx, then dw
           step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
-              --kernel-name regex:'k_(conv_ffma|conv_mma|fused|dw_3xtf32)' --launch-count $n build/ch02 \
+              --kernel-name regex:'(v6_conv_ffma|v7_conv_mma|v9_fused|b3_dw_3xtf32)' --launch-count $n build/ch02 \
               --version $v --shape 1x32x16x128x128 --reps 1; done ;;
     ncu5) step ncu5-v7 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active \
-              --kernel-name regex:'k_(weights|convt|rows)' --launch-count 3 build/ch05 --version v7 \
+              --kernel-name regex:'v7_(weights|convt|rows)' --launch-count 3 build/ch05 --version v7 \
               --reps 1 ;;
     ncu) step ncu make -s profile CH=${NCU_CH:-3} V=${NCU_V:-v1} ARCH=sm_90 NCU_ARGS="${NCU_ARGS:-}" ;;
     *) echo "unknown stage $s"; status=1 ;;
