@@ -4,8 +4,11 @@
 #   chNN-sweep.csv -> plots/<gpu>/chNN-time.png, .svg  time against batch size (sweep.gp)
 #   chNN.csv       -> plots/<gpu>/chNN-bars.png, .svg  each version at the KernelBench shape
 #                                                      against its floor (bars.gp)
-# with PyTorch's rows from pytorch-chNN.csv where that file exists. Only plots/<gpu>/ of a GPU
-# with data is written, so a learner's run never touches plots/h100/. One line per file written.
+# with PyTorch's rows from pytorch-chNN.csv where that file exists (and, for the bars, its errors
+# from pytorch-chNN-error.csv: which of its default-precision convs ran in TF32). Every GPU with
+# data is drawn, data/h100/ included: plots/h100/ is redrawn from the committed CSVs (the same
+# figures unless data/h100/ or these scripts changed). A learner's own runs on an H100 go to
+# data/h100-mine/ (the Makefile), so their plots go to plots/h100-mine/. One line per file written.
 # DATA and PLOTS override data/ and plots/ (to try the scripts on other CSVs).
 # Exit 2 without gnuplot, 1 if a plot failed.
 command -v gnuplot >/dev/null 2>&1 || {
@@ -27,8 +30,9 @@ for d in "$data"/*/; do
         # "3 (conv3d-instnorm-max)" from the chapter's folder name, "3" where there is none
         chname=$(ls -d chapters/"$ch"-* 2>/dev/null | head -n 1 | sed 's|.*/[0-9]*-\(.*\)|(\1)|')
         chname="${ch#0} $chname"
-        peers=$d/pytorch-ch$ch.csv
-        [ -f "$peers" ] || peers=
+        peers=$d/pytorch-ch$ch.csv errs=$d/pytorch-ch$ch-error.csv
+        [ -f "$peers" ] || peers= errs=
+        [ -f "$errs" ] || errs=
         for kind in time bars; do
             src=$d/ch$ch.csv script=bars mode=bars
             [ $kind = time ] && src=$d/ch$ch-sweep.csv script=sweep mode=sweep
@@ -36,7 +40,7 @@ for d in "$data"/*/; do
             out=$plots/$g/ch$ch-$kind
             mkdir -p "$plots/$g" && rm -rf "$tmp"/* && rm -f "$out.png" "$out.svg"
             if ! awk -f plots/prep.awk -v mode=$mode -v tmp="$tmp" -v dir="$g" -v chname="$chname" \
-                    "$src" $peers; then
+                    "$src" $peers $([ $mode = bars ] && echo "$errs"); then
                 echo "FAILED: $src: no rows, or awk could not read it" >&2; rc=1; continue
             fi
             if gnuplot -e "tmp='$tmp'; out='$out'; pngterm='$pngterm'" plots/$script.gp \

@@ -10,8 +10,9 @@
 # chapter to chapter. The README tables give the ratios as numbers (vs eager, vs torch.compile,
 # % of floor), the bar chart (bars.gp) every version at the KernelBench shape.
 #
-# Chapter 3's v2..v7 differ from v8 only in their statistics kernel: the stats panel shows the
-# whole reduction progression, the forward panels only its first and last (prep.awk).
+# Chapter 3's v2..v7 differ from v8 only in their statistics kernel, chapter 4's v2 from v3: the
+# stats panel shows the whole reduction progression, the forward panels only its first and last
+# (prep.awk).
 # Run by plots/render.sh (make plots), which writes tmp/vars.gp and the .dat files.
 load "plots/style.gp"
 load tmp . "/vars.gp"
@@ -21,12 +22,15 @@ set logscale y 10
 set xrange [xmin:xmax]
 set xlabel xlab
 set ylabel "median time, ms (log; lower is better)"
-set key outside below left Left reverse samplen 3 spacing 1.1 font ",10"
-rows = (np + 1) / 2
+# the key to the right of each panel, one panel a row: a key below its panel met the x label,
+# and chapter 3's whole model (19 entries) squeezed its plot to a strip
+set key outside right top vertical Left reverse samplen 3 spacing 1.1 font ",10"
+set lmargin 10
+set rmargin at screen 0.68   # every panel the same width, whatever its key
 do for [fmt in "png svg"] {
-    eval "set terminal " . term(fmt, 1600, 640 * rows + 40)
+    eval "set terminal " . term(fmt, 1600, 460 * np + 70)
     set output out . "." . fmt
-    set multiplot layout rows, 2 title title font ",14"
+    set multiplot layout np, 1 title title font ",14"
     do for [i = 1:np] {
         set title panel("T") font ",12"
         s = panel("S"); vl = panel("V")
@@ -34,7 +38,7 @@ do for [fmt in "png svg"] {
         plot for [v in vl] sprintf("%s/%s-%s.dat", tmp, s, v) using 1:2 \
                  with linespoints lt vid(v) title value("L_" . v), \
              for [k = 1:panel("HF")] sprintf("%s/%s-floor.dat", tmp, s) using 1:2 \
-                 with lines lt 29 title floorlabel
+                 with lines lt 33 title floorlabel
     }
     unset multiplot
     set output
