@@ -31,16 +31,16 @@
  *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)
  *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange, the
  *                               first wave's staggered start
- *   v10-cluster.cu              v10 one pass: 8 blocks a sample hold its values in shared memory,
+ *   20-v10-cluster.cu           v10 one pass: 8 blocks a sample hold its values in shared memory,
  *                                   exchange statistics once through distributed shared memory;
  *                                   the first wave's starts spread over 10 us
- *   v11-row-cluster.cu          v11 v10 with whole channel rows a block: statistics without an
+ *   21-v11-row-cluster.cu       v11 v10 with whole channel rows a block: statistics without an
  *                                   exchange, the channel max exchanged instead
  *   conv.cuh                    the conv inside a kernel: weights broadcast from shared memory
- *   v12-conv-two-pass.cu        v12 whole model: conv + statistics, then conv again + output
- *   v13-cluster-conv.cu         v13 whole model: v10's cluster computing the conv once
- *   v14-tensor-core-conv.cu     v14 v13 with the conv on tensor cores (3xTF32)
- *   v15-v18-register-conv.cu    v15 v14 with the conv's output in registers, x in shared memory,
+ *   22-v12-conv-two-pass.cu     v12 whole model: conv + statistics, then conv again + output
+ *   23-v13-cluster-conv.cu      v13 whole model: v10's cluster computing the conv once
+ *   24-v14-tensor-core-conv.cu  v14 v13 with the conv on tensor cores (3xTF32)
+ *   25-v15-v18-register-conv.cu v15 v14 with the conv's output in registers, x in shared memory,
  *                                   persistent clusters
  *                               v16 v15 with the conv on Hopper's wgmma (sm_90a)
  *                               v17 v16 without clusters: teams of blocks on every SM of a
@@ -50,8 +50,8 @@
  *   b1-autograd.cu              b1  autograd-like backward: v1 saving a, xh, t, the argmax
  *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
  *   b2-fused-backward.cu        b2  v9, then two recomputing kernels
- *   b3-cluster-backward.cu      b3  v10, then one cluster kernel: c and g read once
- *   b4-b6-saved-argmax.cu       b4  v10 saving each position's argmax, then the sums from it and
+ *   26-b3-cluster-backward.cu   b3  v10, then one cluster kernel: c and g read once
+ *   27-b4-b6-saved-argmax.cu    b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
  *                               b5  b4 with dm derived from those sums: no dm in the stream, no
  *                                   kernel for it; the forward keeps the clamp bit in its loop

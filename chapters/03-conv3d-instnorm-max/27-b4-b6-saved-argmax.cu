@@ -8,7 +8,7 @@
  * the other 15), so b3 recomputes the argmax from c before it sums. Its backward takes about
  * 0.121 ms (b3's 0.1857 [b3 epilogue_fwdbwd] less v10's 0.0645 [v10 epilogue_fwd]) against a 0.071
  * ms floor.
- * Change: the forward already knows each position's winner. v10_saving (v10-cluster.cu) writes
+ * Change: the forward already knows each position's winner. v10_saving (20-v10-cluster.cu) writes
  * it, one byte a position: the channel in bits 0 to 3, and WIN_INSIDE (bit 7, model.h) where
  * the winner's xh is inside the clamp, so that its gradient passes (PyTorch's max saves its
  * indices for the same reason, as b1 does, in an int). Then the backward needs c only where dc
