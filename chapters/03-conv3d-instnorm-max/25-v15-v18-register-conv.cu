@@ -1,464 +1,101 @@
 /*
- * v15 to v18: the whole model with the conv's output in registers and x in shared memory
- * (Hopper)
+ * v15: v14's conv with its output in registers, x in shared memory, persistent clusters (Hopper)
  *
- * One kernel, k_register_conv, serves all four. v16 differs where `WGMMA` says: the conv's
- * inner loop (conv_wgmma against v15's conv_mma_sync, with the fence that hands B to it) and the
- * exchange of the statistics (pushed by st.async: cluster_push and cluster_merge_pushed, their
- * buffer and mbarriers, against v15's cluster_merge). v17 is v16 where `TEAM` says: no cluster,
- * the blocks of a sample in a team of a cooperative launch, the exchange through L2
- * (team_publish and team_merge), y folded (lane_max_folded), and the conv in 10 steps with its
- * 81st column by FFMA. v18 is v17 where `HALVES` says: each half of the block a member of its
- * own team, so that one half's conv runs while the other's statistics, exchange and y do.
+ * v15 to v18 share one kernel, k_register_conv: v16 differs where `WGMMA` says, v17 where
+ * `TEAM` says, v18 where `HALVES` says.
  *
- * v15: v14's tensor-core conv with its output in registers and x in shared memory
+ * Defect of v14: its gathers of x wait on L1 misses: its two 113 KB slices of conv output fill
+ * shared memory and leave about 28 KB of L1 for x (77% hits).
+ * Change: the conv's output stays where the mma leaves it, in the accumulators: a warp keeps 7
+ * tiles of 16 corners x 16 channels (56 of a thread's 128 registers; one 512-thread block an SM).
+ * A corner is a position of the input's index space, od (H W) + oh W + ow; its taps are
+ * x[corner + tap offset]. The 12% of corners that are not output positions are computed and
+ * dropped, and in exchange a tile's rows stand a fixed 4 corners apart, so the loop addresses x
+ * with immediate offsets. Shared memory now holds the block's window of x (its 1792 corners and
+ * their taps), so a gather is an LDS; v15_columns deals the taps over the column groups by their
+ * offset mod 4, so that most groups' LDS fall in 32 banks. With one block an SM, only 15
+ * clusters of 8 fit (a cluster's SMs share a GPC), so the clusters are persistent: each takes
+ * samples n, n + 15, ..., and copies the next sample's window (cp.async, two buffers) while it
+ * computes this one. The registers alone tied with v14; the persistence carries the gain.
+ * Prediction (from a timeline of the non-persistent form): 9 rounds of 15.2 us, about 0.14 ms.
+ * Measured: 0.1507 ms [v15 model_fwd], 42% of the floor [v15 model_fwd pct_floor], 1.22x v14
+ * [v14/v15 model_fwd]; about 16 us a round. ncu: the first stall is now the tensor pipe itself.
+ * Tried (LABBOOK.md: the steps, and 8 tiles a warp in clusters of 7).
+ */
+/*
+ * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200)
  *
- * Defect of v14: its gathers of x wait on L1 misses (ncu: 3.78 cycles an instruction of long
- * scoreboard, 77% L1 hits): its two 113 KB slices of conv output fill shared memory and leave
- * about 28 KB of L1 for x.
- * Change, in three steps, each measured (not predicted) until the third:
- * 1. The conv's output stays where the mma leaves it, in the accumulators: a warp keeps 7 tiles of
- *    16 corners x 16 channels, 56 of each thread's 128 registers (512 threads x 128 fill the SM's
- *    64K registers: one block an SM). A corner is a position of the input's index space, od (H W) +
- *    oh W + ow; corner c's taps are x[c + tap offset]. 14 x 32 x 32 = 14336 corners a sample, 8
- *    blocks of 16 warps x 7 tiles x 16 = 1792 corners each (the block's span); the 12% that are not
- *    positions (oh or ow past the output) are computed and dropped, and in exchange a tile's rows
- *    stand a fixed 4 corners apart and its tiles 256 (the layout is at the loop), so the loop
- *    addresses x with immediate offsets, no division. Shared memory now holds the block's window of
- *    x (the span's corners and their taps: 1792 + 2 x 1024 + 2 x 32 + 2 = 3906 floats a channel, 47
- *    KB), so a gather is an LDS. Each LDS of A reads 4 columns at 8 rows 4 corners apart, lane g's
- *    word in bank 4 g plus its column's offset mod 4: the 32 words fall in 32 banks when the 4
- *    columns' offsets differ mod 4, so v15_columns deals the taps, sorted by offset mod 4, over the
- *    column groups (here 27 taps share one class, so 5 of the 22 groups still conflict). The
- *    statistics: two passes over the registers (mean, then centred squares), then v10's exchange
- *    (cluster_merge). Measured (H100, medians of 50, three interleaved rounds): 0.1847, 0.1834,
- *    0.1833 ms against v14's 0.1846, 0.1830, 0.1830: a tie. The conv's loop is 24 instructions a
- *    tile and step against v14's 38 (v15's final loop: 26), and the gathers no longer wait (SASS;
- *    ncu: 16% of the shared-memory wavefronts are bank conflicts, the 5 groups), but the code
- *    around the loop grew: 67.5 million instructions in all against v14's 66.2 (ncu).
- * 2. The rest, trimmed: the statistics of c, scaled by m and m^2 afterwards; y as one FMA per
- *    value, m clamp(c (m rstd) - mean rstd); the corners' positions in y from a table the block
- *    computes once; each step's offsets read one step early. 0.1793, 0.1771 ms against v14's
- *    0.1833, 0.1836 (two rounds). A timeline of this form (not committed: each block writing
- *    %globaltimer at its phase boundaries, medians): 2.94 us loading the window and splitting
- *    the weights, 9.92 us of conv, 3.10 us of statistics and exchange, 2.18 us of y. Only 15
- *    clusters of 8 fit at once (cudaOccupancyMaxActiveClusters: a cluster's 8 SMs must share a
- *    GPC), so 1024 blocks run in 9 waves on 120 SMs, and with one block an SM nothing overlaps a
- *    block's phases.
- * 3. Persistent clusters: the 15 that fit each take samples n, n + 15, ..., split the weights once,
- *    and copy the next sample's window (cp.async, two buffers, 94 KB) while this one computes.
- *    Predicted from the timeline: 9 rounds of 18.1 - 2.9 = 15.2 us, about 0.14 ms.
- * Measured (H100, medians of 50, three interleaved rounds, in v15's first recording call,
- * 2026-11-25, commit 3059ec6): 0.1523, 0.1522, 0.1523 ms against v14's 0.1841, 0.1842, 0.1841, 17%
- * less time (1.21x).
- * Revised beside v16: the window's copy loop advances its source and destination pointers
- * instead of computing both addresses for every element, and writes the zeros past x's end once a
- * buffer instead of every sample; B lies in wgmma's layout, read as 8 LDS a step (4 of b_hi, 4 of
- * b_lo) where 2 LDS.128 read it; the block's count of positions is taken once. ncu: 58.1 million
- * instructions (59.6 in 3059ec6's profile, before a redundant barrier went). Measured on
- * 2026-11-26: 0.1511, 0.1520, 0.1521 ms against v14's 0.1845, 0.1843, 0.1847, 18% less time; the
- * same as 3059ec6's 0.1523 within the spread between calls, so not claimed as a gain. The batch
- * sweep puts a round at 16.1 us (the record's 0.1507 ms [v15 model_fwd] against 0.0221
- * [v15 model_fwd @8] at 8 samples, over 8 rounds), 0.9 us over the prediction, not analysed. ncu
- * (H100, 2026-11-26, this code; the kernel alone, at its locked clocks): 183.8 us against v14's
- * 223.4; the tensor pipe 37.5% busy, issue slots 48.0%, and the
- * first stall is now the tensor pipe itself (math pipe throttle, 2.07 cycles an instruction), then
- * fixed latencies (1.52) and ready warps waiting for the slot (1.34). What is left: the conv at
- * mma.sync's rate, 9 rounds for 8.53 samples a cluster, and the 5.3 us a round of statistics,
- * exchange and y (the timeline's 3.10 and 2.18) that no other block on the SM overlaps. y's error
- * in make test: rel_l2 3.2e-7 at 1x3x16x32x32, 3.0e-7 at 2x3x4x35x37 (v14: 2.7e-7 to 2.9e-7).
- * Tried (the README's list): 8 tiles a warp, clusters of 7 (the first form; 128 registers, 15
- * clusters still): 0.1995, 0.1975, 0.1977 against 0.1847, 0.1834, 0.1833.
- * Recorded (the README's table, 2026-11-26): 0.1507 ms [0.1499 - 0.1512]
- * [v15 model_fwd median_ms min_ms max_ms], 27.7 TFLOP/s [v15 model_fwd], 3.91x
- * [compile/v15 model_fwd] torch.compile's 0.590 ms [compile model_fwd].
- *
- * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200) and the
- * statistics pushed to the cluster's blocks
- *
- * Defect of v15: its first stall is the tensor pipe (above). mma.sync is a warp's instruction of
- * 16 x 8 x 8: a tile and step takes six of them (two channel halves, three products), 462 a
- * sample in each warp, and the pipe throttles their issue.
- * Change, in six steps, each measured:
- * 1. wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
- *    Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one
- *    instruction that runs asynchronously. A comes from registers, each warp its 16 rows in
- *    mma.sync's A layout, so v15's gathers and splits stay as they are; B comes from shared
- *    memory through a descriptor (its layout: v15_smem); the accumulators keep mma.sync's layout,
- *    so the statistics and y are unchanged. A tile and step is 3 wgmma where it was 6 mma.sync,
- *    committed as one group; A's registers alternate between two buffers, and before one is
- *    rewritten, wait_group 1 ensures the group that read it, two tiles back, is done. In SASS
- *    (nvcc 13.0) a tile and step is 21 instructions: 4 LDS, 12 for the splits, a fence
- *    (WARPGROUP.ARRIVE), 3 HGMMA and the wait (WARPGROUP.DEPBAR); ptxas keeps the wgmmas in
- *    flight (it reports C7512 where it must serialise them).
- *    Predicted: if the conv's 9.9 us a round (the timeline of v15's step 2) were all the tensor
- *    pipe's, half the instructions there could take up to 5 us off each of the 9 rounds: 0.1526 -
- *    0.045, about 0.108 ms.
- *    Measured (H100, medians of 50, three interleaved rounds, 2026-11-26, commit 9fa0206): 0.1440,
- *    0.1440, 0.1440 ms against v15's 0.1511, 0.1520, 0.1521, 5% less time (an earlier call:
- *    0.1434, 0.1433, 0.1436 against 0.1510, 0.1509, 0.1509). Far short of the prediction. ncu
- *    (that code): 173.8 us against v15's 183.8, 56.4 million instructions, issue slots 49.2%; the
- *    math pipe throttle fell from 2.07 to 0.44 cycles an instruction, but waits on the LDS (short
- *    scoreboard) rose from 0.32 to 1.35, and fixed latencies (the splits' dependent chains) stay
- *    at 1.50: with the tensor pipe no longer throttling, the gathers and splits that feed it are
- *    the limit. (ncu's tensor-pipe busy figure, 26.4% against v15's 37.5% for the same products
- *    in less time, does not count the two instructions alike.) A %globaltimer timeline of that
- *    code (an instrumented build, not committed; thread 0 of each block, medians over the samples
- *    after the first) put a round at 1.3 us before the conv (the window's wait and barrier, the
- *    next window's copies issued), 8.5 us of conv (v15: 9.6), 1.4 us of the block's statistics,
- *    2.3 us of exchange and 1.7 us of y. A second build, with a stamp after the cluster barrier,
- *    split the exchange into 0.8 us at the barrier and 1.3 us after it: the remote loads of the 8
- *    blocks' triples and Chan's merge tree of three dependent rounds, each with a division.
- * 2. The exchange pushed (cluster.cuh, cluster_push and cluster_merge_pushed), in two moves,
- *    neither predicted, each measured. First, each block stored its triples into every block's
- *    shared memory before the cluster barrier, where v15's form loads the others' after it, and
- *    merged them as two sums (the count and sum, then the centred squares) instead of Chan's
- *    tree. Three forms in one call, each with the timeline instrumentation: pulled, Chan's tree
- *    0.1471, 0.1476, 0.1458 ms; pushed, Chan's tree 0.1422, 0.1408, 0.1411; pushed, two sums
- *    0.1407, 0.1399, 0.1393 (kept); the time after the barrier 1.18, 0.54, 0.32 us. Committed so
- *    (b91f924: 0.1380, 0.1380, 0.1381 against v15's 0.1514, 0.1514, 0.1512; ncu 166.3 us, and
- *    0.37 cycles an instruction at memory barriers: the cluster barrier's release, MEMBAR.ALL.GPU
- *    in SASS). Then, no cluster barrier a sample: the triples go by st.async, which counts its
- *    bytes down on the receiving block's mbarrier, and each block waits on its own mbarrier for
- *    the ncl x 16 it expects: 0.1332, 0.1330, 0.1330 ms against b91f924's 0.1391, 0.1384, 0.1384
- *    (same call), 4% less time. A block's own triple is a plain store, the peers' st.async. (v15
- *    with the first move's exchange: 0.1458 against 0.1531, instrumented builds in the call of
- *    the three forms; v15 keeps the pulled form, so that each version is one step.)
- * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call,
- * 2026-11-26): 0.1328, 0.1327, 0.1326 ms against v15's 0.1514, 0.1513, 0.1512, 12% less time; the
- * batch sweep puts a round at 14.1 us. ncu (that code): 158.7 us, 55.5 million instructions,
- * issue slots 53.2% busy; per instruction, 1.50 cycles of fixed latencies, 1.48 waiting on LDS,
- * 1.09 for the issue slot, 0.77 of dispatch stalls, 0.44 of math pipe throttle, 0.41 waiting on
- * the wgmma groups, and no memory-barrier stall left. ptxas (nvcc 13.0): 128 registers, and 48
- * bytes spilled, their 36 loads and stores all outside the conv's loop (v15: none). y's error in
- * make test: rel_l2 3.3e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (v15: 3.2e-7, 3.0e-7; the
- * merge's sums round differently from Chan's tree).
- * Tried (the README's list): x split once a sample, into windows of x_hi and x_lo, so that a tile
- * and step is 8 LDS and no split (13 instructions against 21): 0.1785, 0.1788, 0.1772 ms against
- * step 1's 0.1445, 0.1445, 0.1435 (same call). It doubles the shared-memory loads (17.2 million
- * wavefronts against 9.5) and the warps wait on them: short scoreboard 3.74 cycles an instruction,
- * MIO throttle 0.94. Its first form, with three A buffers so that each tile's LDS had a tile's
- * time to land, ran out of registers: ptxas serialised every wgmma (C7512). And each warp's own
- * triples pushed, with no block-level statistics (no block barriers, but 16 times the remote
- * stores): 0.2087, 0.2093, 0.2088 ms against 0.1412, 0.1410, 0.1410 (b91f924's form, a cluster
- * barrier a sample, its merge generalised to any count of triples).
- * The block's statistics with one barrier instead of three (each warp's mean and M2 from its
- * registers, then warp w merging the 16 warps' of channel w as two sums): 0.1354, 0.1353, 0.1361
- * ms against 17d9b94's 0.1333, 0.1339, 0.1334 (same call; ptxas spills 72 bytes against 48).
- * Recorded, steps 1 and 2 (the README's table then, a later call with the same code): 0.1346 ms
- * [0.1338 - 0.1386], 31.1 TFLOP/s (the old flush).
- * 3. The split truncates (common/tf32.cuh's split_trunc, for A only). Defect of the form above:
- *    each gathered value reaches the wgmma through three dependent instructions (split_fast:
- *    add half of tf32's last place, clear the 13 low bits, subtract), 12 of a tile and step's
- *    21, and fixed latencies lead ncu's stalls. Change: clear the bits without rounding (hi = v
- *    truncated, lo = v - hi, exact): 2 instructions a value, 17 a tile and step. The price:
- *    |lo| < 2^-10 |v| where it was 2^-11, a product's error bound about 2^-19 of it against
- *    1.25 x 2^-20 (tf32.cuh). Prediction, from the instruction count only: 19% fewer in the loop
- *    and one fewer on each value's chain; if the conv's 8.5 us a round shrank in proportion, 1.6
- *    us a round, up to 15 us over the 9 rounds, and less, since issue slots were only 53% busy.
- *    Measured (H100, medians of 50, three interleaved rounds): 0.1284, 0.1280, 0.1285 ms against
- *    the form above's 0.1345, 0.1344, 0.1339 in the recording call (an earlier call: 0.1285,
- *    0.1285, 0.1286 against 0.1340, 0.1342, 0.1342), 5.4 to 6.4 us (4.0 to 4.8%) less round by
- *    round; the
- *    batch sweep puts a round at 13.3 us against 14.1. ncu (the kernel alone, the recording
- *    call): 152.5 us against 159.2, 50.5 million instructions against 55.5, issue slots 50.5%
- *    busy against 53.3%, 7.92 cycles between a warp's instructions against 7.52: the
- *    instructions went, the waits between them stayed. y's error in make test: rel_l2 3.0e-7 at
- *    1x3x16x32x32 and 3.0e-7 at 2x3x4x35x37 (before: 3.3e-7, 2.9e-7), no larger than the
- *    differences between forms that round alike.
- *    Recorded (the README's table then, the same call): 0.1276 ms [0.1268 - 0.1283].
- * A timeline of that form (an instrumented build, not committed: thread 0 of each block writing
- * %globaltimer at the phase boundaries; medians over the samples after each block's first, two
- * runs) put a round at 1.18 - 1.34 us from its start to the conv (the window's wait, the
- * barrier, the next window's copies issued), 7.84 - 7.94 of conv, 1.25 - 1.28 of statistics,
- * 0.80 - 0.86 of exchange and 1.76 of y. The first phase's tenth percentile, 0.10 us, is the
- * last round, which issues no copies: issuing them took about 1.1 us a round.
- * 4. The window's copies 8 bytes wide. Defect: 11,718 cp.async of 4 bytes a block and sample
- *    (the 3 channels' 3906 floats), 23 a thread, issued while the warps wait to start the conv.
- *    Change: v16's wstride is 2 mod 4 instead of 1 mod 4, so that, where D H W is even, every
- *    channel's source and destination start 8-byte aligned and each cp.async moves 8 bytes
- *    (issue_window<2>): half the copy instructions. The price: 6 of the 22 column groups
- *    conflict in shared memory where 5 did (the launcher's comment). Predicted: half of the 1.1
- *    us, about 4 us over the 8 rounds that copy. Measured in two calls, in a form with a tail copy
- *    for an odd window, which cannot occur (the window and the channel past an even c_lo are both
- *    even; ptxas spilled 44 bytes with it, 32 without): alone, 0.1258, 0.1261, 0.1259 ms against
- *    step 3's 0.1278, 0.1279, 0.1277; in the call that also timed step 5, 0.1269, 0.1273, 0.1273
- *    against 0.1283, 0.1290, 0.1290: 1.4 to 2.0 us. Its timeline: the first phase 0.93 us, and the
- *    conv 8.06 - 8.10 (the sixth conflicting group).
- * 5. y by a reduce-scatter. Defect: y took 1.76 us a round, each lane's 14 maxima of its 4 channels
- *    reduced over the group's 4 lanes by 28 shuffles in dependent pairs, and one lane in four
- *    storing. Change: lanes t and t ^ 1 each keep one of every pair of items and send the other,
- *    then lanes t and t ^ 2 the same: 11 shuffles, and every lane stores 3 or 4 of the 14 (the item
- *    a lane stores depends on t, so its position comes from the block's table, 4 LDS, not from the
- *    pos registers, which only a local-memory array could index). Predicted, if y's time were its
- *    shuffles': up to 1 us a round. Measured (the tail-copy form, the same call as step 4's
- *    figures): 0.1250, 0.1246, 0.1248 ms against step 4's 0.1269, 0.1273, 0.1273, 1.9 to 2.7 us.
- *    Both steps, three interleaved rounds of their recording call: 0.1223, 0.1223, 0.1224 ms
- *    against step 3's 0.1289, 0.1288, 0.1287, 6.5 us (5.0%), more than the 3.3 to 4.4 us they
- *    measured with the tail copy; ncu 148.7 us against 154.0, 47.1 million instructions against
- *    50.5; ptxas 32 bytes spilled (step 3: 48). Recorded then: 0.1219 ms. Tried (the README's
- *    list): the next window's copies issued in six parts, one at each pair of the conv's
- *    steps, so that no warp waits on them before the conv: the first phase fell to 0.13 us, but
- *    the conv rose to 9.95 us and the statistics to 1.98 (the copies and the gathers share the
- *    load pipe): 0.1392, 0.1393, 0.1389 ms against 0.1288, 0.1288, 0.1290.
- * 6. Most of the window by the TMA unit (Hopper's copy engine). Defect: even 8 bytes wide, the
- *    copies are 5859 cp.async a block and sample that every warp issues before its conv.
- *    Change, where D H W is a multiple of 4: channels 0 and 2 of the window, at offsets 0 and 2
- *    wstride (multiples of 4 floats, with the buffer's length win rounded up to a multiple of 4
- *    floats), by two bulk copies that thread 0 asks of the TMA unit; each buffer has its own
- *    mbarrier, on which both complete (issue_window_tma; hopper.cuh). Channel 1 (at 2 mod 4)
- *    and the two channels' last 0 or 2 floats by 8-byte cp.async as before: a third of the
- *    copy instructions. Predicted: the 0.93 us a round of step 4's timeline to
- *    about a third, 0.6 us less a round, about 5 us over the 8 rounds that copy. The first form
- *    initialised the barriers and issued the first copies from thread 0 without a block
- *    barrier between: racecheck reported the initialisation and first use as a hazard (4
- *    warnings); a __syncthreads after the initialisation removed them.
- * Measured, the final code (H100, medians of 50, three interleaved rounds of the recording call,
- * 2026-11-26): 0.1157, 0.1160, 0.1156 ms against step 5's 0.1209, 0.1210, 0.1208, 5.0 to 5.2
- * us (4.1 to 4.3%) less, as predicted (an earlier call: 0.1168, 0.1164, 0.1165 against 0.1221,
- * 0.1217, 0.1222); the sweep puts a round at 12.0 us. ncu (the kernel alone, same call): 142.3
- * us against 147.6, 44.7 million instructions against 47.1, issue slots 48.2% busy, 8.29
- * cycles between a warp's instructions. ptxas: 128 registers, nothing spilled. y's error in
- * make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37.
- * Recorded (the README's table, the recording call): 0.1164 ms [0.1161 - 0.1171]
- * [v16 model_fwd median_ms min_ms max_ms], 35.9 TFLOP/s [v16 model_fwd], 5.07x
- * [compile/v16 model_fwd] torch.compile's 0.590 ms [compile model_fwd]; the 0.10 ms target is
- * missed by 1.16x. (With v17 the merge moved into cluster.cuh's merge_triples, which both call:
- * ptxas reordered 20 of v16's 7828 SASS lines, registers and one move, and v16 timed the same,
- * 0.1168, 0.1175, 0.1173 ms against the recorded code's 0.1177, 0.1175, 0.1180 in three interleaved
- * rounds of one call, so its row then stood.) What is left: 9 rounds of 12.0 us for 8.53 samples a
- * cluster (the ninth about half full), and in each round the phases outside the conv, which nothing
- * overlaps: a timeline of the final form (an instrumented build, not committed, taken with v17's,
- * below: thread 0 of each block, medians over the rounds after each block's first, two runs) puts a
- * round at 12.2 us, 8.2 of conv, 0.45 from the round's start to the conv, 1.12 of statistics, 0.74
- * of exchange and 1.50 of y: 3.8 us outside the conv (5.1 in step 3's). The conv's time follows the
- * tensor cores' work: builds that compute wrong results on purpose, timed only (step 5's code,
- * one call), took 0.1114 - 0.1125 ms with two of the three products a tile and step, 0.1215 -
- * 0.1218 with all three, 0.1348 - 0.1355 with a fourth (a_lo b_lo); in another call, with one
- * of the three at half width (m64n8k8), 0.1179 - 0.1180 against 0.1211 - 0.1216: a product
- * costs about 10 us over the run (13.5 for the fourth), half to three-quarters of it in
- * proportion to its multiply-adds: merging two into one m64n32k8 would save about 3 to 4 us
- * (the README).
- *
+ * Defect of v15: its first stall is the tensor pipe. mma.sync is a warp's 16 x 8 x 8; a tile and
+ * step takes six (two channel halves, three products), and the pipe throttles their issue.
+ * Change: wgmma.mma_async m64n16k8 (PTX ISA, "Asynchronous Warpgroup Level Matrix
+ * Multiply-Accumulate"): a warpgroup, 4 consecutive warps, multiplies 64 x 8 by 8 x 16 in one
+ * asynchronous instruction. A comes from registers, each warp its 16 rows in mma.sync's layout,
+ * so v15's gathers stay; B from shared memory through a descriptor (v15_smem's layout); the
+ * accumulators keep mma.sync's layout, so the statistics and y are unchanged. A tile and step is
+ * 3 wgmma committed as one group; A's registers alternate between two buffers, and wait_group 1
+ * ensures the group that read a buffer, two tiles back, is done before it is rewritten.
+ * Prediction: if the conv's 9.9 us a round were all the tensor pipe's, halving its instructions
+ * would take up to 5 us off each of the 9 rounds: about 0.108 ms.
+ * Measured: 0.1164 ms [v16 model_fwd], 54% of the floor [v16 model_fwd pct_floor], 1.29x v15
+ * [v15/v16 model_fwd]. The wgmma alone gave 5%: with the tensor pipe no longer throttling, the
+ * gathers and splits that feed it are the limit. The wgmma is step 1; also, each timed alone
+ * (LABBOOK.md): 2. the statistics pushed into the peers' shared memory by st.async, counted on
+ * their mbarriers, no cluster barrier a sample (cluster_push, cluster_merge_pushed; 8%); 3. A
+ * split by truncation (split_trunc: 2 instructions a value, split_fast's 3; 4 to 5%); 4. the
+ * window's copies 8 bytes wide and 5. y's maxima by a reduce-scatter over the lanes, 11 shuffles
+ * where v15 takes 28 (5% the two); 6. most of the window by TMA bulk copies (issue_window_tma; 4%).
+ * Tried: x split once into hi and lo windows (twice the LDS); each warp pushing its own triples;
+ * the next window's copies spread over the conv's steps.
+ */
+/*
  * v17: v16 without clusters: a team of plain blocks a sample, on every SM, the statistics
  * exchanged through L2
  *
- * Defect of v16: the blocks of a cluster must share a GPC (a graphics processing cluster, a
- * group of SMs), and the H100's 132 SMs are spread unevenly over its GPCs, some of which hold
- * fewer than 16: only 15 clusters of 8 such blocks fit at once (cudaOccupancyMaxActiveClusters).
- * 120 of its 132 SMs work, 12 stay idle the whole run, and the
- * 128 samples take 9 rounds for 8.53 samples a cluster, the ninth with 8 of the 15 clusters busy.
- * Change, in two steps, each measured. 1. The same kernel, launched without a cluster: 132 SMs hold
- * one block each, so 16 teams of 8 blocks (128 SMs), team j taking samples j, j + 16, ...: 8 rounds
- * of 16 samples. The cluster gave two things that must now come another way:
- *   - distributed shared memory for the exchange. The triples go through L2 instead: lane 0 of
- *     warp w stores its block's triple of channel w as three 8-byte words, each a float beside a
- *     tag (the sample's number plus a base that grows by the batch at every launch), and the
- *     team's blocks poll those words until all three carry the sample's tag. The data is its own
- *     flag, so the exchange is one store and one load, with no fence between data and flag and
- *     no counter (the form of NCCL's "LL", low-latency, protocol). This relies on the store and
- *     the load being gpu-scope .relaxed accesses of the same aligned 8 bytes: "morally strong",
- *     which the PTX memory model performs with single-copy atomicity (PTX ISA, "Memory
- *     Consistency Model"), so a word read with the right tag has the right value; and gpu-scope
- *     accesses are coherent across the SMs (in practice served by L2, not the SM's L1;
- *     team_publish, team_merge). Each team alternates between two sets of
- *     words, as v16's pushed triples alternate: a block writes sample n + 2's triples only after
- *     every team-mate has published n + 1, which each does after it has read n's (a block
- *     barrier ends its merge). Were that order broken, a poller would wait for a tag that never
- *     comes, not read a wrong value: each word names its sample.
- *   - the guarantee that a sample's blocks run at the same time, without which a block could
- *     poll for a team-mate that waits for its SM. The launch is cooperative
- *     (cudaLaunchAttributeCooperative), which fails rather than start a grid that cannot be
- *     resident all at once (CUDA C++ Programming Guide, "Grid Synchronization"): the grid is
- *     sized by the occupancy API.
- * Predicted: 8 rounds instead of 9, the sweep's 12.0 us a round less, 0.104 ms, if the exchange
- * through L2 costs what the push into shared memory costs (0.80 to 0.86 us a round in step 3's
- * timeline); each 0.1 us it costs more a round adds 0.8 us.
- * Measured (H100, medians of 50, three interleaved rounds a call):
- *   - the first form, each block's 48 words side by side and no nap between polls: 0.1165,
- *     0.1165, 0.1163 ms against v16's 0.1177, 0.1179, 0.1178, 1%. The rounds were the
- *     predicted ones (16 samples, one round: 0.0214 ms against v16's two, 0.0329), but each cost
- *     more: at 120 samples, 8 rounds for both, 0.1150 against v16's 0.1058.
- *   - the words of a channel side by side, so that a poll's three loads read 64 contiguous bytes
- *     each, not 8 words 384 bytes apart: 0.1148, 0.1140, 0.1140 against the first form's 0.1187,
- *     0.1178, 0.1183 (a second call). This form held to v16's 15 teams, 9 rounds as v16's
- *     (same call): 0.1268, 0.1253, 0.1259 against v16's 0.1182, 0.1168, 0.1172, (0.1260 -
- *     0.1174) / 9, about 1 us a round for the exchange through L2 over v16's push.
- *   - a nap (__nanosleep) before each poll, in three calls: 20 ns 0.1134, 0.1126, 0.1125
- *     (against no nap's 0.1148, 0.1140, 0.1140); 20, 60 and 150 ns 0.1126 - 0.1114, 0.1125 -
- *     0.1114 and 0.1099, 0.1099, 0.1086 (no nap 0.1142, 0.1145, 0.1132); 150, 400 and 1000 ns
- *     0.1077 - 0.1087, 0.1076 - 0.1082 and 0.1074 - 0.1076 (v16 0.1160 - 0.1163). Presumably
- *     2048 warps polling back to back load L2 enough to slow the other teams' copies and stores
- *     (not profiled). Past 150 ns the gain is under 0.3%, less than the spread between calls;
- *     150 ns kept, the shortest nap at that level.
- * Predicted against the recorded v16 (0.1164 [v16 model_fwd] - 0.0120 = 0.104 ms) or against v16 in
- * the recording call below (0.1178 - 0.0120 = 0.1058 ms).
- * Measured, this code (its recording call): 0.1105, 0.1104, 0.1100 ms against v16's 0.1178,
- * 0.1178, 0.1179, 6.2 to 6.7% less time, 4.5 us more than that call's 0.1058: about 0.6 us a round
- * more than v16's push over the 8 rounds, the exchange through L2 and its polls (the batch sweeps,
- * from different calls: 12.8 us a round, one round at 16 samples 0.0205 ms and 8 at 128 0.1098,
- * against v16's 12.0). ncu (the kernel alone, same call): 133.3 us against v16's 142.4. ptxas:
- * 128 registers, nothing spilled. y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7
- * at 2x3x4x35x37, 3.2e-7 at 140x3x4x35x37 (v16's: the same figures where both ran; v17 merges
- * the same triples with the same code).
- * A timeline (an instrumented build, not committed; thread 0 of each block writing %globaltimer
- * at the phase boundaries, medians over the rounds after each block's first, two runs, the same
- * call as v16's above): a round 12.7 us (v16: 12.2), of which 0.45 from its start to the conv,
- * 8.2 of conv, 1.12 of statistics, 0.99 of exchange (v16: 0.74; tenth to ninetieth percentile
- * 0.86 - 1.47 against 0.64 - 0.83) and 1.57 of y (v16: 1.50); the kernel's blocks span 102.3 -
- * 102.7 us from the first start to the last end (v16: 110.3 - 110.8). What is left for 0.10 ms,
- * 10 us, is 1.25 us a round: the conv is two-thirds of a round (8.2 of 12.7), and the 4.1 us
- * outside it (statistics, exchange, y) run with the tensor cores idle.
- * Recorded then: 0.1100 ms [0.1080 - 0.1155], 38.0 TFLOP/s (the old flush). Tried (the
- * README's list): polling only the last of the three words, then loading the other two: 0.1106 -
- * 0.1125 ms with a 150 ns nap, 0.1110 - 0.1120 with 400, 0.1088 - 0.1099 with 1000 (all three words
- * polled: 0.1077 - 0.1087, 0.1076 - 0.1082, 0.1074 - 0.1076, same call), presumably the second
- * load's round trip on the critical path; and polling first, napping only when a word is not there
- * yet: 0.1144, 0.1138, 0.1140 against the nap first's 0.1100, 0.1099, 0.1089 (a later call), not
- * explained; and one poller a block (warp 0 polling all 384 words, 12 a lane, into shared memory,
- * the other warps at a block barrier): 0.1237 - 0.1240 ms without a nap, 0.1262 - 0.1266 with 100
- * ns, against 0.1083 - 0.1093 (a third call).
- * 2. y with the multiply by m folded into the clamp (lane_max_folded). Defect: the timeline
- *    above gives y 1.57 us a round, and its 14 maxima of 4 channels a lane are 6 instructions a
- *    channel: an FMA, the clamp's two FMNMX, the multiply by m, and the first-on-ties maximum's
- *    compare and select. Change: m clamp(z, -1, 1) = clamp(m z, -|m|, |m|) for either sign of m,
- *    and m z = c (m k1) + m k0, so a channel is an FMA and two FMNMX, and the maximum an FMNMX
- *    (fmaxf: the same value as the first-on-ties select, since y is a value, not an index). SASS
- *    (nvcc 13.0): 98 FSETP, 98 FSEL and 48 FMUL fewer, 112 FMNMX more, 132 instructions fewer
- *    a thread and round; v15's and v16's kernels unchanged (lane_max stays theirs). Predicted:
- *    if y were issue-bound, 132 of its about 390 instructions a thread, up to a third of its
- *    1.57 us, 0.5 us a round, 4 us over the 8 rounds; less, since y's issue slots are not full
- *    (16 warps of 390 instructions on 4 schedulers are 0.85 us of issue at 1.83 GHz).
- *    Measured (H100, medians of 50, interleaved pairs in two calls): 0.1087 ms against step 1's
- *    0.1104, 0.1084 against 0.1099, then 0.1088 against 0.1099 and 0.1088 against 0.1094: 0.6 to
- *    1.7 us (0.5 to 1.5%) less in each clean pair; each call's third pair had one disturbed run
- *    (step 2's in the first call, median 0.1172 ms, maximum 0.19; step 1's in the second, 0.1177
- *    and 0.15), left out. ncu (the kernel alone): 125.8 us against step 1's 133.3 (another
- *    call). y's error in make test: rel_l2 3.0e-7 at 1x3x16x32x32, 2.9e-7 at 2x3x4x35x37 (step
- *    1: the same).
- * Recorded then (the README's table, the recording call of step 2): 0.1079 ms [0.1048 - 0.1129],
- * 38.8 TFLOP/s (the old flush); the 0.10 ms target was missed by 1.08x. The batch
- * sweep of that call: 0.0200 ms for one round (16 samples), 0.1074 for 8, 12.5 us a round. What
- * was left for 0.10 ms: 7.9 us, about 1 us a round, against a round that is two-thirds conv (step
- * 1's timeline) and a third statistics, exchange and y with the tensor cores idle.
- * 3. The conv's 81st column by FFMA. Defect: the GEMM's k is C_IN x 27 = 81 taps, 11 steps of 8
- *    columns, so the eleventh step is a whole step's wgmma work (7 tiles x 3 products) for one
- *    tap and 7 padding columns. Change: taps 0 to 79 in 10 steps (V17_KSTEPS), dealt over 20
- *    column groups; tap 80 (ci 2, kd kh kw 2 2 2) by FFMA in fp32 after the conv: a lane's 14
- *    corners, an LDS each (the 4 lanes of one g read the same word: a broadcast), times its 4
- *    channels' weights, 56 FFMA. The price: with no padding columns to fill them, 11 of the 20
- *    groups conflict in shared memory where 6 of 22 did. (At the KernelBench shape, with wstride
- *    2 mod 4, the 80 taps' offsets fall in classes of 27, 18, 26 and 9 mod 4, so every group
- *    without one of the 9 holds two taps of one class: 11 at least, which the round-robin
- *    dealing reaches; 62 wavefronts for a tile's 40 gathers against 56 for 44.) ptxas: 124
- *    registers, nothing spilled; v15's and v16's kernels unchanged.
- *    Predicted: one step of 11 is 0.75 us of the 8.2 us conv a round; the FFMA column is about
- *    76 instructions a thread, 0.17 us of issue for 16 warps on 4 schedulers at 1.83 GHz: 0.75 -
- *    0.17, about 0.6 us a round before the conflicts (11% more wavefronts for the gathers), say
- *    0.5 with them, 4 us over the 8 rounds.
- *    Measured (H100, medians of 50, three interleaved rounds a call, three calls): 0.1058,
- *    0.1061, 0.1057 ms against step 2's 0.1084, 0.1081, 0.1088; 0.1044, 0.1050, 0.1049 against
- *    0.1064, 0.1080, 0.1080; and in the recording call 0.1053, 0.1051, 0.1059 against 0.1081,
- *    0.1078, 0.1081: 2.0 to 3.1 us (1.9 to 2.9%) less, about 0.3 us a round, short of the
- *    prediction. ncu (the kernel alone, from two calls: step 2 in the second, step 3 in the
- *    recording call): 41.4 million instructions against 43.5, and 11.3 million shared-memory
- *    load wavefronts against 10.3, of which 2.9 million bank conflicts against 1.8 (1.15 million
- *    more, the 5 more conflicting groups' count); 125.1 us against 130.0 (step 2 took 125.8 in an
- *    earlier call, and the instruction count includes the exchange's polls, which vary
- *    with timing). What the conflicts cost: a build of the Tried list's barrier-free form (the
- *    README) that deals the columns as if wstride were 3 mod 4 (classes of 26, 18, 18 and 18: 6
- *    groups conflict, 52 wavefronts a tile; the window left as it is, so its results are wrong,
- *    timed only) took 0.1052, 0.1046, 0.1040 ms against that form's 0.1066, 0.1060, 0.1061, 1.4
- *    to 2.1 us, and step 3's 0.1058, 0.1061, 0.1057, 0.6 to 1.7 us (the first call): about the
- *    shortfall. A wstride that deals them so would put channel 1 at an odd
- *    offset (4-byte copies only) and channel 2 at 2 mod 4 (no bulk copy): it would undo part of
- *    steps 4 and 6 (2 and 5 us), so it was not tried. y's error in make test: rel_l2 3.0e-7 at
- *    1x3x16x32x32, 3.1e-7 at 2x3x4x35x37 and at 140x3x4x35x37 (step 2: 3.0e-7 and 2.9e-7 at the
- *    first two; step 1: 3.2e-7 at 140x3x4x35x37).
- * Recorded (the README's table, the recording call of step 3): 0.1026 ms [0.1010 - 0.1059]
- * [v17 model_fwd median_ms min_ms max_ms], 40.7 TFLOP/s [v17 model_fwd], 5.74x
- * [compile/v17 model_fwd] torch.compile's 0.590 ms [compile model_fwd]; the 0.10 ms target is
- * missed by 1.03x. The batch sweep of that call: 0.0199 ms for one round, 0.1052 for 8, 12.2 us a
- * round (the recorded sweep: 0.0196 ms [v17 model_fwd @16] for one). What is left for 0.10 ms: 2.6
- * us, about 0.3 us a round.
- *
+ * Defect of v16: a cluster's blocks share a GPC, and the H100's 132 SMs spread unevenly over its
+ * GPCs: 15 clusters of 8 fit at once, 12 SMs stay idle, and 128 samples take 9 rounds.
+ * Change: the same kernel launched without a cluster: 16 teams of 8 blocks on 128 SMs, team j
+ * taking samples j, j + 16, ...: 8 rounds. What the cluster gave now comes another way:
+ *   - the exchange: lane 0 of warp w stores its block's triple of channel w as three 8-byte words,
+ *     each a float beside a tag (the sample's number plus a base that grows at every launch), and
+ *     the team's blocks poll those words until all three carry the tag: the data is its own flag
+ *     (NCCL's "LL" protocol). A gpu-scope .relaxed store and load of the same aligned 8 bytes are
+ *     performed with single-copy atomicity (PTX ISA, "Memory Consistency Model"), so a word read
+ *     with the right tag holds the right value (team_publish, team_merge; a nap between polls);
+ *   - that a sample's blocks run at once, without which a block could poll for a team-mate that
+ *     waits for its SM: the launch is cooperative (cudaLaunchAttributeCooperative), which fails
+ *     rather than start a grid that cannot be resident all at once.
+ * Prediction: 8 rounds instead of 9, one round of 12.0 us less: about 0.104 ms, if the exchange
+ * through L2 costs what v16's push costs.
+ * Measured: 0.1026 ms [v17 model_fwd], 61% of the floor [v17 model_fwd pct_floor], 1.13x v16
+ * [v16/v17 model_fwd]; the exchange through L2 costs about 0.6 us a round more than the push.
+ * The teams are step 1; also (LABBOOK.md): 2. y with the multiply by m folded into the clamp
+ * (lane_max_folded; 1%); 3. tap 80 by FFMA after the conv: k is 10 whole steps, not 11 (2 to 3%).
+ * Tried: polling one word, then loading two; one poller a block; polling before the nap.
+ */
+/*
  * v18: v17 in half blocks: two teams an SM, one half's conv beside the other's statistics,
  * exchange and y
  *
- * Defect of v17: in each round the block's 16 warps finish the conv together, then compute the
- * statistics, exchange them and write y together, 4 us of 12 (step 1's timeline) in which the
- * SM's tensor cores idle; no other block on the SM has work for them (one block an SM: 512
- * threads x 128 registers).
- * Change: the block's two halves of 8 warps (256 threads, two warpgroups) are members of two
- * teams. A warp keeps its 7 tiles, so a half's span is 896 corners (TS = 128 between a warp's
- * tiles) and a sample takes 16 halves: block row j's half 0 is a member of team 2 j, its half 1
- * of team 2 j + 1, 16 teams on 128 SMs, 8 rounds as v17's. Each half has its own two window
- * buffers (four in all, 148 KB of shared memory at the KernelBench shape), mbarriers, partials,
- * statistics and block barrier (bar.sync 1 + half over its 256 threads, named_sync, in place of
- * __syncthreads); B, the columns and the corners' table are the block's (both halves have the
- * same rank, so the same span). A warp reduces two channels of its half's statistics; a team's
- * words hold up to 16 members' triples (team_publish<16>, team_merge16, lane r of a half-warp
- * polling member r). Half 1 starts its first conv when half 0 has finished its own (half 0
- * arrives at named barrier 3, half 1 waits there): from then on the halves are half a round
- * apart, each one's statistics, exchange and y beside the other one's conv.
- * Predicted, from a measurement: builds of v17 that leave warpgroups out of the conv (wrong
- * results, timed only; H100, medians of 50, three interleaved rounds) took 0.1041 - 0.1050 ms
- * with all 4 warpgroups in the conv, 0.0941 - 0.0947 with 3, 0.0832 - 0.0834 with 2 and 0.0430 -
- * 0.0434 with none. With the middle rounds' 0.1044, 0.0833 and 0.0433 over 8 rounds, the conv is
- * 7.6 us a round, and 5.0 us with 2 warpgroups doing half of it, so 8 warps alone run the conv at
- * 76% of the 16 warps' rate; the rest of a round takes 4.3 us (the sweep at 16 and 128 samples
- * without the conv: 0.0128, 0.0430 ms). If the halves run in antiphase, half A's conv, 3.8 us of
- * work at the 16 warps' rate, goes at 0.76 of that rate while B is outside its conv (4.3 us) and
- * at half of it while both convs run: 0.76 x 4.3 + 0.5 (P - 2 x 4.3) = 3.8 gives a period P of
- * 9.7 us for each half's sample against v17's 12.2 us a round: 0.1026 [v17 model_fwd] x 9.7 / 12.2,
- * about 0.082 ms.
- * Measured (H100, medians of 50, three interleaved rounds a call): 0.1002, 0.1001, 0.1001 ms
- * against v17's 0.1065, 0.1066, 0.1066 (its code in this commit, below); in the recording call
- * 0.0995, 0.0996, 0.0997 against 0.1056, 0.1053, 0.1061; 5.4 to 6.1% less in each pair, far from
- * the prediction (v18 in two more calls, beside the forms below: 0.1003, 0.1003, 0.1000; 0.1000,
- * 0.0994, 0.0990, 0.0994). The batch sweep: 0.0221 ms [v18 model_fwd @16] for one round (16
- * samples; v17 0.0196 [v17 model_fwd @16]: half 1 waits for half 0's conv), 11.0 us a round after
- * (0.0988 ms at 128 samples in the sweep). At batch 2 to 8 v18 is also the slower (0.0201 - 0.0207
- * ms against 0.0177 - 0.0184), at batch 1 the faster (0.0136 [v18 model_fwd @1] against 0.0180
- * [v17 model_fwd @1]; not analysed). ncu (the kernel alone, the recording
- * call): 117.9 us (v17: 125.1, another call), 42.7 million instructions, the tensor pipe 32.1%
- * busy, 7.85 cycles between a warp's instructions.
- * A timeline (an instrumented build, not committed: thread 0 of each half writing %globaltimer at
- * its phase boundaries, a barrier added at the end of each round; medians over the rounds after
- * the first, two runs): a round 10.9 - 11.0 us; half 0's first conv, alone on the SM, 4.5 us (86%
- * of the 16 warps' rate), the later ones 5.5 - 5.7 us; the two halves' convs overlap for a fifth
- * of their time (medians 18% and 23% of half 0's conv time), half 1's starting 6.4 - 6.7 us after
- * half 0's: the halves run about half a round apart, and the offset holds. Two things missed the
- * prediction. The conv slows beside the other half's statistics, exchange and y, though it
- * rarely shares the tensor cores with the other conv (4.5 us alone, 5.5 - 5.7 beside them). And
- * outside its conv a half takes 4.9 - 5.2 us where v17's block took 4.1 in the same four phases
- * (step 1's timeline: 0.45, 1.12, 0.99 and 1.57): 0.6 - 0.7 from the round's start to the conv
- * (issuing the next window's copies: 5.9 cp.async a thread where v17 has 3.8, the same 2114
- * corners of halo around 896 corners instead of 1792), 1.2 - 1.5 of statistics, 1.5 - 1.7 of
- * exchange (presumably waiting for the slowest of 16 members instead of 8) and 1.3 - 1.5 of y
- * with the added barrier. So a round is a half's slowed conv plus the rest, 5.5 - 5.7 + 4.9 -
- * 5.2 us. Other forms measured beside (three interleaved rounds of one call; this form 0.1003,
- * 0.1003, 0.1000): both halves starting together, 0.1086, 0.1090, 0.1093 (their convs then
- * presumably stay in step); half 1 starting after half 0's first exchange, 0.1116, 0.1118,
- * 0.1116; team_poll's nap at 50 and 400 ns, 0.1009 - 0.1010 and 0.0999 - 0.1003 (150 kept,
- * v17's); and in a later call, the next window's copies issued after the half publishes its
- * triples, in its wait for the team's, 0.1042, 0.1029, 0.1029, 0.1031 against 0.1000, 0.0994,
- * 0.0990, 0.0994. ptxas: 128 registers, 24 bytes spilled (7 loads a round, after the conv's
- * last wgmma), 16 barriers (the named ones' ids are registers).
- * Recorded (the README's table, the recording call): 0.0981 ms [0.0964 - 0.1013]
- * [v18 model_fwd median_ms min_ms max_ms], 42.6 TFLOP/s [v18 model_fwd], 6.01x
- * [compile/v18 model_fwd] torch.compile's 0.590 ms [compile model_fwd]: the 0.10 ms target met,
- * 1.9% under it, narrowly (the slowest repetition 0.1013 ms [v18 model_fwd max_ms]; with the old
- * flush 0.6% under it in its recording call, 0.0990 - 0.1000 in a later one and 0.1000 - 0.1003
- * in two earlier ones). v16's and v17's kernels changed with it only in integer instructions (the
- * address arithmetic of the shared team_poll, merge_sums and the member's thread index; SASS, nvcc
- * 13.0).
- * Timed against their committed code in interleaved pairs: v17 0.1065, 0.1066, 0.1066 ms against
- * 0.1061, 0.1060, 0.1065 (the first call) and 0.1056, 0.1053, 0.1061 against 0.1044, 0.1049,
- * 0.1054 (the recording call): slower in all six pairs, by 0.1 to 1.2 us, 0.5% on average, about
- * the spread between rounds of one binary (1.0 us in the recording call); v16 0.1178, 0.1177,
- * 0.1161 against 0.1175, 0.1178 and a disturbed 0.1269. Their rows were then kept, recorded with
- * the code before; the table's rows, re-recorded since (data commit 29662c6), are this code's.
+ * Defect of v17: each round, the block's 16 warps finish the conv together, then compute the
+ * statistics, exchange them and write y together, about 4 us of 12 in which the SM's tensor
+ * cores idle; with one block an SM, no other block has work for them.
+ * Change: the block's two halves of 8 warps (two warpgroups) are members of two teams. A warp
+ * keeps its 7 tiles, so a half's span is 896 corners (TS = 128) and a sample takes 16 halves:
+ * block row j's half 0 is in team 2 j, its half 1 in team 2 j + 1. Each half has its own two
+ * window buffers, mbarriers, partials, statistics and barrier (bar.sync 1 + half over its 256
+ * threads: named_sync); B, the columns and the corners' table stay the block's. Half 1 starts
+ * its first conv when half 0 has finished its own (named barrier 3); from then on the halves
+ * run half a round apart, each one's statistics, exchange and y beside the other's conv.
+ * Prediction, from builds of v17 that leave warpgroups out of the conv: 8 warps run it at 76% of
+ * 16 warps' rate, and the rest of a round takes 4.3 us. In antiphase, half A's 3.8 us of conv
+ * runs at 0.76 while B is outside its conv and at 0.5 while both convs run: 0.76 x 4.3 + 0.5
+ * (P - 2 x 4.3) = 3.8 gives a period P of 9.7 us against v17's 12.2: about 0.082 ms.
+ * Measured: 0.0981 ms [v18 model_fwd], 64% of the floor [v18 model_fwd pct_floor], 1.05x v17
+ * [v17/v18 model_fwd], far from the prediction. A timeline: the conv slows beside the other
+ * half's statistics, exchange and y (4.5 us alone, 5.5 to 5.7 beside), and a half outside its
+ * conv takes 4.9 to 5.2 us where v17's block took 4.1 (more copies a thread, 16 members to wait
+ * for instead of 8).
+ * Tried (LABBOOK.md): both halves starting together; half 1 after half 0's first exchange.
  */
 #include <cuda_pipeline.h>
 #include <string.h>
@@ -516,7 +153,7 @@ struct v15_smem {
  * (g, t) at corner + 4 g + off[4 j + t], so the 32 words fall in 32 banks when the four offsets
  * differ mod 4. The taps are sorted by offset mod 4 and dealt round-robin over the 2 x ksteps
  * groups (v15, v16: 22; v17: 20): a residue class of at most that many taps never lands twice
- * in one group (the KernelBench shape's classes of 27 do: v15's and v17's comments). A padding
+ * in one group (the KernelBench shape's classes of 27 do: LABBOOK.md). A padding
  * column reads the same word as its group's first column (a broadcast, no conflict). v17 (ksteps
  * 10): taps 0 .. 79 in the steps, tap 80 at k = 80, for the FFMA column (its step 3). */
 static void v15_columns(const shape *sh, unsigned wstride, int ksteps, v15_cols *c)
@@ -810,7 +447,7 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
 #endif
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-/* v17's exchange through L2 (the comment at the top). A word: a float in its low half, its tag
+/* v17's exchange through L2 (v17's header). A word: a float in its low half, its tag
  * in the high half, stored and loaded at gpu scope (PTX ISA, "st" and "ld", .relaxed.gpu: the
  * access is coherent across the SMs, in practice served by L2, not the SM's own L1). rec: a
  * team's words for one parity, 3 x CL x C_OUT of them (TEAM_WORD). */
@@ -828,10 +465,8 @@ __device__ static inline unsigned long long ld_tagged(const unsigned long long *
 }
 
 /* word k of block r's triple of channel co: word k of a channel's CL blocks side by side, so
- * that each of the polling warp's three loads reads 64 contiguous bytes (a first form, block r's
- * 48 words side by side, read 8 words 384 bytes apart at each load: 0.1178 - 0.1187 ms against
- * 0.1140 - 0.1148 for this layout, both without team_merge's nap; H100, three interleaved rounds
- * of one call) */
+ * that each of the polling warp's three loads reads 64 contiguous bytes (block r's 48 words side
+ * by side, 8 words 384 bytes apart at each load, measured 3% slower: LABBOOK.md) */
 #define TEAM_WORD_R(co, r, k, R) ((3 * (co) + (k)) * (R) + (r)) /* R: CL (v17), 16 (v18) */
 
 /* block `rank`'s triple of channel co (count, mean, M2), in a team of at most R blocks (v17:
@@ -868,7 +503,7 @@ __device__ static inline float4 team_poll(const unsigned long long *rec, int wor
  * all carry the tag, the warp until all its lanes < ncl have theirs; then v16's merge. Before
  * each poll a nap (__nanosleep, about 150 ns): without it the run is 4% slower, presumably 2048
  * warps polling back to back loading L2 (naps of 0, 20, 60, 150, 400 and 1000 ns, and polling
- * before the nap, measured in the text at the top). */
+ * before the nap, measured: LABBOOK.md). */
 __device__ static inline void team_merge(cluster_shared *cs, const unsigned long long *rec,
                                          unsigned tag, int S, int ncl)
 {

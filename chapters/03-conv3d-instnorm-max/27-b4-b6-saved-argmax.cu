@@ -1,65 +1,27 @@
 /*
  * b4: the argmax saved by the forward, the backward a stream (Hopper: its forward is v10's)
  *
- * Defect of b3: its backward holds a sample's c on chip, as v10 does, and inherits v10's
- * pattern: DRAM half busy (50% under ncu), because nothing can be written until the two sums per
- * (n, c) are known, and the sums need every channel's c at every position: the channel max
- * decides which channel's xh a position's gradient reaches (dxh is g m at the winner, zero at
- * the other 15), so b3 recomputes the argmax from c before it sums. Its backward takes about
- * 0.121 ms (b3's 0.1857 [b3 epilogue_fwdbwd] less v10's 0.0645 [v10 epilogue_fwd]) against a 0.071
- * ms floor.
- * Change: the forward already knows each position's winner. v10_saving (20-v10-cluster.cu) writes
- * it, one byte a position: the channel in bits 0 to 3, and WIN_INSIDE (bit 7, model.h) where
- * the winner's xh is inside the clamp, so that its gradient passes (PyTorch's max saves its
- * indices for the same reason, as b1 does, in an int). Then the backward needs c only where dc
- * is written:
- *   1. k_winner_sums: the sums per (n, c), from the winner bytes, g and y alone (14.5 MB, not
- *      c's 103 MB). Where channel c wins inside the clamp, dxh = g m_c and dxh xh = g m_c xh =
- *      g y (y = m_c xh there), so sum dxh = m_c sum g and sum dxh xh = sum g y over the
- *      positions c wins; a partial per (n, block, c), no atomics. The products round
- *      differently from b3's, so the results agree with b3's within the tests' tolerances, not
- *      bit for bit.
- *   2. k_stream_dc: with a = c m and da = dL/da, da = rstd (dxh - mean(dxh) - xh mean(dxh xh))
- *      and dc = m da at every element, each block adding its sample's partials in order first.
- *      A thread takes V = 4 positions (a float4) of all 16 channels: the winner bytes and g
- *      once, then the rows' loads, B4_H = 8 in flight at a time, then their stores. c and dc
- *      stream through, with no cluster and no exchange: the block's one barrier (for the
- *      per-(n, c) constants) comes after its first eight rows' loads are issued, so they stay
- *      in flight across it. m is used twice in the model, so dm = sum c da (the first use)
- *      + sum at the winner of g clamp(xh) (the second), both summed on the way, a partial per
- *      (n, block, c), added in order by k_segment_sums (common/reduce.cuh).
- * Bytes at the KernelBench shape (128 x 3 x 16 x 32 x 32: N S = 1,612,800 positions, c 103.2
- * MB): the forward writes 1.6 MB more; the sums read the winner bytes, g and y (1.6 + 6.45 +
- * 6.45 = 14.5 MB); the stream reads c, g and the winners and writes dc (103.2 + 6.45 + 1.6 +
- * 103.2 = 214.5 MB). 340.3 MB in all, 5.5% over the 322.6 MB floor (c read by the forward and
- * by the backward, dc written, y written, g read: model.h), but every byte of the backward moves
- * in a pass with no on-chip phase to wait for.
- * Prediction: the stream is a copy with arithmetic, and a copy runs at the copy ceiling (3000
- * GB/s here) by definition; allowing 10% for its start and tail, 214.5 MB take 0.079 ms, the
- * sums' 14.5 MB 0.005 ms at the ceiling; with v10's 0.068 ms forward (its row then, with the old
- * flush) and the 0.0005 of the bytes saved, about 0.153 ms against b3's 0.186 then. The 0.15 target
- * leaves the stream 0.15 - 0.068 - 0.0005 - 0.005 = 0.0765 ms: 93% of the ceiling.
- * Measured (H100, one call; each figure a median of 50, three interleaved rounds): 0.1571,
- * 0.1569, 0.1563 ms against b3's 0.1866, 0.1862, 0.1865: 16% less time. Recorded in the same
- * call (20 repetitions, the old flush): 0.1572 ms [0.1547 - 0.1634], 68.7% of the 0.108 ms floor;
- * the 0.15 ms target missed by 4.8%. Its kernels are since shared with b5's as the device functions
- * below (b4's the same instructions, in another order), and a = c m rounded once (model.h's
- * a_rounded). Re-recorded with the clean-L2 timer (data commit 29662c6, the README's table):
- * 0.1489 ms [0.1464 - 0.1521] [b4 epilogue_fwdbwd median_ms min_ms max_ms], 0.7% under the target,
- * some repetitions over it. ncu, each kernel alone at the GPU's own clocks: the
- * stream 72.5 - 72.7 us, 2.95 TB/s over its 214.5 MB: 99% of the copy ceiling (2988 GB/s in the
- * recording run), 7 us under its prediction; b3's backward kernel 111.5 - 112.2 us. The rest
- * missed, from forms timed with a kernel left out (an earlier call, not committed): the forward
- * with the byte saved took 0.0713 - 0.0723 ms against v10's 0.0675 - 0.0682, 4 us where 1.6 MB
- * predicts 0.5 (a byte store a position, and ptxas spills 16 bytes in the saving form); the sums
- * took about 10 us (ncu: 9.7 - 10.2 us, DRAM 43% busy) where 5 were predicted; and dm's totals, not
- * in the prediction, took 8.5 us with 128 threads a channel (13 dependent loads a thread), 3.9 -
- * 4.4 us with 1024. Balance: -7 us for the stream, +3.5, +5 and +4 for the rest: 0.157 against the
- * predicted 0.153. What was left to 0.15 ms then: the forward, v10 at 54% of the copy ceiling
- * then, 0.07 of the 0.157; the backward's stream already runs at the ceiling. The forms that
- * lost (the whole 16 rows in flight a thread, the sums inside the stream's blocks as a cluster,
- * programmatic dependent launch, the dm totals by the last block) are in the README's "tried"
- * list.
+ * Defect of b3: its backward holds a sample's c on chip, as v10 does, and inherits v10's pattern
+ * (DRAM half busy): nothing is written until the two sums per (n, c) are known, and b3 finds each
+ * position's winning channel from c before it sums (dxh is g m at the winner, 0 at the other 15).
+ * Change: the forward already knows each position's winner. v10_saving (20-v10-cluster.cu)
+ * writes it, a byte a position: the channel in bits 0 to 3, WIN_INSIDE (bit 7, model.h) where the
+ * winner's xh is inside the clamp (PyTorch's max saves its indices for the same reason). Then the
+ * backward needs c only where dc is written:
+ *   1. b4_winner_sums: the sums per (n, c) from the bytes, g and y alone (14.5 MB, not c's 103
+ *      MB): where c wins inside the clamp, dxh = g m_c and dxh xh = g y, so sum dxh = m_c sum g
+ *      and sum dxh xh = sum g y over the positions c wins; a partial per (n, block, c);
+ *   2. b4_stream_dc: da = rstd (dxh - mean(dxh) - xh mean(dxh xh)), dc = m da at every element.
+ *      A thread takes 4 positions of all 16 channels: the byte and g once, then c's rows, 8 loads
+ *      in flight; no cluster, no exchange, one block barrier after the first loads are issued.
+ *      dm's two terms (m is used twice) are summed on the way, added in order by k_segment_sums.
+ * Bytes: about 5% over the floor (the byte written and read, g and y read again), but every byte
+ * of the backward moves in a pass with no on-chip phase to wait for.
+ * Prediction: the stream at the copy ceiling plus 10%, 0.079 ms; with the rest, about 0.153 ms.
+ * Measured: 0.1489 ms [b4 epilogue_fwdbwd], 72% of the floor [b4 epilogue_fwdbwd pct_floor],
+ * 1.25x b3 [b3/b4 epilogue_fwdbwd]. ncu: the stream at 99% of the copy ceiling; the rest missed
+ * (the byte costs the forward 4 us where 0.5 were predicted, the sums 10 us where 5 were).
+ * Tried (LABBOOK.md): 16 rows in flight; the sums in the stream's blocks; dm by the last block.
  */
 #include "barrier.cuh" /* team_wait */
 #include "cluster.cuh" /* cluster_fits */
@@ -170,7 +132,7 @@ __device__ static inline void winner_sums(float (*bin)[C_OUT][B4_THREADS],
  * then reads y and the bytes through L2; b4 and b5 pass done = NULL. */
 template <bool OUT, bool WAIT = false>
 __global__ void __launch_bounds__(B4_THREADS)
-k_winner_sums(const unsigned char *__restrict__ win, const float *__restrict__ g,
+b4_winner_sums(const unsigned char *__restrict__ win, const float *__restrict__ g,
               const float *__restrict__ y, float *__restrict__ part, int S, const unsigned *done)
 {
     __shared__ float bin[OUT ? 3 : 2][C_OUT][B4_THREADS]; /* 32 KB; b5, b6 48 KB */
@@ -303,7 +265,7 @@ __device__ static inline void stream_dc(float (*k)[C_OUT], float (*red)[C_OUT],
  * registers (65536 / 768, rounded down to the allocation unit of 8). */
 template <int V>
 __global__ void __launch_bounds__(B4_THREADS, 3)
-k_stream_dc(const float *__restrict__ c, const float *__restrict__ g,
+b4_stream_dc(const float *__restrict__ c, const float *__restrict__ g,
             const unsigned char *__restrict__ win, const float *__restrict__ m,
             const float *__restrict__ mean, const float *__restrict__ rstd,
             const float *__restrict__ part, int P, float *__restrict__ dc,
@@ -321,8 +283,8 @@ static void b4_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int S = s->s, P = ceil_div(S, WIN_SUMS_POS), blocks = ceil_div(S, V * B4_THREADS);
-    k_winner_sums<false><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
-    k_stream_dc<V><<<dim3(blocks, s->n), B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
+    b4_winner_sums<false><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
+    b4_stream_dc<V><<<dim3(blocks, s->n), B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
                                                         r->rstd, r->bpart, P, r->dc, r->dm_part1,
                                                         S);
     /* dm: the N B partials of each channel in order; 1024 threads, so that each thread's loads
@@ -359,87 +321,29 @@ void b4_launch(const run_ctx *r, int scope)
 }
 
 /*
- * b5: dm from the sums, and the winner's clamp bit kept as the forward goes (Hopper: its forward
- * is v10's)
+ * b5: b4 with dm from the sums: no dm in the stream, no kernel to add it (Hopper)
  *
- * Defects of b4: (1) dm, the one gradient that is a reduction over the whole batch, costs b4 a
- * share of every stream block (16 accumulators a thread, 16 warp sums and a second barrier at
- * the block's end) and a fourth kernel to add the 1664 blocks' partials (3.9 - 4.4 us under ncu):
- * dm = sum c da (m's first use, a = c m) + sum at each position's winner of g clamp(xh) (its
- * second use, y = clamp(xh) m). (2) Saving the byte costs b4's forward 4 us, where its 1.6 MB
- * take 0.5 at the copy ceiling: after the channel loop, the winner's xh is computed again (four
- * shared loads: the winner's m, mean and rstd, and its value), and ptxas spills 16 bytes in
- * that form under v10's 64-register cap.
- * Change 1: both terms of dm follow from the sums b4 already takes, by the forward's own
- * identities. Over a slice (n, c) of S positions, sum xh = 0 and sum xh^2 = S var rstd^2 =
- * S (1 - eps rstd^2). With c = a / m = (xh / rstd + mean) / m and da = rstd (dxh - mean(dxh) -
- * xh mean(dxh xh)):
- *   sum da    = rstd (sum dxh - S mean(dxh) - mean(dxh xh) sum xh) = 0,
- *   sum xh da = rstd (S mean(dxh xh) - mean(dxh xh) sum xh^2) = rstd S mean(dxh xh) eps rstd^2,
- *   sum c da  = (sum xh da / rstd + mean sum da) / m = eps rstd^2 S mean(dxh xh) / m,
- * and S mean(dxh xh) = sum g y over the positions c wins inside the clamp (b4's second sum).
- * The first use is small: eps rstd^2 = eps / (var + eps), about 1e-5 / var where var >> eps,
- * and b4's stream summed it as 1.6 million terms of c da that cancel to it. At c's winners,
- * inside the clamp or not, clamp(xh) = y / m, so the second use is sum g y / m over all of c's
- * winners. So
+ * Defect of b4: dm, the one gradient reduced over the whole batch, costs every stream block 16
+ * accumulators a thread, 16 warp sums and a second barrier, and a fourth kernel adds the partials.
+ * Change: both terms of dm follow from the sums b4 already takes, by the forward's identities.
+ * Over a slice (n, c) of S positions, sum xh = 0 and sum xh^2 = S (1 - eps rstd^2). With
+ * c = (xh / rstd + mean) / m and da = rstd (dxh - mean(dxh) - xh mean(dxh xh)):
+ *   sum da = 0,   sum xh da = rstd S mean(dxh xh) eps rstd^2,
+ *   sum c da = (sum xh da / rstd + mean sum da) / m = eps rstd^2 S mean(dxh xh) / m,
+ * and S mean(dxh xh) = sum g y over the positions c wins inside the clamp. At c's winners,
+ * clamp(xh) = y / m, so
  *   dm_c = (1 / m_c) sum over n of [(1 + eps rstd^2) sum_in g y + sum_out g y],
- * sum_in and sum_out over the positions c wins inside and outside the clamp. k_winner_sums<true>
- * adds sum_out as a third bin; the stream computes no dm; and one block of the stream's launch
- * (k_stream_dm: block 0 of the grid, in practice dispatched first, with the first wave) adds the N
- * P partials of each channel in a fixed order while the stream runs. m_c = 0 gives a = 0, xh = 0
- * and dm_c = 0 exactly, so it is set to 0, not divided by. The test "m 0, 1e-3" plants both: m =
- * 1e-3 on c = 50 +- 1, where var = 3.3e-7 and eps rstd^2 = 0.97: the first use is 0.97 of the
- * second's inside part there. y / m_c is inexact only where y = clamp(xh) m_c is subnormal (below
- * 1.2e-38): the error it adds to dm_c is at most |g| 1.4e-45 / |m_c| a position,
- * negligible unless |m_c| itself nears that range, where var = m_c^2 var(c) has long since
- * underflowed and the forward is degenerate anyway.
- * Change 2: the forward keeps the bit with the winning channel as its loop goes: xh is inside
- * the clamp exactly where clamp(xh) == xh (false for a NaN), two values the loop holds anyway
- * (cluster_apply's TRACK). In the source that is one more compare and select per channel, 16
- * of each per position, against the recomputation's four shared loads and one xh per position;
- * but nothing spills (ptxas: 0 bytes).
- * Prediction (change 1): the fourth kernel's 3.9 - 4.4 us go, and the stream sheds its
- * end-of-block reduction (its bytes, and so its time at the ceiling, unchanged); the third bin
- * makes the sums' blocks 48 KB of shared memory, four an SM, and 512 blocks still fit one wave
- * (528): b4's recorded 0.1572 less 4 us, about 0.153 ms.
- * Prediction (change 2): at most the 3.5 us the forward pays above the byte's DRAM time (4 -
- * 0.5); the instruction counts do not say how much of it goes, so both forms were timed.
- * Measured (H100; each figure a median of 50; interleaved rounds within a call):
- *   - change 1 alone, over four calls: twelve rounds 0.1533 - 0.1563 ms (median 0.1539) against
- *     nine of b4 0.1562 - 0.1588 (0.1571): 3.2 us, about 1 us short of the predicted 3.9 - 4.4
- *     (the sums 0.3 us slower with the third bin, below). An interim recording: 0.1529 ms. ncu,
- *     each kernel alone at the GPU's own clocks: the stream with its dm block 71.1 - 72.7 us
- *     (b4's stream 72.5 - 72.7), the sums 10.0 - 10.4 (b4's 9.7 - 10.2).
- *   - change 2, the forward alone (an experiment build timing the saving kernel in v10's scope,
- *     three rounds): v10 0.0674 - 0.0680, b4's saving form 0.0716 - 0.0721, the kept bit 0.0697
- *     - 0.0702: 1.9 us of the 3.5 gone. b5 with and without it, three calls of three rounds:
- *     0.1510 - 0.1521 against 0.1532 - 0.1563. ncu, the forward kernel alone, disagreed between
- *     its modes: the kept bit 65.3 - 67.4 us and b4's form 59.9 - 62.8 with its cache flush,
- *     68.4 - 69.8 and 69.6 - 75.4 without; the harness's timing of the scope is what the tables
- *     use.
- *   - both, the recording call: 0.1511, 0.1507, 0.1513 against b4's 0.1561, 0.1573, 0.1568,
- *     5.7 us between the medians (3.6%), beyond either version's spread of rounds. Recorded in
- *     the same call (the README's table then, 20 repetitions): 0.1518 ms [0.1485 - 0.1545], 71%
- *     of the 0.108 ms floor; the 0.15 ms target missed by 1.2%.
- *   - with the stream's grid revised (b6's comment): rounds 0.1520, 0.1515, 0.1515.
- *   - all of the above with the old flush. With the clean-L2 timer (data commit 29662c6's code,
- *     a = c m rounded once as model.h's a_rounded; three interleaved rounds of 30 repetitions):
- *     b4 0.1481, 0.1489, 0.1487 ms; b5 0.1508, 0.1502, 0.1502; b5's backward on b4's forward
- *     (change 1 alone) 0.1453, 0.1457, 0.1454. Change 1 still pays, about 3 us; change 2 now
- *     costs about 5 us (not profiled), so b5 as written is 1 - 2% slower than b4, and change 1
- *     alone is the fastest of the three. b5 and b6 (whose forward is b5's) still carry change 2.
- *     Recorded (the README's table): 0.1492 ms [0.1469 - 0.1520]
- *     [b5 epilogue_fwdbwd median_ms min_ms max_ms], 8.45x [compile/b5 epilogue_fwdbwd]
- *     torch.compile; b4 0.1489 [b4 epilogue_fwdbwd] in the same run, a tie there (the ranges
- *     overlap); 0.5% under 0.15 ms, some repetitions over it.
- * What is left: the forward, about 0.070 ms with the bytes saved (v10 is at 57% of
- * the copy ceiling [v10 epilogue_fwd pct_ceiling]), and the sums' 10 us for 14.5 MB, 4.9 us at the
- * copy ceiling. ncu on the sums: one wave of 512 blocks, the SMs active 71% of its cycles (ramp and
- * tail), DRAM 43% busy, per issued instruction 8.8 of 17.4 cycles waiting on loads; their loads
- * unrolled in the reduction, or 8192 positions a block, did not change that beyond the spread. The
- * forms that lost (the bytes stored four to a 32-bit word; the winner's xh kept instead of the bit;
- * the stream at four blocks an SM; the sums and the stream as one launch whose blocks take their
- * work in ticket order, a "b6" of two calls before this b6) are in the README's "tried" list.
+ * sum_in and sum_out over the positions c wins inside and outside the clamp. b4_winner_sums<true>
+ * adds sum_out as a third bin; the stream computes no dm; block 0 of the stream's grid
+ * (b5_stream_dm) adds each channel's partials in a fixed order while the stream runs. m_c = 0
+ * gives a = 0, xh = 0 and dm_c = 0 exactly: set to 0, not divided by.
+ * Prediction: the fourth kernel's 4 us go.
+ * Measured: 0.1492 ms [b5 epilogue_fwdbwd], 72% of the floor [b5 epilogue_fwdbwd pct_floor],
+ * 0.2% slower than b4 [b5 vs b4 epilogue_fwdbwd]: a tie. In interleaved rounds, b5's backward on
+ * b4's forward is about 3 us faster than b4, and the "also" below loses about as much.
+ * Also: the forward keeps the winner's clamp bit as its channel loop goes (cluster_apply's TRACK)
+ * instead of computing the winner's xh again; it won 2 us with the older timer and loses about
+ * 5 us with today's clean-L2 one (LABBOOK.md). b6 keeps it.
  */
 
 /* b5's dm, from the sums' partials alone (the comment above derives it): thread
@@ -473,7 +377,7 @@ __device__ static void dm_from_sums(const float4 *part, int count, int P, const 
  * (done, N of them; NULL for b5) */
 template <int V, bool RESET = false>
 __global__ void __launch_bounds__(B4_THREADS, 3)
-k_stream_dm(const float *__restrict__ c, const float *__restrict__ g,
+b5_stream_dm(const float *__restrict__ c, const float *__restrict__ g,
             const unsigned char *__restrict__ win, const float *__restrict__ m,
             const float *__restrict__ mean, const float *__restrict__ rstd,
             const float *__restrict__ part, int P, float *__restrict__ dc, float *__restrict__ dm,
@@ -498,8 +402,8 @@ static void b5_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int S = s->s, P = ceil_div(S, WIN_SUMS_POS), blocks = ceil_div(S, V * B4_THREADS);
-    k_winner_sums<true><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
-    k_stream_dm<V><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean, r->rstd,
+    b4_winner_sums<true><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
+    b5_stream_dm<V><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean, r->rstd,
                                                        r->bpart, P, r->dc, r->dm, S, blocks, NULL);
 }
 
@@ -509,76 +413,29 @@ void b5_launch(const run_ctx *r, int scope)
 }
 
 /*
- * b6: the sums during the forward's last wave (Hopper: its forward is v10's)
+ * b6: b5 with the sums started during the forward's last wave (Hopper)
  *
- * Defect of b5: its three kernels run one after another, and the sums' 10 us (ncu) sit between
- * the forward and the stream with nothing beside them. Yet the sums of sample n need only sample
- * n's forward, and the forward ends in a partial wave: 30 clusters fit the GPU at once, so its
- * 128 samples run in waves of 30, 30, 30, 30 and 8, and while the last 8 clusters (64 of 240
- * block slots) load, reduce and write, most SMs have nothing to do, and the sums of the first 120
- * samples could run there.
+ * Defect of b5: its three kernels run in turn, and the sums' 10 us sit between the forward and
+ * the stream with nothing beside them. Yet the sums of sample n need only sample n's forward, and
+ * the forward ends in a partial wave (128 samples on 30 resident clusters), with most SMs idle.
  * Change: a dependency per sample instead of per kernel.
- *   1. The forward (v10_saving's third form, k_cluster_epilogue<.., SIGNAL>): each block, as it
- *      starts, executes griddepcontrol.launch_dependents; once its y, bytes and (rank 0) the
- *      statistics are written, a block barrier, then thread 0 fences (__threadfence: after the
- *      barrier it orders the whole block's writes, a release) and adds 1 to done[n].
- *   2. The sums are launched with programmatic dependent launch (cudaLaunchKernelEx with
- *      cudaLaunchAttributeProgrammaticStreamSerialization; CUDA C++ Programming Guide,
- *      "Programmatic Dependent Launch and Synchronization"; PTX ISA, "griddepcontrol"): their
- *      grid may start once every forward block has executed launch_dependents or finished,
- *      that is, when the forward's last cluster starts, about one cluster's lifetime (12 to 14
- *      us) before the forward ends. Block (p, n) first waits for done[n] = CL (thread 0 polls,
- *      with a nap between tries, then fences: an acquire), then reads y and the bytes through
- *      L2 (__ldcg), since a kernel still running wrote them. No griddepcontrol.wait: the
- *      counters are the dependency.
- *   3. The stream is launched as before, after the sums have finished, and so after every
- *      forward block has published; its dm block resets done[] to 0 for the next run.
+ *   1. The forward (v10_saving's third form, v10_cluster_epilogue<.., SIGNAL>): each block runs
+ *      griddepcontrol.launch_dependents as it starts; once its y, bytes and statistics are
+ *      written, a block barrier, then thread 0 fences and adds 1 to done[n] (team_arrive,
+ *      common/barrier.cuh: the fence after the barrier makes it a release of the block's writes).
+ *   2. The sums are launched with programmatic dependent launch (cudaLaunchKernelEx,
+ *      cudaLaunchAttributeProgrammaticStreamSerialization): their grid may start once every
+ *      forward block has started. Block (p, n) first waits for done[n] = CL (team_wait), then
+ *      reads y and the bytes through L2 (__ldcg), since a kernel still running wrote them.
+ *   3. The stream runs after the sums as before; its dm block resets done[] for the next run.
  * Why it cannot deadlock: a sums block waits only on forward blocks, and the sums grid starts
- * only when every forward block has started; a forward block waits only on the blocks of its
- * own cluster, which start together, never on the sums; so every block waited on runs to its
- * end. (Where the launch attribute were ignored, the two kernels would simply run in turn.) A
- * first form reset the counters from block (1, 0) of the stream, which the grid lacks when a
- * sample needs one stream block (S <= 1024): the counters kept the first run's counts, the
- * second run's sums did not wait, and the tests' second run (the harness runs each version
- * twice) failed with "differs between runs".
- * Prediction: the sums of the first 120 samples (94% of the 10 us, 9.4 us) run beside the last
- * wave, which v10's timeline puts at 12 to 14 us (8.6 to 9.9 to load, reduce and exchange, 2.1
- * to write y, 1.7 at the closing barrier); the last 8 samples' 32 blocks, each waiting on its
- * forward, then run after it, one latency-bound round of about 2 to 4 us: b5's 0.1518 less 5 to
- * 8 us, 0.144 to 0.147 ms.
- * Measured (H100; medians of 50, three interleaved rounds of the recording call): 0.1469,
- * 0.1472, 0.1473 ms against b5's 0.1512, 0.1515, 0.1518: 4.3 us (2.8%) less between the
- * medians, beyond the rounds' spread (0.4 and 0.6 us), at the short end of the prediction. Not
- * profiled; the likely causes: the sums compete with the
- * last wave's loads for DRAM, and after v10's staggered start the clusters do not run in clean
- * waves of 30 and 8, so block slots open gradually through the tail rather than at once.
- * Recorded in the same call (the README's table, 20 repetitions): 0.1462 ms [0.1449 - 0.1521],
- * 74% of the 0.108 ms floor; the 0.15 ms target met, by 2.5%.
- * Revised since, for the reader and to lift a limit: the stream's grid is one-dimensional (1 +
- * N B blocks, the dm block first), where the dm block was an extra row of a (B, N + 1) grid that
- * passed the grid's 65535 rows at a batch of 65535 (b5 and b6 ran b4 there; now they run
- * themselves); the sums are k_winner_sums<true, true>, where they were a kernel of their own.
- * Three interleaved rounds of one call: 0.1476, 0.1474, 0.1475 ms against b5's 0.1520, 0.1515,
- * 0.1515 and b4's 0.1565, 0.1564, 0.1571, the same as before within the spread between calls.
- * Revised again, so that no code lives twice: the forward's signal and the sums' wait are
- * common/barrier.cuh's team_arrive and team_wait, which chapter 4's teams use (the wait a volatile
- * poll, a 32 ns nap and a fence, where it was an acquire load and a 128 ns nap; the signal's SASS
- * unchanged). Three interleaved rounds of one call: 0.1476, 0.1473, 0.1480 ms against the
- * recorded code's 0.1471, 0.1473, 0.1474, the same within the spread of each run (0.1445 -
- * 0.1526), so b6's recorded row then stood. All of that with the old flush.
- * With the clean-L2 timer (data commit 29662c6's code, in the interleaved rounds of b5's comment):
- * b6 0.1459, 0.1464, 0.1460 ms against b5's 0.1508, 0.1502, 0.1502, about 4.3 us less, and without
- * v10's staggered start (V10SPAN=0) 0.1517, 0.1519, 0.1520: the start is worth about 6 us to b6.
- * b6 is within 1 us of b5's backward on b4's forward (0.1453 - 0.1457): the sums' early start wins
- * back about what change 2, which b6 keeps, loses.
- * Recorded (data commit 29662c6, the README's table): 0.1458 ms [0.1434 - 0.1472]
- * [b6 epilogue_fwdbwd median_ms min_ms max_ms], 74% of the floor [b6 epilogue_fwdbwd pct_floor],
- * 8.65x torch.compile [compile/b6 epilogue_fwdbwd]; 0.15 ms met, by 2.8%, every repetition under
- * it. Its range overlaps b4's and b5's in that run (a tie by the table's rule), which the
- * interleaved rounds above separate. A first form, every
- * thread fencing before the block barrier and thread 0 adding without a fence of its own (one fence
- * a warp, and not formally a release of the other threads' writes), measured 0.1477 - 0.1484
- * against b5's 0.1517 - 0.1520 in an earlier call (recorded there at 0.1483).
+ * only when every forward block has started; a forward block waits only on its own cluster,
+ * never on the sums; so every block waited on runs to its end.
+ * Prediction: the sums of the first 120 samples run beside the last wave, the last 8 samples'
+ * after it (about 2 to 4 us): 5 to 8 us less than b5.
+ * Measured: 0.1458 ms [b6 epilogue_fwdbwd], 74% of the floor [b6 epilogue_fwdbwd pct_floor],
+ * 1.02x b5 [b5/b6 epilogue_fwdbwd]: about 4 us less, short of the prediction (not profiled; the
+ * sums presumably compete with the last wave's loads for DRAM). The 0.15 ms target is met.
  */
 
 template <int V>
@@ -591,10 +448,10 @@ static void b6_backward(const run_ctx *r)
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.gridDim = dim3(P, s->n), cfg.blockDim = dim3(B4_THREADS), cfg.attrs = at, cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_winner_sums<true, true>, (const unsigned char *)r->win,
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, b4_winner_sums<true, true>, (const unsigned char *)r->win,
                                   (const float *)r->g, (const float *)r->y, r->bpart, S,
                                   (const unsigned *)r->fwd_done));
-    k_stream_dm<V, true><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
+    b5_stream_dm<V, true><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean,
                                                              r->rstd, r->bpart, P, r->dc, r->dm, S,
                                                              blocks, r->fwd_done);
 }

@@ -29,8 +29,8 @@
  *   v7-welford.cu               v7  v6 with Welford + Chan instead of sum and sum of squares
  *   v8-cub.cu                   v8  v7 with CUB's BlockReduce (the library baseline)
  *   v9-fused-apply.cu           v9  v7's statistics, then one kernel for the rest (c read twice)
- *   cluster.cuh                 clusters: slices, copies (TMA, mbarrier PTX), the exchange, the
- *                               first wave's staggered start
+ *   cluster.cuh                 clusters: slices, copies (TMA bulk copies and mbarriers, whose PTX
+ *                               is common/hopper.cuh's), the exchange, the first wave's start
  *   20-v10-cluster.cu           v10 one pass: 8 blocks a sample hold its values in shared memory,
  *                                   exchange statistics once through distributed shared memory;
  *                                   the first wave's starts spread over 10 us
