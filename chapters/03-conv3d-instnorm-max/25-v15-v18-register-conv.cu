@@ -1,8 +1,9 @@
 /*
  * v15: v14's conv with its output in registers, x in shared memory, persistent clusters (Hopper)
  *
- * v15 to v18 share one kernel, k_register_conv: v16 differs where `WGMMA` says, v17 where
- * `TEAM` says, v18 where `HALVES` says.
+ * v15 to v18 share one kernel body, compiled once for each STEP (15 .. 18) as v15_register_conv ..
+ * v18_register_conv; a step's lines are `#if STEP >= 16` (v16), 17 and 18 regions, so `make diff
+ * CH=3 A=v15 B=v16` prints what one step changed.
  *
  * Defect of v14: its gathers of x wait on L1 misses: its two 113 KB slices of conv output fill
  * shared memory and leave about 28 KB of L1 for x (77% hits).
@@ -97,6 +98,7 @@
  * for instead of 8).
  * Tried (LABBOOK.md): both halves starting together; half 1 after half 0's first exchange.
  */
+#ifndef STEP /* the versions' shared part; below it, the body for one STEP */
 #include <cuda_pipeline.h>
 #include <string.h>
 
@@ -537,95 +539,164 @@ __device__ static inline void named_arrive(int id, int count)
 {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
-
-/* the barrier of a team's member: the block's (__syncthreads), or v18's half's (id 1 + hx) */
-template <bool HALVES> __device__ static inline void member_sync(int hx)
-{
-    if (HALVES)
-        named_sync(1 + hx, 32 * V18_WARPS);
-    else
-        __syncthreads();
-}
 #endif
 
-/* v15 (WGMMA false), v16 (true), v17 (WGMMA and TEAM) and v18 (the three and HALVES). v16's to
- * v18's bodies exist only in sm_90a code; the harness runs them nowhere else (NEEDS_SM90A). v17:
- * xch, the teams' words (2 parities x CL blocks x C_OUT channels x 3 a team; v18: 16 members),
- * tag0, the launch's base tag. */
-template <bool WGMMA, bool TEAM = false, bool HALVES = false>
+/* The steps: the body below, once for each (the file includes itself). The kernel and launcher
+ * of step N are vN_register_conv and vN_launch. */
+#define VCAT_(a, b, c) a##b##c
+#define VCAT(a, b, c) VCAT_(a, b, c)
+#define VNAME(name) VCAT(v, STEP, _##name) /* v15_register_conv, ... */
+
+/* v17, v18: the next launch's base tag (0: the words' initial tag); one count for both, since
+ * they share the words */
+static unsigned team_tag0 = 1;
+
+#define STEP 15
+#include "25-v15-v18-register-conv.cu"
+#undef STEP
+#define STEP 16
+#include "25-v15-v18-register-conv.cu"
+#undef STEP
+#define STEP 17
+#include "25-v15-v18-register-conv.cu"
+#undef STEP
+#define STEP 18
+#include "25-v15-v18-register-conv.cu"
+#undef STEP
+
+#else /* STEP: the kernel and its launcher for one step, `#if STEP >= N` where step N changed */
+
+/* v16's to v18's bodies exist only in sm_90a code; the harness runs them nowhere else
+ * (NEEDS_SM90A). v17: xch, the teams' words (2 parities x CL blocks x C_OUT channels x 3 a team;
+ * v18: 16 members), tag0, the launch's base tag. */
 __global__ void __launch_bounds__(CL_THREADS, 1)
-k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
-                const float *__restrict__ bias, const float *__restrict__ m,
-                float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
-                const shape sh, const __grid_constant__ v15_cols cols, unsigned wstride,
-                unsigned long long *__restrict__ xch, unsigned tag0)
+VNAME(register_conv)(const float *__restrict__ x, const float *__restrict__ weight,
+                     const float *__restrict__ bias, const float *__restrict__ m,
+                     float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
+                     const shape sh, const __grid_constant__ v15_cols cols, unsigned wstride,
+                     unsigned long long *__restrict__ xch, unsigned tag0)
 {
 #if __CUDA_ARCH__ >= 900
-#ifndef __CUDA_ARCH_FEAT_SM90_ALL
-    if (WGMMA)
-        return;
+#if STEP >= 16 && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    return;
 #endif
     extern __shared__ __align__(16) float xs[]; /* two windows of x, then ptab (v16: bulk copies) */
     __shared__ cluster_shared cs;
     __shared__ __align__(128) v15_smem sw;
-    /* v18: the second half's statistics, and both halves' partials, counts and means */
+#if STEP >= 18
+    /* the second half's statistics, and both halves' partials, counts and means */
     __shared__ cluster_shared cs1[1];
-    __shared__ float part18[HALVES ? 2 : 1][V18_WARPS][C_OUT];
-    __shared__ int count18[HALVES ? 2 : 1][V18_WARPS];
-    __shared__ float bmean18[HALVES ? 2 : 1][C_OUT];
-    /* v16's pushed triples, by parity and rank */
-    __shared__ __align__(16) float4 pushed[WGMMA && !TEAM ? 2 * CL * C_OUT : 1];
+    __shared__ float part18[2][V18_WARPS][C_OUT];
+    __shared__ int count18[2][V18_WARPS];
+    __shared__ float bmean18[2][C_OUT];
+#endif
+#if STEP == 16
+    /* the pushed triples, by parity and rank */
+    __shared__ __align__(16) float4 pushed[2 * CL * C_OUT];
     __shared__ unsigned long long pushed_bar[2];
-    __shared__ unsigned long long win_bar[HALVES ? 4 : 2]; /* v16's bulk copies, one a buffer */
-    __shared__ float wcol[TEAM ? C_OUT : 1];  /* v17 (step 3): tap 80's weights */
-    constexpr int NST = TEAM ? V17_KSTEPS : V15_KSTEPS; /* the conv's steps of 8 columns */
-    /* v18: a member of a team is half the block, NW warps; its tiles TS corners apart */
-    constexpr int NW = HALVES ? V18_WARPS : 16, NT = 32 * NW, TS = 16 * NW;
+#endif
+#if STEP >= 18
+    __shared__ unsigned long long win_bar[4]; /* the bulk copies, one a buffer */
+#elif STEP >= 16
+    __shared__ unsigned long long win_bar[2]; /* the bulk copies, one a buffer */
+#endif
+#if STEP >= 17
+    __shared__ float wcol[C_OUT]; /* step 3: tap 80's weights */
+    constexpr int NST = V17_KSTEPS; /* the conv's steps of 8 columns */
+#else
+    constexpr int NST = V15_KSTEPS; /* the conv's steps of 8 columns */
+#endif
+#if STEP >= 18
+    /* a member of a team is half the block, NW warps; its tiles TS corners apart */
+    constexpr int NW = V18_WARPS, NT = 32 * NW, TS = 16 * NW;
+#else
+    constexpr int NW = 16, NT = 32 * NW, TS = 16 * NW;
+#endif
     cg::cluster_group cluster = cg::this_cluster();
     const int span = TS * V15_TILES;
-    const int hx = HALVES ? (int)threadIdx.x / NT : 0; /* v18: the half */
-    const unsigned tid = HALVES ? threadIdx.x % NT : threadIdx.x;
-    cluster_shared &C = HALVES && hx ? cs1[0] : cs;
-    int *count = HALVES ? count18[hx] : sw.count; /* the member's count of positions a warp */
-    int rank = TEAM ? (int)blockIdx.x : (int)cluster.block_rank();
-    int ncl = TEAM ? (int)gridDim.x : (int)cluster.num_blocks();
+#if STEP >= 18
+    const int hx = (int)threadIdx.x / NT; /* the half */
+    const unsigned tid = threadIdx.x % NT;
+    cluster_shared &C = hx ? cs1[0] : cs;
+    int *count = count18[hx]; /* the member's count of positions a warp */
+#else
+    const int hx = 0;
+    const unsigned tid = threadIdx.x;
+    cluster_shared &C = cs;
+    int *count = sw.count; /* the block's count of positions a warp */
+#endif
+#if STEP >= 17
+    int rank = (int)blockIdx.x;
+    int ncl = (int)gridDim.x;
+#else
+    int rank = (int)cluster.block_rank();
+    int ncl = (int)cluster.num_blocks();
+#endif
     int warp = tid >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int hw = sh.h * sh.w, dhw = sh.d * hw, c_lo = rank * span;
-    int win = (int)v15_buffer(wstride, WGMMA);
-    const bool tma = WGMMA && (dhw & 3) == 0; /* v16's window by bulk copies (step 6) */
+#if STEP >= 16
+    int win = (int)v15_buffer(wstride, true);
+    const bool tma = (dhw & 3) == 0; /* the window by bulk copies (step 6) */
+#else
+    int win = (int)v15_buffer(wstride, false);
+#endif
     int len = span + 2 * hw + 2 * sh.w + 2; /* the window: the span's corners and their taps */
     int in = min(len, dhw - c_lo);          /* of which inside x's channel */
     float *xh = xs + 2 * hx * win;          /* the member's two buffers */
+#if STEP >= 18
     unsigned long long *wbar = win_bar + 2 * hx;
-    int *ptab = (int *)(xs + (HALVES ? 4 : 2) * win); /* corner i of the span: its position in y,
-                                                       * or -1 (v18: both halves' span) */
-    /* v18: team 2 blockIdx.y + hx, of 2 gridDim.y, takes samples team, team + teams, ... */
-    const int team = HALVES ? 2 * (int)blockIdx.y + hx : (int)blockIdx.y;
-    const int teams = HALVES ? 2 * (int)gridDim.y : (int)gridDim.y;
+    int *ptab = (int *)(xs + 4 * win); /* corner i of the span: its position in y, or -1 (both
+                                        * halves' span) */
+    /* team 2 blockIdx.y + hx, of 2 gridDim.y, takes samples team, team + teams, ... */
+    const int team = 2 * (int)blockIdx.y + hx;
+    const int teams = 2 * (int)gridDim.y;
+#else
+#if STEP >= 16
+    unsigned long long *wbar = win_bar;
+#endif
+    int *ptab = (int *)(xs + 2 * win); /* corner i of the span: its position in y, or -1 */
+    const int team = (int)blockIdx.y;
+    const int teams = (int)gridDim.y;
+#endif
 
     /* 1. the first sample's window; while it lands, the zeros past x's end (both buffers), B
      * split from the weights, the columns' offsets, and the corners' positions, for every
      * sample */
+#if STEP >= 16
     if (tma) { /* the barriers first, seen by every thread before any use (racecheck) */
         if (threadIdx.x == 0) {
             mbar_init(&win_bar[0]), mbar_init(&win_bar[1]);
-            if (HALVES)
-                mbar_init(&win_bar[2]), mbar_init(&win_bar[3]);
+#if STEP >= 18
+            mbar_init(&win_bar[2]), mbar_init(&win_bar[3]);
+#endif
             mbar_init_fence();
         }
         __syncthreads();
     }
-    if (!HALVES || team < sh.n) { /* (v18: a half may have no sample in a tiny batch) */
+#endif
+#if STEP >= 18
+    if (team < sh.n) { /* (a half may have no sample in a tiny batch) */
+#endif
+#if STEP >= 16
         if (tma)
             issue_window_tma<NT>(xh, x, team, c_lo, in, dhw, wstride, &wbar[0], tid);
-        else if (WGMMA && (dhw & 1) == 0)
+        else if ((dhw & 1) == 0)
             issue_window<2, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
         else
+#endif
             issue_window<1, NT>(xh, x, team, c_lo, in, dhw, wstride, tid);
+#if STEP >= 18
     }
-    for (int i = threadIdx.x; i < (HALVES ? 4 : 2) * C_IN * (len - in); i += CL_THREADS) {
+    for (int i = threadIdx.x; i < 4 * C_IN * (len - in); i += CL_THREADS) {
+#else
+    for (int i = threadIdx.x; i < 2 * C_IN * (len - in); i += CL_THREADS) {
+#endif
         int w = i / (len - in); /* window w: buffer w / C_IN, channel w % C_IN */
-        int at = WGMMA ? (w / C_IN) * win + (w % C_IN) * wstride : w * wstride;
+#if STEP >= 16
+        int at = (w / C_IN) * win + (w % C_IN) * wstride;
+#else
+        int at = w * wstride;
+#endif
         xs[at + in + (i - w * (len - in))] = 0.0f;
     }
     for (int i = threadIdx.x; i < NST * 128; i += CL_THREADS) {
@@ -639,11 +710,14 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         ((unsigned *)&sw.off[k / 8][k % 4])[(k % 8) / 4] = cols.off[k];
     if (threadIdx.x < C_OUT)
         sw.b[threadIdx.x] = __ldg(bias + threadIdx.x), cs.m[threadIdx.x] = __ldg(m + threadIdx.x);
-    if (HALVES && threadIdx.x < C_OUT)
+#if STEP >= 18
+    if (threadIdx.x < C_OUT)
         cs1[0].m[threadIdx.x] = __ldg(m + threadIdx.x);
-    if constexpr (TEAM) /* step 3: the weights of the tap past the steps */
-        if (threadIdx.x < C_OUT)
-            wcol[threadIdx.x] = __ldg(weight + threadIdx.x * C_IN * KVOL + cols.tap[8 * NST]);
+#endif
+#if STEP >= 17
+    if (threadIdx.x < C_OUT) /* step 3: the weights of the tap past the steps */
+        wcol[threadIdx.x] = __ldg(weight + threadIdx.x * C_IN * KVOL + cols.tap[8 * NST]);
+#endif
     {
         unsigned mw = 0xffffffffu / (unsigned)sh.w, mh = 0xffffffffu / (unsigned)sh.h;
         for (int i = threadIdx.x; i < span; i += CL_THREADS) {
@@ -653,9 +727,10 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             ptab[i] = ok ? (int)((od * sh.oh + oh) * sh.ow + ow) : -1;
         }
     }
-    /* v16's wgmma reads B through the async proxy: order these generic stores before it */
-    if (WGMMA)
-        fence_proxy_async(); /* hopper.cuh */
+#if STEP >= 16
+    /* the wgmma reads B through the async proxy: order these generic stores before it */
+    fence_proxy_async(); /* hopper.cuh */
+#endif
     __syncthreads();
 
     /* the lane's corners. Warp w's tile r is the corners w0 + 256 r + 4 i, i = 0 .. 15 (row i of
@@ -676,38 +751,48 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
         cnt += __shfl_xor_sync(FULL, cnt, o);
     if (lane == 0)
         count[warp] = cnt;
-    if (WGMMA && !TEAM && threadIdx.x == 0)
+#if STEP == 16
+    if (threadIdx.x == 0)
         mbar_init(&pushed_bar[0]), mbar_init(&pushed_bar[1]), mbar_init_fence();
-    if (WGMMA && !TEAM) /* v16 pushes into its peers' shared memory: they must have started
-                         * (racecheck) */
-        cluster.sync();
-    else
-        __syncthreads();
+    cluster.sync(); /* it pushes into its peers' shared memory: they must have started (racecheck) */
+#else
+    __syncthreads();
+#endif
     int bc = lane < NW ? count[lane] : 0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) /* every lane gets the sum */
         bc += __shfl_xor_sync(FULL, bc, o);
-    /* v18: the second half starts its first conv when the first half has finished its own */
-    if (HALVES && hx == 0 && team >= sh.n)
+#if STEP >= 18
+    /* the second half starts its first conv when the first half has finished its own */
+    if (hx == 0 && team >= sh.n)
         named_arrive(3, 2 * NT);
-    if (HALVES && hx == 1)
+    if (hx == 1)
         named_sync(3, 2 * NT);
+#endif
 
     int it = 0;
     for (int n = team; n < sh.n; n += teams, it++) {
         const float *xw = xh + (it & 1) * win;
         __pipeline_wait_prior(0); /* this sample's window has landed (each thread its own) */
+#if STEP >= 16
         if (tma)
             mbar_wait(&wbar[it & 1], (it >> 1) & 1);
-        member_sync<HALVES>(hx); /* (everyone's), and every warp is done with the last one */
+#endif
+#if STEP >= 18
+        named_sync(1 + hx, NT); /* (the half's), and every warp is done with the last one */
+#else
+        __syncthreads(); /* (everyone's), and every warp is done with the last one */
+#endif
         if (n + teams < sh.n) { /* the next sample's window, while this one computes */
             float *nd = xh + ((it + 1) & 1) * win;
+#if STEP >= 16
             if (tma)
                 issue_window_tma<NT>(nd, x, n + teams, c_lo, in, dhw, wstride,
                                      &wbar[(it + 1) & 1], tid);
-            else if (WGMMA && (dhw & 1) == 0)
+            else if ((dhw & 1) == 0)
                 issue_window<2, NT>(nd, x, n + teams, c_lo, in, dhw, wstride, tid);
             else
+#endif
                 issue_window<1, NT>(nd, x, n + teams, c_lo, in, dhw, wstride, tid);
         }
 
@@ -719,13 +804,13 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             for (int h = 0; h < 2; h++)
                 acc[r][h][0] = acc[r][h][2] = sw.b[8 * h + 2 * t],
                 acc[r][h][1] = acc[r][h][3] = sw.b[8 * h + 2 * t + 1];
-#ifdef __CUDA_ARCH_FEAT_SM90_ALL
-        if (WGMMA)
-            conv_wgmma<NST, TS>(acc, sw, xw + base, t);
-        else
+#if STEP >= 16 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        conv_wgmma<NST, TS>(acc, sw, xw + base, t);
+#else
+        conv_mma_sync(acc, sw, xw + base, lane);
 #endif
-            conv_mma_sync(acc, sw, xw + base, lane);
-        if constexpr (TEAM) { /* step 3: tap 80, the column past the steps, by FFMA in fp32 */
+#if STEP >= 17
+        { /* step 3: tap 80, the column past the steps, by FFMA in fp32 */
             const float *xc = xw + base + cols.off[8 * NST];
             float wc[2][2] = {{wcol[2 * t], wcol[2 * t + 1]}, {wcol[8 + 2 * t], wcol[9 + 2 * t]}};
 #pragma unroll
@@ -740,9 +825,11 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                             acc[r][h][2 * hh + e] = fmaf(xv, wc[h][e], acc[r][h][2 * hh + e]);
                 }
         }
-
-        if (HALVES && hx == 0 && it == 0) /* v18: the second half may start its conv */
+#endif
+#if STEP >= 18
+        if (hx == 0 && it == 0) /* the second half may start its conv */
             named_arrive(3, 2 * NT);
+#endif
 
         /* 3. the block's mean of each channel's conv, then its centred squares: the values are
          * in registers, so the second pass costs no memory. Lane (g, t) holds channels 2 t,
@@ -750,12 +837,13 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
          * a = c m has mean m mean(c) and M2 m^2 M2(c). */
         float s[2][2], zero[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, bm, bq;
         lane_sums<false>(acc, pos, zero, s);
-        if constexpr (HALVES) {
-            /* v18: warp w of a half reduces channels 2 w (lanes 0 .. 7, lane j warp j's
-             * partial) and 2 w + 1 (lanes 8 .. 15); the same steps on the half's barrier */
+#if STEP >= 18
+        {
+            /* warp w of a half reduces channels 2 w (lanes 0 .. 7, lane j warp j's partial) and
+             * 2 w + 1 (lanes 8 .. 15); the same steps on the half's barrier */
             int co = 2 * warp + ((lane >> 3) & 1);
             warp_part(part18[hx], warp, s);
-            member_sync<HALVES>(hx);
+            named_sync(1 + hx, NT);
             float bs = lane < 16 ? part18[hx][lane & 7][co] : 0.0f;
 #pragma unroll
             for (int o = 4; o > 0; o >>= 1)
@@ -763,17 +851,19 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             bm = bc > 0 ? bs / bc : 0.0f;
             if ((lane & 23) == 0) /* lanes 0 and 8 */
                 bmean18[hx][co] = bm;
-            member_sync<HALVES>(hx);
+            named_sync(1 + hx, NT);
             float cm[2][2] = {{bmean18[hx][2 * t], bmean18[hx][2 * t + 1]},
                               {bmean18[hx][8 + 2 * t], bmean18[hx][9 + 2 * t]}};
             lane_sums<true>(acc, pos, cm, s);
             warp_part(part18[hx], warp, s);
-            member_sync<HALVES>(hx);
+            named_sync(1 + hx, NT);
             bq = lane < 16 ? part18[hx][lane & 7][co] : 0.0f;
 #pragma unroll
             for (int o = 4; o > 0; o >>= 1)
                 bq += __shfl_xor_sync(FULL, bq, o);
-        } else {
+        }
+#else
+        {
             warp_part(sw.part, warp, s);
             __syncthreads();
             /* warp w: channel w's block sum */
@@ -789,14 +879,13 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             __syncthreads();
             bq = warp_sum(lane < 16 ? sw.part[lane][warp] : 0.0f);
         }
+#endif
 
-        /* 4. the exchange (cluster.cuh; the triples alternate between samples by parity):
-         * v15 publishes the block's triple of channel w and pulls the others' after a cluster
-         * barrier; v16 sends it to every peer by st.async and waits on its own mbarrier for
-         * theirs; then y: u = m clamp(c m rstd - mean rstd), the max of the lane's four
-         * channels, then over the group's four lanes by shuffles (v15: lane t = 0 writes it;
-         * v16: a reduce-scatter, below) */
-        if (HALVES) { /* v18: teams of up to 16, each warp two channels */
+        /* 4. the exchange (the triples alternate between samples by parity), then y: u = m
+         * clamp(c m rstd - mean rstd), the max of the lane's four channels, then over the
+         * group's four lanes by shuffles */
+#if STEP >= 18
+        { /* teams of up to 16, each warp two channels */
             int co = 2 * warp + ((lane >> 3) & 1);
             float mc = C.m[co];
             unsigned long long *rec = xch + (size_t)(2 * team + (it & 1)) * 16 * C_OUT * 3;
@@ -804,22 +893,29 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 team_publish<16>(rec, rank, co,
                                  make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f), tag0 + n);
             team_merge16(&C, rec, warp, tag0 + n, sh.s, ncl);
-            member_sync<HALVES>(hx);
-        } else if (TEAM) {
+            named_sync(1 + hx, NT);
+        }
+#elif STEP >= 17
+        { /* through L2: publish the block's triple of channel w, poll the team's */
             float mc = cs.m[warp];
             unsigned long long *rec = xch + (size_t)(2 * blockIdx.y + (it & 1)) * CL * C_OUT * 3;
             if (lane == 0)
                 team_publish(rec, rank, warp,
                              make_float4((float)bc, bm * mc, bq * mc * mc, 0.0f), tag0 + n);
             team_merge(&cs, rec, tag0 + n, sh.s, ncl);
-        } else if (WGMMA) {
+        }
+#elif STEP >= 16
+        { /* send the block's triple of channel w to every peer by st.async, wait on the own
+           * mbarrier for theirs (cluster.cuh) */
             float mc = cs.m[warp];
             float4 w = make_float4((float)bc, bm * mc, __shfl_sync(FULL, bq, 0) * mc * mc, 0.0f);
             float4 *in = pushed + (it & 1) * CL * C_OUT;
             if (lane < ncl)
                 cluster_push(in, rank * C_OUT + warp, w, &pushed_bar[it & 1], lane, rank);
             cluster_merge_pushed(&cs, in, &pushed_bar[it & 1], (it >> 1) & 1, sh.s, ncl);
-        } else {
+        }
+#else
+        { /* publish the block's triple of channel w, pull the others' after a cluster barrier */
             if (lane == 0) {
                 float mc = cs.m[warp];
                 welford w = {bc, bm * mc, bq * mc * mc};
@@ -827,6 +923,7 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             }
             cluster_merge(&cs, sh.s, it & 1, ncl);
         }
+#endif
         float k1[2][2], k0[2][2], mult[2][2];
 #pragma unroll
         for (int h = 0; h < 2; h++)
@@ -835,13 +932,15 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
                 int co = 8 * h + 2 * t + e;
                 mult[h][e] = C.m[co], k1[h][e] = C.m[co] * C.rstd[co],
                 k0[h][e] = -C.mean[co] * C.rstd[co];
-                if (TEAM) /* v17 (step 2): lane_max_folded's a1, a0 and lim */
-                    k1[h][e] *= mult[h][e], k0[h][e] *= mult[h][e],
-                        mult[h][e] = fabsf(mult[h][e]);
+#if STEP >= 17
+                /* step 2: lane_max_folded's a1, a0 and lim */
+                k1[h][e] *= mult[h][e], k0[h][e] *= mult[h][e], mult[h][e] = fabsf(mult[h][e]);
+#endif
             }
         float *yn = y + (size_t)n * sh.s;
-        if (WGMMA) {
-            /* v16 (step 5): the lane's 14 maxima of its 4 channels, items q = 2 r + hh, then a
+#if STEP >= 16
+        {
+            /* step 5: the lane's 14 maxima of its 4 channels, items q = 2 r + hh, then a
              * reduce-scatter over the group's 4 lanes: 7 + 4 shuffles where v15 takes 28, and
              * lane t stores items t, 4 + t, 8 + t and (lanes 0, 1) 12 + t */
             static_assert(V15_TILES % 2 == 1, "the reduce-scatter takes an odd count of tiles");
@@ -850,8 +949,11 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
-                    v[2 * r + hh] = TEAM ? lane_max_folded(acc[r], hh, k1, k0, mult)
-                                         : lane_max(acc[r], hh, k1, k0, mult);
+#if STEP >= 17
+                    v[2 * r + hh] = lane_max_folded(acc[r], hh, k1, k0, mult);
+#else
+                    v[2 * r + hh] = lane_max(acc[r], hh, k1, k0, mult);
+#endif
             /* lanes t and t ^ 1: each keeps one item of a pair and sends the other, so w[i] is
              * item 2 i + (t & 1) over both; then lanes t and t ^ 2 the same over w's pairs, so
              * z is item 4 j + t over all four (fmaxf drops a NaN, torch.max keeps it; finite x
@@ -875,56 +977,69 @@ k_register_conv(const float *__restrict__ x, const float *__restrict__ weight,
             int p = ptab[base + TS * (V15_TILES - 1) + 32 * b0]; /* the last pair's item */
             if (b1 == 0 && p >= 0)
                 yn[p] = z;
-        } else {
-#pragma unroll
-            for (int r = 0; r < V15_TILES; r++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    float best = lane_max(acc[r], hh, k1, k0, mult);
-                    /* fmaxf across lanes drops a NaN (torch.max keeps it); finite x has none */
-                    best = fmaxf(best, __shfl_xor_sync(FULL, best, 1));
-                    best = fmaxf(best, __shfl_xor_sync(FULL, best, 2));
-                    if (t == 0 && pos[r][hh] >= 0)
-                        yn[pos[r][hh]] = best;
-                }
         }
+#else
+#pragma unroll
+        for (int r = 0; r < V15_TILES; r++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                float best = lane_max(acc[r], hh, k1, k0, mult);
+                /* fmaxf across lanes drops a NaN (torch.max keeps it); finite x has none */
+                best = fmaxf(best, __shfl_xor_sync(FULL, best, 1));
+                best = fmaxf(best, __shfl_xor_sync(FULL, best, 2));
+                if (t == 0 && pos[r][hh] >= 0)
+                    yn[pos[r][hh]] = best;
+            }
+#endif
         if (rank == 0 && tid < C_OUT)
             mean[n * C_OUT + tid] = C.mean[tid], rstd[n * C_OUT + tid] = C.rstd[tid];
     }
-    if (!TEAM)
-        cluster.sync(); /* no block may exit while another still reads its partials (v15),
-                         * nor while its own st.async stores may still be on their way to a
-                         * peer (v16) */
+#if STEP < 17
+    cluster.sync(); /* no block may exit while another still reads its partials (v15), nor while
+                     * its own st.async stores may still be on their way to a peer (v16) */
+#endif
 #endif
 }
 
 /* persistent clusters, as many as fit at once, each taking samples blockIdx.y, + gridDim.y, ...;
- * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v17
- * (TEAM): the same grid without the cluster, as many teams as the occupancy API says fit at once
- * (one block an SM: 16 teams of 8 on 132 SMs), launched cooperatively. v14 where a sample needs
- * more than CL blocks, the two windows do not fit shared memory, or no cluster (no team) fits the
- * GPU. wstride: the window's length rounded up to 1 mod 4 (v15), so that channel ci's offsets
- * shift by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three classes of 27 and
- * 15 of the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4 (v16, v17; v16's steps 4
- * and 6: 6 groups conflict, the window's copies can be 8 bytes wide, and channels 0 and 2 start
- * 16-byte aligned for bulk copies; v17's 20 groups of 80 taps: 11 conflict, step 3). v18
- * (HALVES): the same grid and launch as v17's with members of 896 corners, up to 16 a team, a row
- * of blocks two teams, as many rows as fit but at most sm_count / 4 (r->xch holds sm_count x 2 CL
- * teams' words, 2 x 16 a v18 row). The columns and the clusters that fit are cached by shape (the
- * harness runs on one device). */
-static unsigned team_tag0 = 1; /* v17, v18: the next launch's base tag (0: the words' initial
-                                * tag); one count for both, since they share the words */
-
-template <bool WGMMA, bool TEAM = false, bool HALVES = false>
-static void register_conv_launch(const run_ctx *r, int scope)
+ * a cluster has as many blocks as a sample's corners need (8 at the KernelBench shape). v17: the
+ * same grid without the cluster, as many teams as the occupancy API says fit at once (one block
+ * an SM: 16 teams of 8 on 132 SMs), launched cooperatively. v14 where a sample needs more than
+ * CL blocks, the two windows do not fit shared memory, or no cluster (no team) fits the GPU.
+ * wstride: the window's length rounded up to 1 mod 4 (v15), so that channel ci's offsets shift
+ * by ci mod 4 (at 0 mod 4, the KernelBench shape's offsets fall in three classes of 27 and 15 of
+ * the 22 column groups conflict; at 1 mod 4, 5 do), or to 2 mod 4 (v16's steps 4 and 6: 6 groups
+ * conflict, the window's copies can be 8 bytes wide, and channels 0 and 2 start 16-byte aligned
+ * for bulk copies; v17's 20 groups of 80 taps: 11 conflict, its step 3). v18: the same grid and
+ * launch as v17's with members of 896 corners, up to 16 a team, a row of blocks two teams, as
+ * many rows as fit but at most sm_count / 4 (r->xch holds sm_count x 2 CL teams' words, 2 x 16 a
+ * v18 row). The columns and the clusters that fit are cached by shape (the harness runs on one
+ * device). */
+void VNAME(launch)(const run_ctx *r, int scope)
 {
     const shape *sh = &r->sh;
-    const int span = HALVES ? 16 * V18_WARPS * V15_TILES : V15_SPAN;
+#if STEP >= 18
+    const int span = 16 * V18_WARPS * V15_TILES;
+#else
+    const int span = V15_SPAN;
+#endif
     int hw = sh->h * sh->w, ncl = ceil_div(sh->od * hw, span);
     unsigned len = span + 2 * hw + 2 * sh->w + 2;
-    unsigned wstride = WGMMA ? len + ((2u - len) & 3u) : len + ((1u - len) & 3u);
-    size_t smem = (HALVES ? 16 : 8) * (size_t)v15_buffer(wstride, WGMMA) + 4 * (size_t)span;
-    if (ncl > (HALVES ? V18_RANKS : CL) || smem > r->smem_optin) {
+#if STEP >= 16
+    unsigned wstride = len + ((2u - len) & 3u);
+#else
+    unsigned wstride = len + ((1u - len) & 3u);
+#endif
+#if STEP >= 18
+    size_t smem = 16 * (size_t)v15_buffer(wstride, true) + 4 * (size_t)span;
+    if (ncl > V18_RANKS || smem > r->smem_optin) {
+#elif STEP >= 16
+    size_t smem = 8 * (size_t)v15_buffer(wstride, true) + 4 * (size_t)span;
+    if (ncl > CL || smem > r->smem_optin) {
+#else
+    size_t smem = 8 * (size_t)v15_buffer(wstride, false) + 4 * (size_t)span;
+    if (ncl > CL || smem > r->smem_optin) {
+#endif
         v14_launch(r, scope);
         return;
     }
@@ -932,41 +1047,50 @@ static void register_conv_launch(const run_ctx *r, int scope)
     static shape last;  /* the shape of the cache below */
     static int resident; /* clusters (v17: teams) that fit at once */
     static v15_cols cols;
-    auto kernel = k_register_conv<WGMMA, TEAM, HALVES>;
+    auto kernel = VNAME(register_conv);
     cluster_launch L;
     cluster_launch_make(&L, (const void *)kernel, &opted, r->smem_optin, ncl, dim3(ncl, sh->n),
                         CL_THREADS, smem);
-    if (TEAM) /* the same launch, cooperative instead of clustered */
-        L.attr.id = cudaLaunchAttributeCooperative, L.attr.val.cooperative = 1;
+#if STEP >= 17
+    /* the same launch, cooperative instead of clustered */
+    L.attr.id = cudaLaunchAttributeCooperative, L.attr.val.cooperative = 1;
+#endif
     if (resident == 0 || memcmp(&last, sh, sizeof last) != 0) {
-        if (TEAM) {
-            int per_sm = 0;
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, CL_THREADS,
-                                                                     smem));
-            resident = per_sm * r->sm_count / ncl;
-            if (resident > r->sm_count) /* r->xch holds sm_count teams' words */
-                resident = r->sm_count;
-            if (HALVES && resident > r->sm_count * CL / (2 * V18_RANKS)) /* v18: 2 teams a */
-                resident = r->sm_count * CL / (2 * V18_RANKS); /* row of twice as many words */
-        } else {
-            resident = resident_clusters(&L, (const void *)kernel);
-        }
+#if STEP >= 17
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, CL_THREADS,
+                                                                 smem));
+        resident = per_sm * r->sm_count / ncl;
+        if (resident > r->sm_count) /* r->xch holds sm_count teams' words */
+            resident = r->sm_count;
+#if STEP >= 18
+        if (resident > r->sm_count * CL / (2 * V18_RANKS)) /* 2 teams a row of twice as */
+            resident = r->sm_count * CL / (2 * V18_RANKS); /* many words */
+#endif
+#else
+        resident = resident_clusters(&L, (const void *)kernel);
+#endif
         last = *sh;
-        v15_columns(sh, wstride, TEAM ? V17_KSTEPS : V15_KSTEPS, &cols);
+#if STEP >= 17
+        v15_columns(sh, wstride, V17_KSTEPS, &cols);
+#else
+        v15_columns(sh, wstride, V15_KSTEPS, &cols);
+#endif
     }
     if (resident == 0) {
         v14_launch(r, scope);
         return;
     }
-    int rows = HALVES ? (sh->n + 1) / 2 : sh->n; /* v18: a row of blocks is two teams */
+#if STEP >= 18
+    int rows = (sh->n + 1) / 2; /* a row of blocks is two teams */
+#else
+    int rows = sh->n;
+#endif
     L.cfg.gridDim = dim3(ncl, resident < rows ? resident : rows);
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, kernel, r->x, r->weight, r->bias, r->m, r->y, r->mean,
                                   r->rstd, r->sh, cols, wstride, r->xch, team_tag0));
-    if (TEAM)
-        team_tag0 += (unsigned)sh->n;
+#if STEP >= 17
+    team_tag0 += (unsigned)sh->n;
+#endif
 }
-
-void v15_launch(const run_ctx *r, int scope) { register_conv_launch<false>(r, scope); }
-void v16_launch(const run_ctx *r, int scope) { register_conv_launch<true>(r, scope); }
-void v17_launch(const run_ctx *r, int scope) { register_conv_launch<true, true>(r, scope); }
-void v18_launch(const run_ctx *r, int scope) { register_conv_launch<true, true, true>(r, scope); }
+#endif /* STEP */
