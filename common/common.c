@@ -772,25 +772,27 @@ void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const
     char err[256];
     int rc = cli_parse(argc, argv, shape_dims, a, err, sizeof err);
     if (rc == 1) {
-        cli_usage(stdout, argv[0], extra);
+        cli_usage(stdout, argv[0], shape_dims, extra);
         exit(0);
     }
     if (rc < 0) {
         fprintf(stderr, "error: %s\n", err);
-        cli_usage(stderr, argv[0], extra);
+        cli_usage(stderr, argv[0], shape_dims, extra);
         exit(EXIT_USAGE);
     }
 }
 
-void cli_usage(FILE *f, const char *prog, const char *extra)
+void cli_usage(FILE *f, const char *prog, int shape_dims, const char *extra)
 {
+    /* the layout of the model's input: NCHW for a 2-D model, NCDHW for a 3-D one */
+    const char *layout = shape_dims == 4 ? "NxCxHxW  " : "NxCxDxHxW";
     fprintf(f,
             "usage: %s [options]\n"
-            "  --shape NxCxDxHxW  the model input's dims (default: the KernelBench shape)\n"
+            "  --shape %s  the model input's dims (default: the KernelBench shape)\n"
             "  --seed S           seed of the random inputs and parameters (default 1)\n"
             "  --reps R           timed repetitions per version, min/median/max (default 20)\n"
-            "  --version ID       run only that version: v5, b2 (see --list)\n"
-            "  --list             list the versions and exit\n"
+            "  --version ID       run only that version: v5, b2, x1 (see --list)\n"
+            "  --list             list the versions, each with its source file, and exit\n"
             "  --test             CPU checks, then every version on awkward shapes and extreme\n"
             "                     values (GPU checks are skipped without a CUDA device);\n"
             "                     with --shape, only that shape\n"
@@ -799,7 +801,7 @@ void cli_usage(FILE *f, const char *prog, const char *extra)
             "                     chapter, shape, version and scope\n"
             "  --help             this text\n"
             "exit status: 0 ok, 1 verification or runtime failure, 2 bad input or no CUDA device\n",
-            prog);
+            prog, layout);
     if (extra)
         fputs(extra, f);
 }

@@ -259,8 +259,9 @@ void cli_parse_or_exit(int argc, char **argv, int shape_dims, cli_args *a, const
  * impossible. Exits EXIT_USAGE with one line on stderr otherwise; on success dims holds it. */
 void cli_shape_or_exit(const cli_args *a, int ndims, int64_t *dims,
                        const char *(*problem)(const int64_t *dims));
-/* Prints the shared usage; `extra` is the chapter's own text (shape meaning, dump file names). */
-void cli_usage(FILE *f, const char *prog, const char *extra);
+/* Prints the shared usage, --shape's layout by shape_dims (4: NxCxHxW, 5: NxCxDxHxW); `extra` is
+ * the chapter's own text (shape meaning, dump file names). */
+void cli_usage(FILE *f, const char *prog, int shape_dims, const char *extra);
 
 /* ------------------------------------------------------------------ report */
 

@@ -65,12 +65,15 @@ typedef struct {
     /* The precision of its arithmetic, the CSV's `precision` column (hx_precision_name):
      * HX_FP32 (0, every fp32 version); HX_3XTF32, tensor cores in 3xTF32 (three TF32 products a
      * product, fp32's accuracy: verified at fp32's tolerances, as an fp32 version); HX_TF32, TF32
-     * on purpose (tensor cores, a 10-bit mantissa: about 5e-4 relative per product), to show what
-     * that precision costs. A TF32 version's outputs are verified at HX_TF32_TOL times the
+     * on purpose (tensor cores, a 10-bit mantissa: each operand rounded to 2^-11 of itself, a
+     * product to about 2^-10 = 1e-3), to show what that precision costs. A TF32 version's outputs are verified at HX_TF32_TOL times the
      * chapter's tolerances; where they pass only there, the verdict says "over fp32's tolerance"
      * (hx_check_output). Its CSV rows' name also ends in " [TF32]", and the READMEs' summaries of
      * the fastest version (data/readme-table.sh glance) leave it out. */
     int precision;
+    /* Its source file in the chapter's folder ("02-v2-fused-epilogue.cu"): --list prints it.
+     * Ids: v1, v2, ... forward; b1, b2, ... backward; x1, x2, ... exercises (hx_not_written). */
+    const char *file;
 } hx_version;
 #define HX_TF32_TOL 100.0
 enum hx_precision { HX_FP32 = 0, HX_TF32 = 1, HX_3XTF32 = 2 };
@@ -233,6 +236,15 @@ typedef struct {
  * gradients were timed, or would have been with cuDNN), else 0. */
 int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *dev, int reps,
                 double ms[4]);
+
+/* An exercise version's launcher (a chapter's x1, x2, ...) starts with
+ *     if (hx_not_written("v2")) return;
+ * until the learner has written its kernel, and deletes that line then. The call records that
+ * the launcher ran nothing and returns 1; the harness then reports the version as
+ *     x1  not written yet: see the chapter's exercises (v2 solves it)
+ * a skip under --test, a line instead of a row in the timing table, and neither verifies nor
+ * times it. solved_by: the id of the version whose file answers the exercise. */
+int hx_not_written(const char *solved_by);
 
 /* The whole program: parses the command line and does what it asks. Returns the exit status. */
 int hx_main(int argc, char **argv, const hx_chapter *ch);

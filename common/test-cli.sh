@@ -24,7 +24,9 @@ expect 2 "impossible --shape" "wrong channel count ($bad_channels)" -- --shape "
 expect 2 "impossible --shape" "shape too large for 32-bit indexing" -- --shape "$(echo "$small" | sed 's/^[0-9]*/60000/; s/x[0-9]*$/x40000/')"
 expect 2 "bad --reps" "zero repetitions" -- --reps 0
 expect 2 "no version" "version that does not exist" -- --version 99
-expect 0 "--shape" "--help" -- --help
+layout=NxCxDxHxW
+[ "$dims" -eq 4 ] && layout=NxCxHxW
+expect 0 "--shape $layout " "--help names the input's layout ($layout)" -- --help
 expect 0 "^v1 " "--list" -- --list
 if nvidia-smi -L >/dev/null 2>&1; then
     expect 0 "^v1 " "a run at a small shape on the GPU" -- --shape "$small" --reps 2

@@ -13,8 +13,9 @@
  *     C, D, 4 floats:  c0 = C[g][2t]    c1 = C[g][2t + 1]    c2 = C[g + 8][2t]  c3 = C[g + 8][2t + 1]
  *
  * TF32: a tensor core reads a float's sign, 8 exponent bits and only the top 10 of its 23
- * mantissa bits (cvt.rna.tf32.f32 rounds to them). Each product then carries a relative error
- * up to 2^-11 = 4.9e-4 instead of fp32's 6e-8; the sums stay fp32.
+ * mantissa bits (cvt.rna.tf32.f32 rounds to them): each operand is off by up to 2^-11 = 4.9e-4
+ * of itself, so a product of two rounded operands is off by up to about 2^-10 = 9.8e-4
+ * ((1 + 2^-11)^2 - 1), where fp32's product is off by at most 2^-24 = 6e-8; the sums stay fp32.
  * 3xTF32: split each float a into a_hi = tf32(a) and a_lo = a - a_hi (exact in fp32). a_hi holds
  * the top 11 significant bits; the tensor core reads a_lo's top 11, the next 11 of a, so a_hi +
  * a_lo is a to about 2^-21 relative. (a_lo is passed as it is, not rounded with a second cvt.rna:
