@@ -542,7 +542,7 @@ __device__ static inline void named_arrive(int id, int count)
 #endif
 
 /* The steps: the body below, once for each (the file includes itself). The kernel and launcher
- * of step N are vN_register_conv and vN_launch. */
+ * of step N are vN_register_conv and vN_launch (VNAME). */
 #define VCAT_(a, b, c) a##b##c
 #define VCAT(a, b, c) VCAT_(a, b, c)
 #define VNAME(name) VCAT(v, STEP, _##name) /* v15_register_conv, ... */
@@ -569,12 +569,19 @@ static unsigned team_tag0 = 1;
 /* v16's to v18's bodies exist only in sm_90a code; the harness runs them nowhere else
  * (NEEDS_SM90A). v17: xch, the teams' words (2 parities x CL blocks x C_OUT channels x 3 a team;
  * v18: 16 members), tag0, the launch's base tag. */
-__global__ void __launch_bounds__(CL_THREADS, 1)
-VNAME(register_conv)(const float *__restrict__ x, const float *__restrict__ weight,
-                     const float *__restrict__ bias, const float *__restrict__ m,
-                     float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
-                     const shape sh, const __grid_constant__ v15_cols cols, unsigned wstride,
-                     unsigned long long *__restrict__ xch, unsigned tag0)
+#if STEP == 15
+__global__ void __launch_bounds__(CL_THREADS, 1) v15_register_conv(
+#elif STEP == 16
+__global__ void __launch_bounds__(CL_THREADS, 1) v16_register_conv(
+#elif STEP == 17
+__global__ void __launch_bounds__(CL_THREADS, 1) v17_register_conv(
+#else
+__global__ void __launch_bounds__(CL_THREADS, 1) v18_register_conv(
+#endif
+    const float *__restrict__ x, const float *__restrict__ weight, const float *__restrict__ bias,
+    const float *__restrict__ m, float *__restrict__ y, float *__restrict__ mean,
+    float *__restrict__ rstd, const shape sh, const __grid_constant__ v15_cols cols,
+    unsigned wstride, unsigned long long *__restrict__ xch, unsigned tag0)
 {
 #if __CUDA_ARCH__ >= 900
 #if STEP >= 16 && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
