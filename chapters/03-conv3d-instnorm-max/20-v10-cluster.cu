@@ -4,9 +4,9 @@
  * Defect of v9: c is read twice, once for the statistics and once for y: 0.0829 ms
  * [v9 epilogue_fwd] where one read and one write take 0.037 ms [v9 epilogue_fwd floor_ms].
  * Change: a sample's 16 x S values (806 KB at S = 12600) do not fit one SM's 228 KB of shared
- * memory, but a cluster's blocks, on different SMs, read one another's (distributed shared
- * memory; CUDA C++ Programming Guide, "Thread Block Clusters"; cluster-dsmem.svg). A cluster of CL = 8 blocks a sample, block r holding positions
- * [lo_r, hi_r) of all 16 channels (about 101 KB: two blocks an SM):
+ * memory, but a cluster's blocks, on different SMs, read one another's (distributed shared memory;
+ * CUDA C++ Programming Guide, "Thread Block Clusters"; cluster-dsmem.svg). A cluster of CL = 8
+ * blocks a sample, block r holding positions [lo_r, hi_r) of all 16 channels (101 KB: 2 an SM):
  *   1. thread 0 asks for each channel row of the slice as one TMA bulk copy on the row's own
  *      mbarrier (cluster.cuh's bulk_rows; the PTX and why: common/hopper.cuh); every thread
  *      copies by cp.async instead when S is not a multiple of 4 (rows not whole 16-byte units);
@@ -16,8 +16,8 @@
  *   3. each block writes y for its positions from shared memory.
  * Prediction: c read once, y written once: toward the floor, if reductions hide behind loads.
  * Measured: 0.0645 ms [v10 epilogue_fwd], 57% of the copy ceiling [v10 epilogue_fwd pct_ceiling],
- * 1.28x v9 [v9/v10 epilogue_fwd]. Short of the floor: while a block reduces and exchanges, its
- * SM's share of DRAM goes unused unless the SM's other block is loading (ncu: DRAM about half busy).
+ * 1.28x v9 [v9/v10 epilogue_fwd]. Short of the floor: while a block reduces and exchanges,
+ * its SM's share of DRAM goes unused unless the SM's other block loads (ncu: DRAM half busy).
  * Also, step 0: the first wave's staggered start (stagger_start, cluster.cuh). The clusters at
  * once (30 on an H100) would load together, then reduce together with DRAM idle; cluster n of
  * that wave waits n x 10 us / wave first. About 4 us; V10SPAN=ns sets the span (LABBOOK.md).
@@ -34,9 +34,9 @@
  * of the whole block's writes) */
 template <bool SAVE, bool TRACK = false, bool SIGNAL = false>
 __global__ void __launch_bounds__(CL_THREADS, 2)
-v10_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-                   float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns,
-                   unsigned char *__restrict__ win, unsigned *done)
+v10_cluster_epilogue(const float *__restrict__ c, const float *__restrict__ m,
+                     float *__restrict__ y, float *__restrict__ mean, float *__restrict__ rstd,
+                     int S, int wave, int span_ns, unsigned char *__restrict__ win, unsigned *done)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];

@@ -79,13 +79,14 @@ __device__ static inline welford chunk_stats(const float4 *row, int a, int b, in
 /* u = m clamp(xh, -1, 1) of one value v of c, xh = (v m - mean) rstd (mean and rstd of x = c m),
  * with k = (m, mean, m rstd, |m|): m clamp(xh, -1, 1) = clamp(m xh, -|m|, |m|) (the fold v17 uses,
  * later in this chapter), and m xh = (a - mean) (m rstd), a = v m rounded once, as the statistics
- * took it (a_rounded, model.h): the difference first, then the scale. (A form with the
- * difference as fma(v, m, -mean), an FMA where v10's form takes three multiplies and an add,
- * timed about 1% faster, but took the mean from the exact product, the statistics from rounded
- * ones: LABBOOK.md.) The one-FMA form, fma(v, m^2 rstd, -m rstd mean), scales before it cancels: on c = 50 +- 1 at S = 2 its y missed the check's bound (rel_l2 1.2e-5, 1e-5
- * allowed), where this form and v10's pass. A NaN: fmaxf and fminf turn it into -|m|, and max_u
- * keeps the first channel where one is NaN, where v10's clampf1 and `u > best` would keep or skip
- * it; finite inputs have none, and the checks plant none. */
+ * took it (a_rounded, model.h): the difference first, then the scale. (A form with the difference
+ * as fma(v, m, -mean), an FMA where v10's form takes three multiplies and an add, timed about 1%
+ * faster, but took the mean from the exact product, the statistics from rounded ones: LABBOOK.md.)
+ * The one-FMA form, fma(v, m^2 rstd, -m rstd mean), scales before it cancels: on c = 50 +- 1 at
+ * S = 2 its y missed the check's bound (rel_l2 1.2e-5, 1e-5 allowed), where this form and v10's
+ * pass. A NaN: fmaxf and fminf turn it into -|m|, and max_u keeps the first channel where one is
+ * NaN, where v10's clampf1 and `u > best` would keep or skip it; finite inputs have none, and the
+ * checks plant none. */
 __device__ static inline float channel_u(float v, float4 k)
 {
     return fminf(fmaxf((a_rounded(v, k.x) - k.y) * k.z, -k.w), k.w);
@@ -101,7 +102,7 @@ __device__ static inline float4 max_u(float4 a, float4 b)
 
 __global__ void __launch_bounds__(V11_THREADS, 2)
 v11_row_cluster(const float *__restrict__ c, const float *__restrict__ m, float *__restrict__ y,
-              float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns)
+                float *__restrict__ mean, float *__restrict__ rstd, int S, int wave, int span_ns)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];

@@ -26,7 +26,8 @@
  * for the tile; nothing of the conv reaches DRAM */
 __global__ void __launch_bounds__(CL_THREADS)
 v12_conv_stats(const float *__restrict__ x, const float *__restrict__ weight,
-             const float *__restrict__ bias, welford *__restrict__ part, const shape sh, int tiles)
+               const float *__restrict__ bias, welford *__restrict__ part, const shape sh,
+               int tiles)
 {
     __shared__ float vals[C_OUT * CONV_TILE];
     __shared__ __align__(16) conv_smem_w sw;
@@ -60,8 +61,8 @@ v12_conv_stats(const float *__restrict__ x, const float *__restrict__ weight,
 
 /* a thread per (n, c): Chan's merge of the tiles in order; a = c m scales mean by m, M2 by m^2 */
 __global__ void v12_merge_tiles(const welford *__restrict__ part, int tiles, int segs,
-                              const float *__restrict__ m, float *__restrict__ mean,
-                              float *__restrict__ rstd, int S)
+                                const float *__restrict__ m, float *__restrict__ mean,
+                                float *__restrict__ rstd, int S)
 {
     int seg = blockIdx.x * blockDim.x + threadIdx.x;
     if (seg >= segs)
@@ -76,9 +77,9 @@ __global__ void v12_merge_tiles(const welford *__restrict__ part, int tiles, int
 /* pass 2: a thread per position recomputes the 16 conv values and writes y */
 __global__ void __launch_bounds__(256)
 v12_conv_apply(const float *__restrict__ x, const float *__restrict__ weight,
-             const float *__restrict__ bias, const float *__restrict__ m,
-             const float *__restrict__ mean, const float *__restrict__ rstd,
-             float *__restrict__ y, const shape sh)
+               const float *__restrict__ bias, const float *__restrict__ m,
+               const float *__restrict__ mean, const float *__restrict__ rstd,
+               float *__restrict__ y, const shape sh)
 {
     __shared__ __align__(16) conv_smem_w sw;
     int S = sh.s, n_pos = sh.n * S;
@@ -104,8 +105,10 @@ void v12_model(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int tiles = ceil_div(s->s, CONV_TILE), segs = (int)seg_count(s), n_pos = (int)out_elems(s);
-    v12_conv_stats<<<dim3(tiles, s->n), CL_THREADS>>>(r->x, r->weight, r->bias, r->wpart, *s, tiles);
-    v12_merge_tiles<<<ceil_div(segs, 128), 128>>>(r->wpart, tiles, segs, r->m, r->mean, r->rstd, s->s);
+    v12_conv_stats<<<dim3(tiles, s->n), CL_THREADS>>>(r->x, r->weight, r->bias, r->wpart, *s,
+                                                      tiles);
+    v12_merge_tiles<<<ceil_div(segs, 128), 128>>>(r->wpart, tiles, segs, r->m, r->mean, r->rstd,
+                                                  s->s);
     v12_conv_apply<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->x, r->weight, r->bias, r->m,
                                                               r->mean, r->rstd, r->y, *s);
 }

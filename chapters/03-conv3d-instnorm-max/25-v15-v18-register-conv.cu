@@ -21,7 +21,7 @@
  * Prediction (from a timeline of the non-persistent form): 9 rounds of 15.2 us, about 0.14 ms.
  * Measured: 0.1507 ms [v15 model_fwd], 42% of the floor [v15 model_fwd pct_floor], 1.22x v14
  * [v14/v15 model_fwd]; about 16 us a round. ncu: the first stall is now the tensor pipe itself.
- * Tried (LABBOOK.md: the steps, and 8 tiles a warp in clusters of 7).
+ * LABBOOK.md: the three steps, each timed; tried, 8 tiles a warp in clusters of 7.
  */
 /*
  * v16: v15 with the conv on Hopper's warpgroup MMA (wgmma; sm_90a code: H100, H200)
@@ -41,12 +41,12 @@
  * [v15/v16 model_fwd]. The wgmma alone gave 5%: with the tensor pipe no longer throttling, the
  * gathers and splits that feed it are the limit. The wgmma is step 1; also, each timed alone
  * (LABBOOK.md): 2. the statistics pushed into the peers' shared memory by st.async, counted on
- * their mbarriers, no cluster barrier a sample (cluster_push, cluster_merge_pushed; 8%); 3. A
- * split by truncation (split_trunc: 2 instructions a value, split_fast's 3; 4 to 5%); 4. the
- * window's copies 8 bytes wide and 5. y's maxima by a reduce-scatter over the lanes, 11 shuffles
- * where v15 takes 28 (5% the two); 6. most of the window by TMA bulk copies (issue_window_tma; 4%).
- * Tried: x split once into hi and lo windows (twice the LDS); each warp pushing its own triples;
- * the next window's copies spread over the conv's steps.
+ * their mbarriers, no cluster barrier a sample (cluster_push, cluster_merge_pushed; 8%); 3. A's
+ * values split by truncation (split_trunc: 2 instructions a value, split_fast's 3; 4 to 5%); 4.
+ * the window's copies 8 bytes wide and 5. y's maxima by a reduce-scatter over the lanes, 11
+ * shuffles where v15 takes 28 (5% the two); 6. most of the window by TMA bulk copies
+ * (issue_window_tma; 4%).
+ * Tried: x split once into hi and lo windows; per-warp pushes; copies spread over the conv.
  */
 /*
  * v17: v16 without clusters: a team of plain blocks a sample, on every SM, the statistics
@@ -761,7 +761,7 @@ __global__ void __launch_bounds__(CL_THREADS, 1) v18_register_conv(
 #if STEP == 16
     if (threadIdx.x == 0)
         mbar_init(&pushed_bar[0]), mbar_init(&pushed_bar[1]), mbar_init_fence();
-    cluster.sync(); /* it pushes into its peers' shared memory: they must have started (racecheck) */
+    cluster.sync(); /* it pushes into its peers' shared memory: they must have started */
 #else
     __syncthreads();
 #endif

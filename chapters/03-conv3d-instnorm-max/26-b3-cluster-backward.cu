@@ -39,9 +39,9 @@ __device__ static inline float cluster_total(float *part, int ch)
 
 __global__ void __launch_bounds__(CL_THREADS, 2)
 b3_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
-                   const float *__restrict__ m, const float *__restrict__ mean,
-                   const float *__restrict__ rstd, float *__restrict__ dc,
-                   float *__restrict__ dm_part, int S, int wave, int span_ns)
+                    const float *__restrict__ m, const float *__restrict__ mean,
+                    const float *__restrict__ rstd, float *__restrict__ dc,
+                    float *__restrict__ dm_part, int S, int wave, int span_ns)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];

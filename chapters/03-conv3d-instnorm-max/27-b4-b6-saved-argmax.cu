@@ -133,7 +133,7 @@ __device__ static inline void winner_sums(float (*bin)[C_OUT][B4_THREADS],
 template <bool OUT, bool WAIT = false>
 __global__ void __launch_bounds__(B4_THREADS)
 b4_winner_sums(const unsigned char *__restrict__ win, const float *__restrict__ g,
-              const float *__restrict__ y, float *__restrict__ part, int S, const unsigned *done)
+               const float *__restrict__ y, float *__restrict__ part, int S, const unsigned *done)
 {
     __shared__ float bin[OUT ? 3 : 2][C_OUT][B4_THREADS]; /* 32 KB; b5, b6 48 KB */
     if constexpr (WAIT)
@@ -266,10 +266,10 @@ __device__ static inline void stream_dc(float (*k)[C_OUT], float (*red)[C_OUT],
 template <int V>
 __global__ void __launch_bounds__(B4_THREADS, 3)
 b4_stream_dc(const float *__restrict__ c, const float *__restrict__ g,
-            const unsigned char *__restrict__ win, const float *__restrict__ m,
-            const float *__restrict__ mean, const float *__restrict__ rstd,
-            const float *__restrict__ part, int P, float *__restrict__ dc,
-            float *__restrict__ dm_part, int S)
+             const unsigned char *__restrict__ win, const float *__restrict__ m,
+             const float *__restrict__ mean, const float *__restrict__ rstd,
+             const float *__restrict__ part, int P, float *__restrict__ dc,
+             float *__restrict__ dm_part, int S)
 {
     __shared__ float k[5][C_OUT]; /* m, mean, rstd, mean(dxh), mean(dxh xh) */
     __shared__ float red[B4_THREADS / 32][C_OUT];
@@ -378,10 +378,10 @@ __device__ static void dm_from_sums(const float4 *part, int count, int P, const 
 template <int V, bool RESET = false>
 __global__ void __launch_bounds__(B4_THREADS, 3)
 b5_stream_dm(const float *__restrict__ c, const float *__restrict__ g,
-            const unsigned char *__restrict__ win, const float *__restrict__ m,
-            const float *__restrict__ mean, const float *__restrict__ rstd,
-            const float *__restrict__ part, int P, float *__restrict__ dc, float *__restrict__ dm,
-            int S, int B, unsigned *done)
+             const unsigned char *__restrict__ win, const float *__restrict__ m,
+             const float *__restrict__ mean, const float *__restrict__ rstd,
+             const float *__restrict__ part, int P, float *__restrict__ dc, float *__restrict__ dm,
+             int S, int B, unsigned *done)
 {
     __shared__ float k[5][C_OUT];
     if (blockIdx.x == 0) {
