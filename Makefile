@@ -43,9 +43,6 @@ endif
 # run beside other work does not slow down (build/ch02 --test beside one busy process: 31.7 s
 # spinning, 13.1 s passive, 11.6 s alone). Set OMP_WAIT_POLICY yourself to override.
 export OMP_WAIT_POLICY ?= passive
-# while the chapters move to reading-order file names: a chapter whose table names no files is
-# reported as skipped by test-layout.py
-export LAYOUT_PENDING ?= 1
 
 NVCC ?= nvcc
 CC ?= gcc
@@ -120,7 +117,7 @@ SWEEP_03 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x3x16x32x32)
 # instrumented as well, racecheck ran past
 # 400 s at this shape; with v18's alone, 10 s.
 MANY_03 := 140x3x4x35x37
-MANY_RUNS_03 := v15:k_register_conv v16:k_register_conv v17:k_register_conv v18:k_register_conv
+MANY_RUNS_03 := v15:v15_register_conv v16:v16_register_conv v17:v17_register_conv v18:v18_register_conv
 SHAPE_04 := 128x8x128x128
 SMALL_04 := 2x8x5x7
 SWEEP_04 := $(foreach b,1 2 4 8 16 32 64 128,$(b)x8x128x128)

@@ -175,36 +175,31 @@ __device__ static inline void cluster_merge(cluster_shared *cs, int S, int parit
 #endif
 }
 
-/* The exchange pushed (v16), where cluster_merge pulls. Pulling puts the remote loads' round
- * trip after the cluster barrier, on every block's critical path; the barrier itself begins with
- * a release that waits for all the thread's memory operations (MEMBAR.ALL.GPU in SASS); and
- * Chan's tree then merges the ncl triples in three dependent rounds of shuffles and a division
- * each. Pushing: warp w of each block sends its triple of channel w (count, mean, M2 and a zero,
- * four floats) into every peer's `in` (rank r's at in[r][w]) by st.async (PTX ISA, "st.async"):
- * a store into a peer's shared memory that, as it lands, counts its 16 bytes down on the peer's
- * mbarrier, as a bulk copy does (hopper.cuh); its own triple it stores into its own `in` with a
- * plain store, read back by the same thread. Each block expects (ncl - 1) x 16 triples from its
- * peers a sample on its own mbarrier (none in a cluster of one block: the phase completes on the
- * arrival alone), waits for them, and merges from its own shared memory: no cluster barrier a
- * sample. The merge is two sums: with N = sum n_r, mean = sum (n_r mean_r) / N and
- * M2 = sum (M2_r + n_r (mean_r - mean)^2), the pairwise formula of Chan, Golub and LeVeque
- * ("Algorithms for computing the sample variance", 1983) summed at once: every term of M2 is
+/* The exchange pushed (v16), where cluster_merge pulls. Pulling puts the remote loads' round trip
+ * after the cluster barrier, on every block's critical path; the barrier itself begins with a
+ * release that waits for all the thread's memory operations (MEMBAR.ALL.GPU in SASS); and Chan's
+ * tree then merges the ncl triples in three dependent rounds of shuffles and a division each.
+ * Pushing: warp w of each block sends its triple of channel w (count, mean, M2 and a zero, four
+ * floats) into every peer's `in` (rank r's at in[r][w]) by st.async (PTX ISA, "st.async"): a store
+ * into a peer's shared memory that, as it lands, counts its 16 bytes down on the peer's mbarrier,
+ * as a bulk copy does (hopper.cuh); its own triple it stores into its own `in` with a plain store,
+ * read back by the same thread. Each block expects (ncl - 1) x 16 triples from its peers a sample
+ * on its own mbarrier (none in a cluster of one block: the phase completes on the arrival alone),
+ * waits for them, and merges from its own shared memory: no cluster barrier a sample. The merge is
+ * two sums: with N = sum n_r, mean = sum (n_r mean_r) / N and M2 = sum (M2_r + n_r (mean_r -
+ * mean)^2), Chan's pairwise formula (common/welford.cuh) summed at once: every term of M2 is
  * nonnegative, so nothing cancels. The lanes of a warp add in a fixed order, so every block ends
  * with the same bits. Why `in` and the mbarriers can be reused, by the parity of the block's
- * iteration count it (its it-th sample, not the sample's index n): a block pushes iteration
- * it + 2's triples only after its wait for it + 1 completed, which needed every peer's it + 1
- * push, which each peer sent after it had read iteration it's. A peer's bytes may land before
- * this block's expect_tx for the iteration: the mbarrier's pending byte count goes negative until
- * then, and the phase cannot complete without the one arrival that expect_tx makes. Measured in
- * v16 (H100; the rounds are in v16's comment): merging from the block's own shared memory as two
- * sums, after a cluster barrier, took the time after the barrier from 1.18 to 0.32 us (an
- * instrumented build's %globaltimer timeline) and the model from 0.1468 to 0.1400 ms (means of
- * three rounds, one call); st.async and the mbarrier in place of the barrier, 0.1386 to 0.1331 ms
- * (means of three rounds, a later call). cluster_push: the lanes < ncl of warp w, lane r sending
- * to rank r; before the first push a cluster barrier must show that every peer has started and
- * initialised its mbarriers (a store into a block not yet running is undefined:
- * compute-sanitizer's racecheck flagged it). cluster_merge_pushed: all threads of the block, on
- * iteration it's parity half of `in` and its mbarrier, phase (it / 2) mod 2. */
+ * iteration count it (its it-th sample, not the sample's index n): a block pushes iteration it +
+ * 2's triples only after its wait for it + 1 completed, which needed every peer's it + 1 push,
+ * which each peer sent after it had read iteration it's. A peer's bytes may land before this
+ * block's expect_tx for the iteration: the mbarrier's pending byte count goes negative until then,
+ * and the phase cannot complete without the one arrival that expect_tx makes. (The two sums, then
+ * st.async in place of the barrier, each took about 4% off v16: LABBOOK.md.) cluster_push: the
+ * lanes < ncl of warp w, lane r sending to rank r; before the first push a cluster barrier must
+ * show that every peer has started and initialised its mbarriers (racecheck flags a store into a
+ * block not yet running). cluster_merge_pushed: all threads of the block, on iteration it's parity
+ * half of `in` and its mbarrier, phase (it / 2) mod 2. */
 __device__ static inline void cluster_push(float4 *in, int slot, float4 v, unsigned long long *bar,
                                            int dst, int rank)
 {

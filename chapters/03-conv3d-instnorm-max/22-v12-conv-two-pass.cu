@@ -2,20 +2,19 @@
  * v12: the whole model in two passes, the conv computed twice and never stored
  *
  * Defect of v1..v11 as a whole model: cuDNN's conv writes c (103 MB) and the epilogue reads it
- * back; cuDNN's conv alone takes 0.49 to 0.56 ms here (the notes after the table, across runs;
- * 0.489 ms in the run of data/h100/ch03.csv, data commit 29662c6), about 8x the conv's 0.062 ms at
- * the FMA peak (model.h), for 3 input channels. Change: the conv inside our own kernels (conv.cuh),
- * c never in DRAM. The statistics need every position before any output, so without clusters it
- * takes two passes:
- *   pass 1 (k_conv_stats): a block computes the conv at CONV_TILE positions of one sample into
+ * back; PyTorch's conv alone (cuDNN) takes 0.54 ms [eager conv_fwd] here, about 9x the conv's
+ * 0.062 ms at the FMA peak (model.h): cuDNN is not built for 3 input channels.
+ * Change: the conv inside our own kernels (conv.cuh), c never in DRAM. The statistics need every
+ * position before any output, so without clusters it takes two passes:
+ *   pass 1 (v12_conv_stats): a block computes the conv at CONV_TILE positions of one sample into
  *     shared memory, then warp w reduces channel w exactly (the tile's mean, then its centred
- *     squares) and writes (count, mean, M2); k_merge_tiles merges a slice's tiles by Chan's
+ *     squares) and writes (count, mean, M2); v12_merge_tiles merges a slice's tiles by Chan's
  *     formula (common/welford.cuh) in order, scaling by m (a = c m: mean by m, M2 by m^2);
- *   pass 2 (k_conv_apply): a thread per position recomputes the 16 conv values and writes y.
+ *   pass 2 (v12_conv_apply): a thread per position recomputes the 16 conv values and writes y.
  * Bytes: x read twice (50 MB) and y written, 0.02 ms; the FLOPs bound it.
  * Prediction: at least twice the conv, 2 x 0.062 = 0.125 ms at the FMA peak.
- * Measured: 0.402 ms [v12 model_fwd], 21 TFLOP/s over the two convs, 1.47x torch.compile's whole
- * model [compile/v12 model_fwd] (0.590 ms [compile model_fwd]). Half of that arithmetic is the
+ * Measured: 0.402 ms [v12 model_fwd], 16% of the floor [v12 model_fwd pct_floor], 1.39x v11's
+ * whole model [v11/v12 model_fwd]; 21 TFLOP/s over the two convs. Half of that arithmetic is the
  * second conv, which v13 removes.
  */
 #include "conv.cuh"
@@ -26,8 +25,9 @@
 /* pass 1: one position a thread (CONV_TILE = 512 = CL_THREADS), 32 KB of static shared memory
  * for the tile; nothing of the conv reaches DRAM */
 __global__ void __launch_bounds__(CL_THREADS)
-k_conv_stats(const float *__restrict__ x, const float *__restrict__ weight,
-             const float *__restrict__ bias, welford *__restrict__ part, const shape sh, int tiles)
+v12_conv_stats(const float *__restrict__ x, const float *__restrict__ weight,
+               const float *__restrict__ bias, welford *__restrict__ part, const shape sh,
+               int tiles)
 {
     __shared__ float vals[C_OUT * CONV_TILE];
     __shared__ __align__(16) conv_smem_w sw;
@@ -60,9 +60,9 @@ k_conv_stats(const float *__restrict__ x, const float *__restrict__ weight,
 }
 
 /* a thread per (n, c): Chan's merge of the tiles in order; a = c m scales mean by m, M2 by m^2 */
-__global__ void k_merge_tiles(const welford *__restrict__ part, int tiles, int segs,
-                              const float *__restrict__ m, float *__restrict__ mean,
-                              float *__restrict__ rstd, int S)
+__global__ void v12_merge_tiles(const welford *__restrict__ part, int tiles, int segs,
+                                const float *__restrict__ m, float *__restrict__ mean,
+                                float *__restrict__ rstd, int S)
 {
     int seg = blockIdx.x * blockDim.x + threadIdx.x;
     if (seg >= segs)
@@ -76,10 +76,10 @@ __global__ void k_merge_tiles(const welford *__restrict__ part, int tiles, int s
 
 /* pass 2: a thread per position recomputes the 16 conv values and writes y */
 __global__ void __launch_bounds__(256)
-k_conv_apply(const float *__restrict__ x, const float *__restrict__ weight,
-             const float *__restrict__ bias, const float *__restrict__ m,
-             const float *__restrict__ mean, const float *__restrict__ rstd,
-             float *__restrict__ y, const shape sh)
+v12_conv_apply(const float *__restrict__ x, const float *__restrict__ weight,
+               const float *__restrict__ bias, const float *__restrict__ m,
+               const float *__restrict__ mean, const float *__restrict__ rstd,
+               float *__restrict__ y, const shape sh)
 {
     __shared__ __align__(16) conv_smem_w sw;
     int S = sh.s, n_pos = sh.n * S;
@@ -105,9 +105,11 @@ void v12_model(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int tiles = ceil_div(s->s, CONV_TILE), segs = (int)seg_count(s), n_pos = (int)out_elems(s);
-    k_conv_stats<<<dim3(tiles, s->n), CL_THREADS>>>(r->x, r->weight, r->bias, r->wpart, *s, tiles);
-    k_merge_tiles<<<ceil_div(segs, 128), 128>>>(r->wpart, tiles, segs, r->m, r->mean, r->rstd, s->s);
-    k_conv_apply<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->x, r->weight, r->bias, r->m,
+    v12_conv_stats<<<dim3(tiles, s->n), CL_THREADS>>>(r->x, r->weight, r->bias, r->wpart, *s,
+                                                      tiles);
+    v12_merge_tiles<<<ceil_div(segs, 128), 128>>>(r->wpart, tiles, segs, r->m, r->mean, r->rstd,
+                                                  s->s);
+    v12_conv_apply<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->x, r->weight, r->bias, r->m,
                                                               r->mean, r->rstd, r->y, *s);
 }
 

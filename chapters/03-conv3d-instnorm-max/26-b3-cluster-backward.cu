@@ -1,63 +1,23 @@
 /*
  * b3: the backward in a cluster (Hopper)
  *
- * Defect of b2: c and g are read twice, once for each of its two passes (322.5 MB against the
- * backward's 212.9 MB floor), because the two sums per (n, c) must be complete before any dc.
+ * Defect of b2: c and g are read twice, once for each of its two passes, because the two sums per
+ * (n, c) must be complete before any dc: 322.5 MB where the backward's floor moves 212.9 MB.
  * Change: v10's layout again (cluster.cuh). Forward: v10, which saves the statistics. Backward:
- * block r of sample n's cluster loads its slice of c (cp.async) and of g (plain loads) into shared
- * memory once, finds each position's argmax, and warp w sums channel w's dxh and dxh xh over the
- * slice; the cluster adds the 8 partials through distributed shared memory, in rank order; then
- * every dc of the slice is written from shared memory. c and g read once, dc written once: the
- * backward's floor. dm: one partial per (n, block, channel), added in order (training-grads.cu).
- * Prediction: the backward at its floor, 212.9 MB: 0.072 ms; with v10's forward (0.074 ms),
- * 0.146 ms, if the cluster phases hide.
- * Measured, first form (the table of 2026-11-23, the old flush): 0.226 ms, against a 0.108 ms
- * floor. ncu on this kernel (commit 508c56c): 146 us, 40% of DRAM peak, the
- * same pattern as v10 (3.7 cycles per issued instruction at barriers, 3.2 on loads). Its
- * timeline (commit 55e5e9c, %globaltimer at each block's phase boundaries): a block lives a
- * median 29.9 us, 7.5 loading c and g, 8.3 on the argmax and the sums, 2.6 at the cluster
- * barrier, 9.7 writing dc, 1.3 at the closing barrier; DRAM is in use for 17 of them.
- *
- * Then four defects of that form, each fixed and measured:
- *  (a) g's slice came by plain loads after c's copies had all landed: its latency was paid
- *      alone. Now it is copied by cp.async too (issue_rows), issued with c's, one wait for both.
- *  (b) dc was written a float a thread. Now, when S is a multiple of 4 (slice_lo then cuts
- *      every slice at a multiple of 4), a thread takes four positions: 16-byte loads from
- *      shared memory, one float4 store.
- *  (c) the first wave's clusters all loaded at once, then all reduced at once (v10's step 0):
- *      cluster n of the first wave (b3_wave, this kernel's clusters resident at once) waits
- *      n x 9 us / wave first (9: the best of 6, 9 and 12 us timed, 12 a tie); b3's forward is
- *      v10, staggered the same way.
- *  (d) the argmax waited for the whole slice. Now, when S is a multiple of 4 and a slice has
- *      at most B3_PT x CL_THREADS (4 x 512) positions, each row of c comes by a TMA bulk copy
- *      on its own mbarrier (bulk_rows, as v10's), g's on a 17th, and each thread folds row co
- *      into the running argmax of its B3_PT positions (in registers) as soon as row co lands,
- *      so the argmax runs while later rows arrive; otherwise the cp.async path of (a).
- * Prediction: none for (a), (b) and (d), which were found by timing forms side by side; they
- * move the same bytes, so they can only shorten the phases the timeline shows: the 7.5 us load
- * and the 9.7 us write for (a) and (b); for (d), at most the argmax's share of the 8.3 us of
- * argmax and sums (that share was never timed alone). For (c), v10's reasoning (its comment).
- * Measured (H100, medians of 50, interleaved rounds): the first form 0.2231 - 0.2238 ms; with (a)
- * 0.2139 - 0.2146; with (a) and (b) 0.2072 - 0.2079 (three rounds, commit cbcb2da). With (c), in
- * three rounds of one later call (B3SPAN and V10SPAN set the spans in ns, 0 for no wait): no wait
- * in either kernel 0.2054 - 0.2063, v10's wait alone 0.1996 - 0.2004, both 0.1929 - 0.1935; b3's
- * span 6 us 0.1964 - 0.1970, 12 us 0.1922 - 0.1931, the same as 9 within the rounds' spread
- * (commit bb128ae). With (d), three rounds of a third call: 0.1877 - 0.1880 against 0.1912 -
- * 0.1923 without it, 2% (64 registers, no spill, either way). All of that with the old flush;
- * with the clean-L2 timer, (c) again (data commit 29662c6's code, three interleaved rounds of 30
- * repetitions): no wait in either kernel 0.1945, 0.1945, 0.1946 ms, v10's wait alone 0.1903,
- * 0.1902, 0.1897, both 0.1859, 0.1868, 0.1873: v10's wait worth about 4.5 us, b3's about 3.5.
- * Recorded (the README's table): 0.1857 ms [0.1831 - 0.1878]
- * [b3 epilogue_fwdbwd median_ms min_ms max_ms], 58.0% [b3 epilogue_fwdbwd pct_floor] of the 0.108
- * ms [b3 epilogue_fwdbwd floor_ms] floor, 6.79x [compile/b3 epilogue_fwdbwd] torch.compile's 1.261
- * [compile epilogue_fwdbwd]; the 0.15 ms target is missed by 24%. ncu on this kernel alone at the
- * GPU's own clocks, before and after each step, each pair in one call: (a) and (b) 139.7 against
- * 127.9 us, DRAM 41.8% against 45.4% busy, 2.9 against 1.9 cycles an issue waiting on loads; (c)
- * 123.4 against 119.7 us, DRAM 46.1% against 47.6%; (d) 122.9 against 113.9 us, DRAM 46.4%
- * against 50.0%.
- * What is left is v10's pattern: DRAM half busy, because a block's sums and exchange (part of
- * the 8.3 + 2.6 us of its 29.9 in the timeline above) still wait for the last row and do not
- * overlap its own copies.
+ * block r of sample n's cluster loads its slice of c and g into shared memory once, finds each
+ * position's argmax, and warp w sums channel w's dxh and dxh xh over the slice; the cluster adds
+ * the 8 partials through distributed shared memory, in rank order; then every dc of the slice is
+ * written from shared memory. c and g read once, dc written once: the backward's floor. dm: one
+ * partial per (n, block, channel), added in order (training-grads.cu).
+ * Prediction: the backward at its floor, 0.072 ms; with v10's forward, about 0.146 ms if the
+ * cluster's phases hide behind other blocks' loads.
+ * Measured: 0.1857 ms [b3 epilogue_fwdbwd], 58% of the floor [b3 epilogue_fwdbwd pct_floor],
+ * 1.35x b2 [b2/b3 epilogue_fwdbwd]. What is left is v10's pattern: DRAM half busy, because a
+ * block's sums and exchange wait for its last row and do not overlap its own copies.
+ * Also, four steps each timed alone (LABBOOK.md): g copied by cp.async with c, one wait for
+ * both (4%); dc written as float4 when S is a multiple of 4 (3%); the first wave's staggered
+ * start, as v10's (B3SPAN=ns; 2%); each row of c by its own bulk copy, folded into the running
+ * argmax of a thread's B3_PT positions as soon as it lands (2%).
  */
 #include "cluster.cuh"
 #include "model.h"
@@ -78,10 +38,10 @@ __device__ static inline float cluster_total(float *part, int ch)
 #endif
 
 __global__ void __launch_bounds__(CL_THREADS, 2)
-k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
-                   const float *__restrict__ m, const float *__restrict__ mean,
-                   const float *__restrict__ rstd, float *__restrict__ dc,
-                   float *__restrict__ dm_part, int S, int wave, int span_ns)
+b3_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
+                    const float *__restrict__ m, const float *__restrict__ mean,
+                    const float *__restrict__ rstd, float *__restrict__ dc,
+                    float *__restrict__ dm_part, int S, int wave, int span_ns)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 smem4[];
@@ -229,7 +189,7 @@ k_cluster_backward(const float *__restrict__ c, const float *__restrict__ g,
 
 #define B3_SPAN_NS 9000 /* the first wave's starts spread over 9 us (stagger_start) */
 
-static int opted; /* k_cluster_backward's shared-memory opt-in is set (cluster_config) */
+static int opted; /* b3_cluster_backward's shared-memory opt-in is set (cluster_config) */
 
 void b3_launch(const run_ctx *r, int scope)
 {
@@ -241,9 +201,9 @@ void b3_launch(const run_ctx *r, int scope)
         if (span < 0)
             span = span_env("B3SPAN", B3_SPAN_NS);
         cluster_launch L;
-        cluster_config(&L, (const void *)k_cluster_backward, &opted, r, r->sh.n,
+        cluster_config(&L, (const void *)b3_cluster_backward, &opted, r, r->sh.n,
                        cluster_smem(r->sh.s, 1));
-        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, k_cluster_backward, r->c, r->g, r->m, r->mean,
+        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_cluster_backward, r->c, r->g, r->m, r->mean,
                                       r->rstd, r->dc, r->dm_part1, r->sh.s, r->b3_wave, span));
         channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm);
     } else {
@@ -256,5 +216,5 @@ void b3_launch(const run_ctx *r, int scope)
 /* how many of the backward kernel's clusters are resident at once: its first wave */
 int b3_resident_clusters(const run_ctx *r)
 {
-    return cluster_wave((const void *)k_cluster_backward, &opted, r, cluster_smem(r->sh.s, 1));
+    return cluster_wave((const void *)b3_cluster_backward, &opted, r, cluster_smem(r->sh.s, 1));
 }

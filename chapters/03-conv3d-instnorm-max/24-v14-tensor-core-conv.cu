@@ -1,46 +1,26 @@
 /*
  * v14: v13 with its conv on tensor cores, in 3xTF32 (Hopper)
  *
- * Defect of v13: its conv is bound by issue slots, and 88% of the loop's instructions are FFMA: a
- * warp's FFMA does 32 multiply-adds, so fewer instructions need a bigger instruction.
- * Change: the conv as an implicit GEMM on the tensor cores (common/tf32.cuh: mma.sync m16n8k8, 1024
- * multiply-adds an instruction, and the 3xTF32 split that brings back most of fp32's accuracy). C
- * (positions x 16 channels) = A (positions x k) B (k x 16 channels), k the 81 taps of (ci, kd, kh,
- * kw) padded to 88: 11 steps of 8. A's row for a position is its im2col patch, the 81 x values its
- * taps read, starting at its input corner (tap (0, 0, 0) of channel 0). A warp takes 16 positions
- * and all 16 channels, two m16n8 pieces; each step it gathers its 4 A values from x (through L1, as
- * v13's loads), splits them (3 instructions each, common/tf32.cuh's split_fast), reads B's
- * fragments, split once by the block into shared memory (two LDS.128), and issues 6 mma: the
- * products a_lo b_hi, a_hi b_lo, a_hi b_hi of both pieces, added straight into the accumulator (not
- * summed apart first as common/tf32.cuh's mma_3xtf32 does: 8 FADD a step fewer; the price is in the
- * error, below). v13's cluster, statistics and y as they were.
- * Prediction: the SASS (cuobjdump, nvcc 13.0) has 420 instructions for a 16 x 16 tile's 11 steps,
- * against 734 in v13's loop for the same products (20736 multiply-adds: 648 FFMA x 979 / 864), and
- * v13 computes 13% more products than the conv needs (its comment): the conv's instructions about
- * halve. If the conv stays bound by issue, its phase halves too, and the model, the conv about
- * three quarters of a block's life (v13's timeline, of an earlier form), goes from 0.194
- * [v13 model_fwd] toward 0.12 ms.
- * Measured (H100, medians of 50, three interleaved rounds of the recording call): 0.1850, 0.1829,
- * 0.1832 ms against v13's 0.1937, 0.1920, 0.1919: 4.5%, far short. ncu, the kernel alone at its
- * locked clocks, v13 against v14: 229.9 against 223.4 us; 114.7 against 66.2 million instructions,
- * as predicted; but the issue slots 66.7% against 44.7% busy, and per issued instruction 1.19
- * against 3.78 cycles waiting on x (long scoreboard). The tensor pipe is 27% busy. Now the gathers
- * bind: L1 serves 77% of them (82% for v13's row quads; the SM's 256 KB of L1 and shared memory
- * leave about 28 KB of L1 beside two 113 KB blocks). A lane's 4 loads of a step all hit L1 only
- * 0.77^4 = 35% of the time, were the hits independent, and a warp waits for its slowest lane; at 64
- * registers the compiler keeps only the next step's loads in flight. The block's 99 tiles also make
- * 7 rounds for its 16 warps where 6.2 would do. Tried around it (the README's "tried" list): two
- * tiles a warp for more loads in flight (spills: 0.1965 ms) and contiguous runs of tiles a warp (L1
- * hits 54%: 0.1891), both in commit 1ba491f; each step's three products summed apart first, as
- * mma_3xtf32 does (0.2096 - 0.2109 against 0.1839 - 0.1856, not committed).
- * The price of adding in the accumulator, whose additions truncate (common/tf32.cuh): make test on
- * the H100 gives y's rel_l2 2.7e-7 to 2.9e-7 where v13's is 1.6e-7 to 1.8e-7 (1x3x16x32x32 and
- * 2x3x4x35x37) and the statistics' 1.7e-7 to 5.0e-7 against 3e-8 to 6e-8, inside the chapter's fp32
- * tolerances; summed apart, the worst y rel_l2 was 3.0e-7 against 5.4e-7.
- * Recorded (the README's table): 0.1835 ms [0.1829 - 0.1848]
- * [v14 model_fwd median_ms min_ms max_ms], 22.8 TFLOP/s [v14 model_fwd], 3.21x
- * [compile/v14 model_fwd] torch.compile's 0.590 ms [compile model_fwd]; the 0.10 ms target is
- * missed by 1.83x.
+ * Defect of v13: its conv is bound by issue slots, and 88% of the loop's instructions are FFMA,
+ * 32 multiply-adds each: fewer instructions need a bigger instruction.
+ * Change: the conv as an implicit GEMM on the tensor cores (common/tf32.cuh: mma.sync m16n8k8,
+ * 1024 multiply-adds an instruction; the 3xTF32 split keeps most of fp32's accuracy). C
+ * (positions x 16 channels) = A (positions x k) B (k x 16 channels), k the 81 taps of (ci, kd,
+ * kh, kw) padded to 88: 11 steps of 8. A's row for a position is its im2col patch, the 81 x values
+ * its taps read. A warp takes 16 positions and all 16 channels, two m16n8 pieces; each step it
+ * gathers its 4 A values from x (through L1), splits them (split_fast), reads B's fragments
+ * (split once by the block into shared memory: two LDS.128), and issues 6 mma: a_lo b_hi, a_hi
+ * b_lo, a_hi b_hi of both pieces, added straight into the accumulator (8 FADD a step fewer than
+ * mma_3xtf32's sums apart; the price, in make test: y's rel_l2 about 3e-7 against v13's 2e-7,
+ * inside the fp32 tolerances). v13's cluster, statistics and y as they were.
+ * Prediction: the SASS has 420 instructions for a tile's 11 steps against 734 in v13's loop for
+ * the same products: if the conv stays bound by issue, its phase about halves: toward 0.12 ms.
+ * Measured: 0.1835 ms [v14 model_fwd], 34% of the floor [v14 model_fwd pct_floor], 1.06x v13
+ * [v13/v14 model_fwd], far short. ncu: the instructions fell as predicted (42% fewer), but now
+ * the gathers wait on L1: the block's two 113 KB slices of conv output leave about 28 KB of L1
+ * for x, and 77% of the gathers hit. v15 takes the conv's output out of shared memory.
+ * Tried (LABBOOK.md): two tiles a warp (spills); contiguous tiles a warp (fewer L1 hits); each
+ * step's three products summed apart first.
  */
 #include "cluster.cuh"
 #include "conv.cuh"
@@ -93,8 +73,8 @@ __device__ static inline const float *opaque(const float *p)
 }
 
 /* The conv of the block's slice into vals, as an implicit GEMM: C (positions x 16 channels) = A
- * (positions x 88: the im2col patches, gathered from x) B (88 x 16: the weights), as the comment
- * at the top says. Warp w takes
+ * (positions x 88: the im2col patches, gathered from x) B (88 x 16: the weights), as the header
+ * says. Warp w takes
  * the 16-position tiles w, w + 16, ...: the block's warps work on neighbouring positions at
  * once and share x in L1. A lane's rows are positions g and g + 8 of the tile (their input
  * corners by fast_div), its columns t and t + 4 of each step (their offsets from the corner in
