@@ -8,6 +8,8 @@ a check, as common.h's check() prints them:
   (v2_..., b3_...);
 - every version and kernel that make sanitize's MANY_RUNS names exists (a renamed kernel would
   leave its sanitizer run instrumenting nothing);
+- make diff (common/version-diff.sh) shows each chapter's first two versions, and each step of a
+  file of STEP regions against the one before, with no region left;
 - every chapter has a LABBOOK.md, an "## Exercises" section in its README and an exercise version;
 - every exercise file marks what the learner writes (/* x1: begin */ .. /* x1: end */) around a
   launcher that calls hx_not_written, and the chapter's LABBOOK.md holds its solution, which
@@ -89,6 +91,21 @@ for chdir in sorted(glob.glob("chapters/[0-9][0-9]-*/")):
         if n == num:
             check(any(r[0] == v for r in rows) and any(k in name for name in kernels),
                   f"layout ch{num}: make sanitize's run of {v} instruments kernels named *{k}*")
+    # make diff: two versions' files, or the steps of a STEP file one after another
+    for f, vids in sorted(files.items()):
+        pairs = list(zip(vids, vids[1:])) if len(vids) > 1 else []
+        if "#if STEP" not in open(chdir + f, encoding="utf-8").read():
+            continue
+        for a_, b_ in pairs:
+            d = subprocess.run(["sh", "common/version-diff.sh", binary, a_, b_], capture_output=True, text=True)
+            body = [l for l in d.stdout.splitlines() if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+            check(d.returncode == 0 and body and not any("#if STEP" in l or "#endif" in l for l in body),
+                  f"make diff CH={int(num)} A={a_} B={b_}: {len(body)} changed lines of {f}, no STEP region left")
+    ids = [r[0] for r in rows]
+    if len(ids) > 1:
+        d = subprocess.run(["sh", "common/version-diff.sh", binary, ids[0], ids[1]], capture_output=True, text=True)
+        check(d.returncode == 0 and d.stdout.startswith("---"),
+              f"make diff CH={int(num)} A={ids[0]} B={ids[1]}: a unified diff")
     xs = [r[0] for r in rows if re.fullmatch(r"x\d+", r[0])]
     readme = open(chdir + "README.md", encoding="utf-8").read()
     check(xs and os.path.exists(chdir + "LABBOOK.md") and re.search(r"^## Exercises", readme, re.M),
