@@ -18,7 +18,7 @@ a check, as common.h's check() prints them:
   image they show (.svg) is well-formed XML with a viewBox;
 usage: test-layout.py BUILD_DIR "NN:version:kernel ..." (the MANY_RUNS pairs)
 """
-import glob, os, re, subprocess, sys
+import glob, os, re, shutil, subprocess, sys
 import xml.dom.minidom
 
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
@@ -95,6 +95,9 @@ for chdir in sorted(glob.glob("chapters/[0-9][0-9]-*/")):
     for f, vids in sorted(files.items()):
         pairs = list(zip(vids, vids[1:])) if len(vids) > 1 else []
         if "#if STEP" not in open(chdir + f, encoding="utf-8").read():
+            continue
+        if not shutil.which("unifdef"):
+            print(f"SKIP  make diff CH={int(num)} of {f}'s steps: unifdef is not installed")
             continue
         for a_, b_ in pairs:
             d = subprocess.run(["sh", "common/version-diff.sh", binary, a_, b_], capture_output=True, text=True)
