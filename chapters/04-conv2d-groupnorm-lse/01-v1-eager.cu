@@ -7,12 +7,13 @@
  * reading and writing a 520 MB tensor: normalise + affine (gn), tanh (t), HardSwish in its
  * general form (h), the residual add (r = c + h), and the logsumexp over the 64 channels (two
  * passes, as torch.logsumexp: the max, then the sum of exp).
- * Bytes: the statistics read c (520 MB); gn reads c, writes gn; tanh and HardSwish read one
- * tensor and write one; the add reads two and writes one; the logsumexp reads r (its second
- * pass mostly from L2) and writes y: 10 x 520 MB + 8 MB = 5.21 GB, ten times the 528 MB
- * floor. Prediction: about 10x the floor, 1.75 ms at the ~3000 GB/s ceiling.
+ * Bytes: the statistics read c (520 MB, 1 pass); gn reads c, writes gn (2); tanh and HardSwish
+ * each read one tensor and write one (2 + 2); the add reads two and writes one (3); the
+ * logsumexp reads r (1: its second pass mostly from L2) and writes y: 11 x 520 MB + 8 MB =
+ * 5.73 GB, eleven times the 528 MB floor. Prediction: 5.73 GB at the 2988 GB/s
+ * [v1 epilogue_fwd ceiling_gbps] copy ceiling, about 1.92 ms.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): the epilogue 2.478 ms
- * [v1 epilogue_fwd], 7.1% of the floor [v1 epilogue_fwd pct_floor] and 1.4x the prediction: the
+ * [v1 epilogue_fwd], 7.1% of the floor [v1 epilogue_fwd pct_floor] and 1.3x the prediction: the
  * statistics alone take 0.1849 ms [v1 stats] (94.2% of the ceiling [v1 stats pct_ceiling]), the
  * five kernels the other 2.29 ms [v1 epilogue_fwd-stats]. The whole model 3.63 ms [v1 model_fwd],
  * of which cuDNN's conv about 1.18 (the notes after the table).

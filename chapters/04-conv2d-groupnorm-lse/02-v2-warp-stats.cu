@@ -12,9 +12,9 @@
  * 2, 1): lane i exchanges with lane i ^ off, both merge, and after four steps every lane holds
  * the group's result (a reduce and a broadcast at once, CUDA C++ Programming Guide, "Warp
  * Shuffle Functions"). One barrier instead of nine: block_welford in group-welford.cuh.
- * Prediction: the statistics read 520 MB: 0.17 ms at the ceiling for any of v1..v3 if the
- * merge is hidden behind the loads; the merge is a few hundred cycles against a block's 254 KB,
- * so v2 should gain only what v1's barriers cost, a few %.
+ * Prediction: the statistics read 520 MB: 0.174 ms [v2 stats floor_ms] at the ceiling for any
+ * of v1..v3 if the merge is hidden behind the loads; the merge is a few hundred cycles against a
+ * block's 254 KB, so v2 should gain only what v1's barriers cost, a few %.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): statistics 0.1842 ms
  * [0.1828 - 0.1852] [v2 stats median_ms min_ms max_ms] against v1's tree 0.1849 [0.1839 - 0.1858]
  * [v1 stats median_ms min_ms max_ms]: the ranges overlap, so the difference is noise. They read c

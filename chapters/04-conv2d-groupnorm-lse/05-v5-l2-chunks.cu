@@ -3,7 +3,7 @@
  *
  * Defect of v4: c crosses DRAM twice, 1048 MB for 528 MB of work; the statistics must see a
  * whole group before its first output, so the second read cannot go, but it need not come from
- * DRAM: a sample's c is 4.06 MB, and the H100's L2 is 50 MB.
+ * DRAM: a sample's c is 4.06 MB, and the H100's L2 is 52 MB (model.h).
  * Change: walk the batch in chunks of K samples, two chunks' c within L2_SHARE of the L2
  * (K = 3 on the H100: 12 MB a chunk), each chunk two launches: the statistics, then the apply,
  * which finds the chunk's c still in L2. The statistics of chunk k + 1 run beside the apply of

@@ -8,7 +8,8 @@
  * backward writes dr (520 MB), HardSwish's writes dt, tanh's writes dgn, GroupNorm's backward
  * reduces each group's dxh and dxh xh and each channel's dgamma and dbeta terms, then writes
  * its part of dc, added to dr (the residual's gradient).
- * Bytes: the forward's 5.2 GB (v1), then about 13 x 520 MB in the backward.
+ * Bytes: the forward's 5.7 GB (v1), then 14 x 520 MB in the backward (dr 2 passes, dt 3,
+ * dgn 3, the group sums 2, dc 4): 25 passes over 520 MB, 13 GB.
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch04.csv): epilogue forward + backward
  * 5.45 ms [b1 epilogue_fwdbwd], 9.7% of the floor [b1 epilogue_fwdbwd pct_floor]; the training step
  * 9.74 ms [b1 train_step] (through cuDNN's legacy API it took over five times as long: LABBOOK.md).

@@ -2,7 +2,7 @@
  * b2: the fused backward (recompute, group sums by warp shuffles)
  *
  * Defect of b1: the forward writes four 520 MB intermediates for the backward, and the
- * backward writes three more and reads them back: about 18 passes over 520 MB.
+ * backward writes three more and reads them back: 25 passes over 520 MB (b1's header).
  * Change: v4's forward (statistics, then y; nothing else saved), then three kernels that
  * recompute the forward from c and the saved statistics instead of reading it:
  *   sums    block (tile, G, n): each thread a position and the 4 channels of group G:

@@ -27,7 +27,8 @@
  * sample can be written before the whole sample has been read once. A group is
  * 4 * 15876 * 4 = 254 KB, more than one SM's 228 KB of shared memory (H100 datasheet); a sample
  * is 64 * 15876 * 4 = 4.06 MB, more than a cluster of 16 SMs holds (3.6 MB); but it fits the
- * H100's 50 MB L2 (datasheet) a dozen times over.
+ * H100's L2 a dozen times over: 52 MB as the run's notes print it (cudaDevAttrL2CacheSize; the
+ * datasheet's 50 MB are MiB), the size from which v5's chunks and v6's teams are planned.
  *
  * Bytes (float32) at the KernelBench shape. C is the copy ceiling the run measures (ceiling_gbps
  * in data/h100/ch04.csv), P the fp32 FMA peak it reports (peak_tflops: SMs x 128 FMA/clk x 2 x
