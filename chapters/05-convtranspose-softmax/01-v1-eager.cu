@@ -10,9 +10,9 @@
  * pool, the library's transposed conv, then the epilogue.
  * Bytes: clamp reads c and writes z, softmax reads z three times and writes p, scale reads p and
  * writes y: 8 x 1073.7 MB = 8.6 GB against the epilogue's 2.15 GB floor (model.h).
- * Prediction: about 4x the floor, 2.9 ms at the ~3000 GB/s ceiling, if the softmax's second and
- * third reads come from DRAM (2 blocks of 1024 threads an SM: 264 rows of 512 KB in flight,
- * 138 MB, more than the 50 MB L2).
+ * Prediction: about 4x the floor, 2.9 ms at the 2991 GB/s ceiling [v1 epilogue_fwd ceiling_gbps],
+ * if the softmax's second and third reads come from DRAM (2 blocks of 1024 threads an SM: 264
+ * rows of 512 KB in flight, 138 MB, more than the 52 MB L2 the run's notes print).
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch05.csv): the epilogue 3.229 ms
  * [v1 epilogue_fwd], 22.2% of the copy ceiling [v1 epilogue_fwd pct_ceiling], 4.5x its floor
  * [v1 epilogue_fwd median_ms/floor_ms], 1.12x the prediction; PyTorch eager's epilogue takes

@@ -17,7 +17,7 @@
  * 512-thread blocks plus a second launch: 1.095 ms [v5 epilogue_fwd], 0.8% slower
  * [v5 vs v4 epilogue_fwd] than v4. At batch 1 (data/h100/ch05-sweep.csv) v5 takes 0.0406 ms
  * [v5 epilogue_fwd @1] against v4's 0.0327 [v4 epilogue_fwd @1]: slower, not faster. There c is
- * 33.5 MB, less than the 50 MB L2, so v4's second read already comes from L2, and 64 blocks of
+ * 33.5 MB, less than the 52 MB L2, so v4's second read already comes from L2, and 64 blocks of
  * 1024 threads with 16-byte loads kept enough bytes in flight (not profiled: what the numbers
  * allow, not a measurement). What v5 keeps is the merge of max-free partial sums across blocks,
  * which b2 and v7 (partial sums from its conv's tiles) use; v6 removes the second read.

@@ -2,8 +2,8 @@
  * b2: the fused backward: p recomputed from c and the saved lse
  *
  * Defect of b1: nine kernels and five 1 GB intermediates (z, p, g p, g', dz, in four buffers),
- * written only to be read back; p is stored in the forward (1 GB) when c and one number a row (lse, 8 KB at the
- * KernelBench shape) give it back: p = exp(clamp(c) - lse).
+ * written only to be read back; p is stored in the forward (1 GB) when c and one number a row
+ * (lse, 8 KB at the KernelBench shape) give it back: p = exp(clamp(c) - lse).
  * Change: forward v4 (two passes, writes lse). Backward in two kernels over the rows split like
  * v5's (run_ctx.split blocks a row): kernel 1 reads c and g and sums g p over its chunk; kernel 2
  * adds the row's partials (the same order in every block), so dot = sum over the row of g p,

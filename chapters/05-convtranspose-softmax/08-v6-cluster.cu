@@ -3,7 +3,7 @@
  *
  * Defect of v4 and v5: c is read twice: no output of a row can be written before the whole row
  * is summed, a row (512 KB) is larger than an SM's shared memory (228 KB), and 264 rows in
- * flight are 138 MB, nearly three times the 50 MB L2, so the second read comes from DRAM too.
+ * flight are 138 MB, over two and a half times the 52 MB L2, so the second read comes from DRAM.
  * Change: a thread-block cluster of V6_CL = 8 blocks on 8 SMs (CUDA C++ Programming Guide,
  * "Thread Block Clusters") takes a row; each block keeps its eighth, 64 KB here, in shared memory:
  *   1. thread 0 asks the TMA unit for the slice as V6_CHUNKS bulk copies, each completing on its
@@ -17,8 +17,8 @@
  *      keeps every block's sum alive until the others have read it, without stalling step 4.
  * A slice longer than a block's shared memory (rows above 462,848 values on the H100) keeps what
  * fits and reads the rest twice, as v4 does.
- * Prediction: one read and one write, the floor, 0.72 ms at the ceiling, if enough clusters are
- * resident that some load while others reduce (64 KB a block leaves room for 3 an SM).
+ * Prediction: one read and one write, the floor, 0.718 ms [v6 epilogue_fwd floor_ms], if enough
+ * clusters are resident that some load while others reduce (64 KB a block leaves room for 3 an SM).
  * Measured: 0.800 ms [v6 epilogue_fwd], 89.7% of the ceiling [v6 epilogue_fwd pct_ceiling], 1.36x
  * v4 [v4/v6 epilogue_fwd], 1.40x torch.compile [compile/v6 epilogue_fwd]; the 0.75 ms target is
  * missed (what Nsight Compute shows of the gap: LABBOOK.md).

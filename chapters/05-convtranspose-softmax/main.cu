@@ -34,8 +34,9 @@
  *   x1-online-softmax.cu       x1  the online softmax, written by the reader (v3 solves it)
  *   problem.cu                 host machinery (inputs, buffers, verification, tests): skip it
  *
- * Scopes: every forward version runs on the conv output (epilogue_fwd) and as the whole model,
- * the pool and the library's transposed conv first (model_fwd). Each backward version runs as
+ * Scopes: v1..v6 and x1 run on the conv output (epilogue_fwd) and as the whole model, the pool
+ * and the library's transposed conv first (model_fwd); v7 computes the transposed conv itself
+ * and runs only as the whole model. Each backward version runs as
  * epilogue forward + backward and as a training step (pool, transposed conv, the pair, then
  * the conv's and the pool's gradients).
  *

@@ -33,9 +33,10 @@
  *   model     read x (N 32 D H W * 4 = 536.9 MB) and the parameters (55296 weights, 64 biases,
  *             64 scales: 221.7 KB), write y (1073.7 MB): 1610.8 MB. The transposed conv is a
  *             multiply-add per input value (of the pooled input), tap and output channel:
- *             2 * 32 * 32 * 64 * 27 * 16384 = 57.98 GFLOP, 0.867 ms at 66.9 TFLOP/s, longer than
- *             the bytes take (0.54 ms at 3000 GB/s): the FLOPs are the model's floor. This is
- *             the nominal count (every tap of every input, as FLOP counters count a
+ *             2 * 32 * 32 * 64 * 27 * 16384 = 57.98 GFLOP, 0.867 ms [v7 model_fwd floor_ms] at
+ *             66.9 TFLOP/s, longer than the bytes take (0.54 ms at the 2991 GB/s
+ *             [v7 model_fwd ceiling_gbps] the run measured): the FLOPs are the model's floor.
+ *             This is the nominal count (every tap of every input, as FLOP counters count a
  *             ConvTranspose3d); padding 1 crops the taps that land outside the output, one in
  *             3 PD along depth and likewise along the others, so the multiply-adds that count
  *             are (47/48)(95/96)^2 = 95.9% of it, 55.6 GFLOP.

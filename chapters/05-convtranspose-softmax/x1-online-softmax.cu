@@ -14,8 +14,8 @@
  * tail; scale has 64 floats, lse one a row.
  * What the harness checks: y row by row against the double reference by the row's own scale, and
  * lse, on the test's awkward shapes and extreme values (build/ch05 --test --version x1, on a
- * GPU); build/ch05 --version x1 then times it beside v3. Until it is written the program reports
- * "x1  not written yet".
+ * GPU); build/ch05 --version x1 then times it, to compare with v3's row. Until it is written the
+ * program reports "x1  not written yet".
  * Hint: a thread with no values (m = -inf, in rows shorter than ROW_BLOCK float4) must add
  * nothing. v3 (03-v3-online.cu) solves it; the answer is in LABBOOK.md.
  */
