@@ -6,18 +6,19 @@
  * launch. Its grid is as many blocks as the GPU holds at once (the occupancy API: 2 blocks of
  * 512 threads an SM, 264 on the H100), cut into `teams` teams of `ctas` blocks; team j takes
  * samples j, j + teams, j + 2 teams, ... For each sample the team's blocks first read it from
- * DRAM for the statistics, meet at a barrier, then read it again for the outputs; between the
- * two the team has read only its current samples, so they are still in L2. The teams do not
- * wait for one another: while one waits at its barrier or reads L2, the others read DRAM.
+ * DRAM for the statistics (phase A), meet at a barrier, then read it again for the outputs
+ * (phase B); between the two the team has read only its current samples, so they are still in
+ * L2. The teams do not wait for one another: while one waits at its barrier or reads L2, the
+ * others read DRAM.
  *
  * The team barrier is a counter in global memory, one a sample (zeroed before the launch;
- * common/barrier.cuh, which chapter 3 shares): each block, once its writes are done, fences them
+ * common/barrier.cuh, shared with chapter 3): each block, its writes done, fences them
  * (__threadfence: visible to the whole GPU before the increment is) and adds 1; a waiting
- * block's thread 0 polls until all `ctas` blocks have arrived. Polling only works if every block of the team is running, not waiting
- * for a slot behind a block that polls: the launch is cooperative (cudaLaunchCooperativeKernel
- * fails rather than start a grid that cannot all be resident; CUDA C Programming Guide, "Grid
- * Synchronization"). Partial results written by other blocks are read after the barrier with
- * __ldcg (from L2: an SM's L1 is not kept coherent with other SMs' writes).
+ * block's thread 0 polls until all `ctas` blocks have arrived. That only ends if every block of
+ * the team is running, not waiting for a slot behind a block that polls: the launch is
+ * cooperative (cudaLaunchCooperativeKernel fails rather than start a grid that cannot all be
+ * resident; CUDA C Programming Guide, "Grid Synchronization"). Other blocks' partial results are
+ * read after the barrier with __ldcg (from L2: an SM's L1 is not coherent with others' writes).
  *
  * A block's share of a sample's positions is a contiguous range, S / ctas of them (240 with
  * 66 blocks a team), walked in passes.
