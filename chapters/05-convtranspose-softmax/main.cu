@@ -14,10 +14,12 @@
  *   model.h                    the model, its shapes, its bytes and FLOPs, the floors they imply
  *   reference.cu               the CPU reference in double, the backward derived term by term,
  *                              and its checks (definition, central differences, checks that fail)
+ *   reduce.cuh (common/)       block sums and maxes by warp shuffles (chapter 4's lesson)
  *   01-v1-eager.cu             v1  eager-like: the pool, the library's transposed conv, then
  *                                  clamp, a three-pass block-per-row softmax and scale, a kernel each
  *   rows.cuh                   a row as float4, the clamp, the output pass
  *   02-v2-fused-three-pass.cu  v2  one kernel, still three passes over c
+ *   lse.cuh (common/)          the online logsumexp: its update and merge
  *   03-v3-online.cu            v3  the online softmax: max and sum in one pass, c read twice
  *   04-v4-no-max.cu            v4  no max: the clamp bounds exp, and partial sums simply add
  *   05-v5-split-rows.cu        v5  rows split over blocks (a prediction that failed)
@@ -32,6 +34,7 @@
  *                                  pool in its loads, the clamp and row sums in its epilogue
  * The exercise (the README's Exercises; the answer in LABBOOK.md):
  *   x1-online-softmax.cu       x1  the online softmax, written by the reader (v3 solves it)
+ * Also:
  *   problem.cu                 host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v6 and x1 run on the conv output (epilogue_fwd) and as the whole model, the pool
