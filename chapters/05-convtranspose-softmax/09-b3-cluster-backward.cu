@@ -16,7 +16,7 @@
  * compute-sanitizer's synccheck reports a "missing wait" on their mbarriers that it does not
  * report at 8, so 8 is the default (LABBOOK.md has both timings).
  * Bytes: forward 2 x 1073.7 MB (v6), backward 3: 5.4 GB, the fwd + bwd floor. Prediction:
- * 1.8 ms at the ceiling if the clusters overlap as v6's do.
+ * 1.8 ms [b3 epilogue_fwdbwd floor_ms] at the ceiling if the clusters overlap as v6's do.
  * Measured: 2.212 ms [b3 epilogue_fwdbwd], 81.2% of the ceiling [b3 epilogue_fwdbwd pct_ceiling],
  * 1.32x b2 [b2/b3 epilogue_fwdbwd], 1.90x torch.compile [compile/b3 epilogue_fwdbwd], 1.23x
  * [b3 epilogue_fwdbwd median_ms/floor_ms] the prediction: one block an SM loads nothing while it
