@@ -4,8 +4,9 @@
  * PyTorch eager runs the model op by op: the library's transposed conv, then logsumexp (itself
  * amax, a guard for infinite maxima, sub, exp, sum, log, add inside torch), then x + 3, sigmoid,
  * *, / 6, - b, clamp: each a kernel that reads its input from DRAM and writes its result back.
- * Here: cuDNN's transposed conv, one naive logsumexp kernel (a thread per position, a max pass and
- * a sum pass over the 16 channels) and one kernel per elementwise op.
+ * Here: cuDNN's transposed conv, one naive logsumexp kernel (common/lse.cuh's k_logsumexp_naive:
+ * a thread per position, a max pass and a sum pass over the 16 channels) and one kernel per
+ * elementwise op.
  * Bytes: the logsumexp reads 1.008 GB and writes 63 MB; the 6 elementwise kernels then read 7
  * and write 6 tensors of 63 MB: 1.008 + 0.063 + 13 * 0.063 = 1.9 GB moved for a result whose
  * floor is 1.07 GB, plus 7 launches. Prediction: about 1.8x the floor.

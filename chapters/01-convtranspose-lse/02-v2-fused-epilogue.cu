@@ -6,7 +6,10 @@
  * registers, the whole tail applied before the single store. A warp's 32 threads take 32
  * adjacent positions, so for each channel the warp reads 128 contiguous bytes: coalesced. The
  * 16 loads are independent, so each thread has 16 in flight (64 bytes) before the first is used.
- * Prediction: the 1.07 GB floor, 0.359 ms, if 64 bytes a thread in flight hide DRAM latency.
+ * The grid (common/gpu.h's grid_for, as v1's) is at most 32 blocks of 256 an SM, so a thread
+ * takes one position, then the one a grid further on: a grid-stride loop.
+ * Prediction: the 1.07 GB floor, 0.359 ms [v2 epilogue_fwd floor_ms], if 64 bytes a thread in
+ * flight hide DRAM latency.
  * Measured: 0.416 ms [v2 epilogue_fwd], 86% of the copy ceiling [v2 epilogue_fwd pct_ceiling],
  * 1.82x v1 [v1/v2 epilogue_fwd]. Not the floor. Suspects: 16 load instructions per position for 64
  * bytes, an integer division per position, the accurate expf/logf; v7 (after v3) removes all but

@@ -18,9 +18,9 @@
  * instructions, 1296 FFMA, about 6 an online update (768), about 100 for the inputs, the tail and
  * the stores: 2200 a thread, 65,536 warps, 4 issue slots an SM a cycle:
  * 65536 x 2200 / (132 x 4 x 1.98e9 /s) = 0.14 ms, issue-bound.
- * Measured: 0.390 ms [v5 model_fwd], 17.9x v1 [v1/v5 model_fwd] and 14.7x [compile/v5 model_fwd]
- * torch.compile in fp32, but 2.8x the prediction: the profile (v6, the advanced part) shows the
- * constant cache missing.
+ * Measured: 0.390 ms [v5 model_fwd], 16.9x v7's whole model [v7/v5 model_fwd] and 14.7x
+ * [compile/v5 model_fwd] torch.compile in fp32, but 2.8x the prediction: the profile (v6, the
+ * advanced part) shows the constant cache missing.
  */
 #include <math.h>
 

@@ -18,7 +18,7 @@
  * Measured: 1.180 ms [b2 epilogue_fwdbwd], 89.5% of the floor [b2 epilogue_fwdbwd pct_floor],
  * 2.04x b1 [b1/b2 epilogue_fwdbwd], and 11.9% less time [b2 vs compile epilogue_fwdbwd] than
  * torch.compile (which saves z instead: LABBOOK.md). Not the floor: under ncu the kernel waits on
- * loads (48% of warps active, DRAM 71% busy), each value held in a register from its load to its
+ * loads (48% of warps active, DRAM 73% busy), each value held in a register from its load to its
  * use; b4 (the advanced part) takes the loads out of the registers.
  */
 #include "shifted-load.cuh"

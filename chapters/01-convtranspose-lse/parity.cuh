@@ -1,6 +1,8 @@
 /*
- * parity.cuh: the transposed conv by output parity, the pieces v5, v6 and b3's conv forward
- * share (v5's comment derives it).
+ * parity.cuh: the transposed conv by output parity, the pieces v5, v6, v8 and b3's conv forward
+ * share. v5 (the core) uses the geometry: TAP_OUT and TAP_IN, the tile and cube_grid,
+ * cube_position, load_input_tile, cube_inputs and cube_store. The rest, from stage_weights on
+ * (shared-memory weights, the base-2 logsumexp), is v6's, v8's and b3's: the advanced part.
  *
  * Along one axis an output o receives input i through tap k when o = 2i - 1 + k. A thread that
  * owns input index j and the two outputs 2j and 2j+1 along an axis needs

@@ -5,9 +5,9 @@
  * thread per pooled value, the 64-channel pooled tensor p, 67 MB, written to DRAM), logsumexp
  * over the channels (common/lse.cuh's naive kernel, two passes over p), relu. PyTorch eager
  * runs the same ops (its logsumexp as amax, sub, exp, sum, log, add).
- * Bytes: c read once, p written once and read twice (the second pass often from L2), y
- * written and read by relu: about 0.68 GB against the 0.54 GB floor (model.h).
- * Prediction: 0.68 / 0.54 = 1.26x the floor, plus four launches.
+ * Bytes: c read once, p written once and read twice (the second pass often from L2), z
+ * written and read by relu, y written: about 0.68 GB against the 0.54 GB floor (model.h).
+ * Prediction: 0.68 / 0.54 = 1.26x the floor, plus three launches (pool, logsumexp, relu).
  * Measured (H100 80GB HBM3, KernelBench shape, data/h100/ch02.csv): 0.254 ms [v1 epilogue_fwd],
  * 1.40x [v1 epilogue_fwd median_ms/floor_ms] the 0.182 ms [v1 epilogue_fwd floor_ms] floor,
  * 71.6% of it [v1 epilogue_fwd pct_floor]; PyTorch eager's ops 0.485 ms [eager epilogue_fwd].

@@ -1,7 +1,7 @@
 /*
  * v3: one fused kernel, windows read as float2, a two-pass logsumexp
  *
- * Defect of v1/v2: the pooled tensor's round trip (67 MB written, read twice) and four
+ * Defect of v1/v2: the pooled tensor's round trip (67 MB written, read twice) and three
  * launches. Change: one kernel, one thread per output position (n, pd, ph, pw), looping over
  * the 64 channels; for each, the 2x2x2 window: 4 rows of 2 adjacent floats (window.cuh: a warp
  * reads 64 adjacent floats of a row). The 64 pooled values would need 64 registers per thread

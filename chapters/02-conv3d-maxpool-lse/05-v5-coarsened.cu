@@ -7,9 +7,10 @@
  * Aligned when W is a multiple of 4 (rows then start on 16 bytes and 8t is a multiple of 4); other
  * W, and a last group of fewer than 4 outputs, take v4's per-window path.
  * Bytes in flight: 8 loads of 16 bytes per channel per thread; with the channel loop unrolled
- * twice, 256 bytes a thread, 512 KB per SM at 2048 threads, far above the ~16 KB per SM that
- * 3 TB/s needs at about 700 ns of DRAM latency (Little's law: 3e12 B/s x 7e-7 s / 132 SMs). The
- * limit is elsewhere: instructions per byte, and the tail.
+ * twice, 256 bytes a thread. At the KernelBench shape a row has 16 groups, so a block is one
+ * warp with 16 working lanes; at 32 blocks an SM that is 512 threads, 128 KB per SM, still far
+ * above the ~16 KB that 3 TB/s needs at about 700 ns of DRAM latency (Little's law: 3e12 B/s x
+ * 7e-7 s / 132 SMs). The limit is elsewhere: instructions per byte, and the tail.
  * Prediction: a quarter of v4's load instructions and index arithmetic; v4's 5% gap to the
  * ceiling halves: about 97% of it, 0.19 ms.
  * Measured (H100): 0.177 ms [v5 epilogue_fwd], 102.6% of the floor [v5 epilogue_fwd pct_floor],

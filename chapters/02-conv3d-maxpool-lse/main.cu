@@ -20,12 +20,14 @@
  *   window.cuh               the 2x2x2 window loads every fused version shares
  *   03-v3-fused-window.cu    v3  one fused kernel, a thread per output, float2 windows, two-pass
  *                                logsumexp: the second pass reads c again
+ *   common/lse.cuh           the online logsumexp (and the naive two-pass one v1 runs)
  *   04-v4-online-lse.cu      v4  the online logsumexp: one pass, c read once
  *   05-v5-coarsened.cu       v5  four outputs a thread along W, 16-byte loads
  *   igemm.cuh                the conv as an implicit GEMM: the tile, its shared memory, its loads
  *   06-v6-implicit-gemm.cu   v6  our conv on the FMA units, 8 x 8 outputs a thread; v5's epilogue
- *   mma.cuh                  tensor cores: the tile (mma.sync's fragments, TF32, the 3xTF32
- *                            split: common/tf32.cuh)
+ *   common/tf32.cuh          the tensor core's mma.sync.m16n8k8, its fragments, TF32, the
+ *                            3xTF32 split
+ *   mma.cuh                  the implicit GEMM's tile on tensor cores: which lane reads what
  *   07-v7-tf32.cu            v7  the conv on tensor cores in TF32: fast, 2^-10 a product
  *   08-v8-3xtf32.cu          v8  3xTF32: three TF32 products a term, fp32's accuracy back
  *   09-v9-full-fusion.cu     v9  pooling and logsumexp in v8's conv epilogue: c never leaves the SM

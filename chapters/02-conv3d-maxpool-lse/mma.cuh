@@ -10,9 +10,9 @@
  * (channel, tap) is free (a sum does not care) and makes every fragment a plain strided read:
  * a0 of lane (g, t) is the patch at position g of channel t, so a warp's 32 reads hit 8
  * adjacent positions of 4 channels, CS = 840 floats apart, = 8 banks apart: conflict free
- * (igemm.cuh). B's reads, 8 output channels g of 4 input channels t, are WS = 72 floats apart
- * along g's row and 27 rows (27 x 72 = 24 mod 32 banks) apart across t: banks 24 t + g (mod 32),
- * all 32 different.
+ * (igemm.cuh). B's reads, 8 output channels g of 4 input channels t, are adjacent along a
+ * weight row (g) and 27 rows of WS = 72 floats (27 x 72 = 24 mod 32 banks) apart across t:
+ * banks 24 t + g (mod 32), all 32 different.
  *
  * The block's 8 warps: warp q computes 64 positions (tile rows 2 (q % 4) and 2 (q % 4) + 1,
  * 32 columns each: four m16 pieces) by 32 channels (32 (q / 4) ..: four n8 pieces): 16 mma

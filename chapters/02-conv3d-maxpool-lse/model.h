@@ -102,7 +102,7 @@ struct run_ctx {
     lib_ctx *lib;
 };
 
-/* reference.cu: the CPU reference in double (section 2 of the lesson) */
+/* reference.cu: the CPU reference in double, the epilogue and its backward */
 double window_max_ref(const double *plane, const shape *s, int pd, int ph, int pw, int *arg);
 void epilogue_ref(const shape *s, const float *cf, const double *cd, double *y);
 void epilogue_backward_ref(const shape *s, const float *cf, const double *cd, const float *g,
