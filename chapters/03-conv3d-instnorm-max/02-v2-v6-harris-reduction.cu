@@ -6,8 +6,8 @@
  * kernel (01-v1-eager.cu's chain around it is unchanged, 0.40 ms [v2 epilogue_fwd-stats] of
  * the epilogue); each sums a = c m and a^2 over a slice and turns the sums into mean = sum / S
  * and var = sum_sq / S - mean^2, m applied on load. Each kernel below has its own four beats;
- * the prediction they share: the statistics are one read of 103.2 MB, 0.035 ms at the copy
- * ceiling, and each step removes a cost that keeps a kernel above it.
+ * the prediction they share: the statistics are one read of 103.2 MB, 0.034 ms at the copy
+ * ceiling [v1 stats floor_ms], and each step removes a cost that keeps a kernel above it.
  *
  * v2..v5 cut each (n, c) slice of S values into blocks; a block reduces its piece to one partial
  * (sum of a, sum of a^2) in shared memory, and v2_stats_finish adds a slice's partials. They
