@@ -1,5 +1,5 @@
 /*
- * sums.cuh: the warp and block sums the statistics kernels share (v2..v6, v10..v14, b1..b4).
+ * sums.cuh: the warp and block sums the statistics kernels share (v2..v6, b1, b2, v10 on).
  *
  * A warp adds 32 values without shared memory or a barrier: __shfl_down_sync(mask, v, off)
  * hands each lane the v of the lane `off` above it, so five steps (off = 16, 8, 4, 2, 1) leave
