@@ -6,20 +6,20 @@
  * kernel (01-v1-eager.cu's chain around it is unchanged, 0.40 ms [v2 epilogue_fwd-stats] of
  * the epilogue); each sums a = c m and a^2 over a slice and turns the sums into mean = sum / S
  * and var = sum_sq / S - mean^2, m applied on load. Each kernel below has its own four beats;
- * the prediction they share: the statistics are one read of 103.2 MB, 0.035 ms at the copy
- * ceiling, and each step removes a cost that keeps a kernel above it.
+ * the prediction they share: the statistics are one read of 103.2 MB, 0.034 ms at the copy
+ * ceiling [v1 stats floor_ms], and each step removes a cost that keeps a kernel above it.
  *
  * v2..v5 cut each (n, c) slice of S values into blocks; a block reduces its piece to one partial
  * (sum of a, sum of a^2) in shared memory, and v2_stats_finish adds a slice's partials. They
  * differ only in how the block reduces. v6 gives each slice one block and needs no partials.
  *
- * Every one of them computes sum and sum of squares, which cancel when a slice's mean is large
- * against its spread: v7 fixes that. Their variance errs by about 2^-24 (mean^2 + var), not the
- * 2^-24 |mean| std of a stable algorithm (reference.cu derives both): rstd's condition number
- * squared. Their checks are held to that wider bound, which is what their launches declare in
+ * All compute sum and sum of squares, which cancel when a slice's mean is large against its
+ * spread: v7 fixes that. Their variance errs by about 2^-24 (mean^2 + var), not the 2^-24 |mean|
+ * std of a stable algorithm (reference.cu derives both): rstd's condition number squared. Their
+ * checks are held to that wider bound, which is what their launches declare in
  * r->var_from_squares; with two values a slice, the fewest instance norm allows, close together
- * against their mean, it is wide (the CPU check of two values a slice, problem.cu, shows the
- * gap), and with an offset it says nothing, so the offset cases leave v2..v6 out.
+ * against their mean, it is wide (the CPU check of two values a slice, problem.cu, shows the gap),
+ * and with an offset it says nothing, so the offset cases leave v2..v6 out.
  */
 #include "model.h"
 #include "sums.cuh"
@@ -50,7 +50,8 @@ __device__ static inline void load_piece(const float *__restrict__ a, const floa
  * stay resident and diverge, and % is slow.
  * Prediction: every SM busy, so far faster than v1, but far above the read's time: a barrier a
  * step, 50 blocks a slice, their partials and a second kernel.
- * Measured: 0.206 ms [v2 stats], 6.1x v1 [v1/v2 stats].
+ * Measured: 0.206 ms [v2 stats], 17% of the copy ceiling [v2 stats pct_ceiling], 6.1x v1
+ * [v1/v2 stats].
  */
 __global__ void __launch_bounds__(RED_BLOCK)
 v2_stats_interleaved(const float *__restrict__ a, const float *__restrict__ m,
@@ -76,8 +77,8 @@ v2_stats_interleaved(const float *__restrict__ a, const float *__restrict__ m,
  * consecutive threads read consecutive words (no bank conflicts).
  * Prediction: fewer instructions a step, but the same barriers, blocks and partials: a small
  * gain if those are the cost.
- * Measured: 0.197 ms [v3 stats], 4% faster [v3 vs v2 stats]: on the H100 the divergent modulo
- * costs little next to 50 blocks a slice and their partials.
+ * Measured: 0.197 ms [v3 stats], 18% of the copy ceiling [v3 stats pct_ceiling], 4% faster
+ * [v3 vs v2 stats]: on the H100 the divergent modulo costs little beside 50 blocks a slice.
  */
 __global__ void __launch_bounds__(RED_BLOCK)
 v3_stats_sequential(const float *__restrict__ a, const float *__restrict__ m,
@@ -102,7 +103,8 @@ v3_stats_sequential(const float *__restrict__ a, const float *__restrict__ m,
  * Change: each thread loads two elements a block apart and adds them before the tree: a block
  * covers 2 RED_BLOCK elements, so half the blocks and half the partials.
  * Prediction: the same bytes in half the blocks: about half v3's time, if blocks are the cost.
- * Measured: 0.105 ms [v4 stats], 1.87x v3 [v3/v4 stats].
+ * Measured: 0.105 ms [v4 stats], 33% of the copy ceiling [v4 stats pct_ceiling], 1.87x v3
+ * [v3/v4 stats].
  *
  * v5 (Harris's kernel 5, UNROLL_LAST true): the last warp by shuffles
  * Defect of v4: a block barrier at every step of the tree, even with one warp left.
@@ -113,7 +115,8 @@ v3_stats_sequential(const float *__restrict__ a, const float *__restrict__ m,
  * `volatile` shared memory and implicit warp synchrony; since Volta (independent thread
  * scheduling) that needs __syncwarp, and the shuffle does it without.
  * Prediction: six of the tree's eight barriers gone (RED_BLOCK 256), the bytes and blocks of v4.
- * Measured: 0.0631 ms [v5 stats], 1.66x v4 [v4/v5 stats].
+ * Measured: 0.0631 ms [v5 stats], 55% of the copy ceiling [v5 stats pct_ceiling], 1.66x v4
+ * [v4/v5 stats].
  */
 template <bool UNROLL_LAST>
 __global__ void __launch_bounds__(RED_BLOCK)

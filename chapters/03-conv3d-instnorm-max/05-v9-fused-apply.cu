@@ -6,9 +6,9 @@
  * load), then one kernel does the rest: a thread per output position reads its 16 channel
  * values (16 loads in flight), normalises, clamps, multiplies, keeps the first maximum and
  * writes y. c is read twice in all (statistics, apply).
- * Prediction: the two-pass floor, 2 x 103.2 + 6.45 = 212.9 MB: 0.072 ms at the copy ceiling,
- * about 6x below v7's 0.441 ms [v7 epilogue_fwd] epilogue.
- * Measured: 0.0829 ms [v9 epilogue_fwd] (44% of the copy ceiling [v9 epilogue_fwd pct_ceiling]),
+ * Prediction: the two-pass floor, 2 x 103.2 + 6.45 = 212.9 MB: 0.071 ms at the copy ceiling
+ * (model.h), about 6x below v7's 0.441 ms [v7 epilogue_fwd] epilogue.
+ * Measured: 0.0829 ms [v9 epilogue_fwd] (44% of the one-read floor [v9 epilogue_fwd pct_floor]),
  * 5.3x v8 [v8/v9 epilogue_fwd], 20x v1 [v1/v9 epilogue_fwd], 1.81x torch.compile
  * [compile/v9 epilogue_fwd] (0.1503 ms [compile epilogue_fwd]). The floor needs c read once:
  * the advanced part's clusters.

@@ -5,22 +5,23 @@
  * int64). Backward: one kernel per op of the derivation in reference.cu, every intermediate
  * gradient a dense 103 MB tensor: du (g at the argmax channel, 0 elsewhere), dt = du m, the
  * clamp's mask, the instance norm's two means and its da, dc = da m; dm's two uses as
- * deterministic per-channel sums (training-grads.cu). No atomics anywhere: the same bits every
- * run.
+ * deterministic per-channel sums (training-grads.cu): no atomics, the same bits every run.
  * Bytes: the forward's 1038.6 MB and the saved argmax (6.45 MB); the backward reads g and the
  * argmax and writes du (116.1 MB), then five passes that read one 103 MB tensor and write one
  * or read two (dt = du m, dm's first sum, the means, dc = da m, dm's second sum: 1032 MB) and
  * two that read two and write one (the clamp's mask, da: 619 MB): 2.81 GB in all.
  * Prediction: 0.95 ms at the copy ceiling, plus what v1's serial statistics cost beyond their
- * share (1.257 [v1 stats] - 0.035 ms, v1's stats row): about 2.2 ms.
- * Measured, forward + backward: 2.426 ms [b1 epilogue_fwdbwd] (PyTorch eager 1.53 ms
- * [eager epilogue_fwdbwd], torch.compile 1.261 ms [compile epilogue_fwdbwd]).
+ * share (1.257 [v1 stats] - 0.034 ms [v1 stats floor_ms], v1's stats row): about 2.2 ms.
+ * Measured, forward + backward: 2.426 ms [b1 epilogue_fwdbwd], 4.4% of the floor
+ * [b1 epilogue_fwdbwd pct_floor] (PyTorch eager 1.53 ms [eager epilogue_fwdbwd], torch.compile
+ * 1.261 ms [compile epilogue_fwdbwd]).
  *
  * The training step (every b version): cuDNN's conv, the epilogue forward and backward, then
  * the conv's gradients: cuDNN's dx (backward data); dw by cuDNN's backward filter (b1) or our
- * own (b2, b3); our own deterministic dbias (training-grads.cu). Measured (b1): 5.868 ms
- * [b1 train_step], of which the epilogue forward and backward 2.426 [b1 epilogue_fwdbwd], cuDNN's
- * conv 0.489, dx 1.260 and backward filter 1.610 (the notes after the table, same run).
+ * own (b2 to b6); our own deterministic dbias (training-grads.cu). Measured (b1): 5.868 ms
+ * [b1 train_step], of which the epilogue forward and backward 2.426 [b1 epilogue_fwdbwd], and
+ * cuDNN's conv, dx and dw with our dbias the other 3.44 ms [b1 train_step-epilogue_fwdbwd]
+ * (cuDNN's timings each, printed after the table: LABBOOK.md).
  */
 #include "model.h"
 #include "sums.cuh"

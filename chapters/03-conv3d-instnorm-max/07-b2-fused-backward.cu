@@ -2,10 +2,10 @@
  * b2: the fused backward, two passes
  *
  * Defect of b1: every intermediate gradient (du, dt, dxh, da) is a 103 MB tensor written and
- * read back, and its forward is v1's (1.66 ms). Change: v9's forward, which saves the
- * statistics (mean, rstd) as PyTorch's instance norm does; then, since the backward needs two
- * reductions per (n, c) before any dc can be written, two kernels that recompute the forward at
- * each position from c instead of reading saved tensors:
+ * read back, and its forward is v1's (1.65 ms [v1 epilogue_fwd]). Change: v9's forward, which
+ * saves the statistics (mean, rstd) as PyTorch's instance norm does; then, since the backward
+ * needs two reductions per (n, c) before any dc can be written, two kernels that recompute the
+ * forward at each position from c instead of reading saved tensors:
  *   b2_bwd_sums: a thread per position recomputes xh and u for the 16 channels, finds the argmax
  *     k, and contributes dxh = g m_k (if xh_k is inside the clamp) and dxh xh_k to channel k's
  *     sums and g t_k to dm; a block's 256 positions are reduced per channel in shared memory
@@ -16,11 +16,12 @@
  * dm's partials are added in order (training-grads.cu): deterministic.
  * Bytes of the backward: c and g read twice, dc written: 3 x 103.2 + 2 x 6.45 = 322.5 MB,
  * against its floor of c and g read once and dc written (212.9 MB).
- * Prediction: v9's forward (0.083 ms [v9 epilogue_fwd]) plus 322.5 MB at the copy ceiling (0.109
- * ms): 0.20 ms.
+ * Prediction: v9's forward (0.083 ms [v9 epilogue_fwd]) plus 322.5 MB at the copy ceiling (0.108
+ * ms): 0.19 ms.
  * Measured, forward + backward: 0.251 ms [b2 epilogue_fwdbwd] (v9's forward 0.083 [v9 epilogue_fwd]
- * of it), 5.0x torch.compile [compile/b2 epilogue_fwdbwd] (1.261 ms [compile epilogue_fwdbwd]),
- * 9.7x b1 [b1/b2 epilogue_fwdbwd] (2.426 ms [b1 epilogue_fwdbwd]).
+ * of it), 43% of the floor [b2 epilogue_fwdbwd pct_floor] (c read in each direction, model.h),
+ * 9.7x b1 [b1/b2 epilogue_fwdbwd] (2.426 ms [b1 epilogue_fwdbwd]), 5.0x torch.compile
+ * [compile/b2 epilogue_fwdbwd] (1.261 ms [compile epilogue_fwdbwd]).
  */
 #include "model.h"
 #include "sums.cuh"

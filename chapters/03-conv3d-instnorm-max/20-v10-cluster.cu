@@ -20,7 +20,7 @@
  * its SM's share of DRAM goes unused unless the SM's other block loads (ncu: DRAM half busy).
  * Also, step 0: the first wave's staggered start (stagger_start, cluster.cuh). The clusters at
  * once (30 on an H100) would load together, then reduce together with DRAM idle; cluster n of
- * that wave waits n x 10 us / wave first. About 4 us; V10SPAN=ns sets the span (LABBOOK.md).
+ * that wave waits n x 10 us / wave first: about 4 us faster (LABBOOK.md); V10SPAN=ns sets the span.
  */
 #include "barrier.cuh" /* team_arrive */
 #include "cluster.cuh"

@@ -8,7 +8,7 @@
  * of the block reads the same address), and the loop over (ci, kd) stays rolled: the body is 9
  * taps, 9 loads of x, 36 LDS.128 and 144 FFMA. The x loads go through L1 (x is 25 MB; each value
  * is read by 27 neighbouring positions). A fully unrolled form with the weights in constant
- * memory measured slower (the README's "tried" list).
+ * memory measured slower (LABBOOK.md, the Tried table).
  */
 #ifndef CH03_CONV_CUH
 #define CH03_CONV_CUH

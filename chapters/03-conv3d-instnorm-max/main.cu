@@ -32,8 +32,9 @@
  *   04-v8-cub.cu                v8  v7 with CUB's BlockReduce (the library baseline)
  *   05-v9-fused-apply.cu        v9  v7's statistics, then one kernel for the rest (c read twice)
  *   06-b1-autograd.cu           b1  autograd-like backward: v1 saving a, xh, t, the argmax
- *   training-grads.cu               the deterministic dm and dbias sums; cuDNN's dx and dw, our dw
  *   07-b2-fused-backward.cu     b2  v9, then two recomputing kernels
+ *   training-grads.cu               beside b1 and b2, off the reading path: the deterministic dm
+ *                                   and dbias sums; cuDNN's dx and dw, our dw
  *   (the advanced part: Hopper clusters, the conv inside the kernel, the saved-argmax backward)
  *   cluster.cuh                 clusters: slices, copies (TMA bulk copies and mbarriers, whose PTX
  *                               is common/hopper.cuh's), the exchange, the first wave's start

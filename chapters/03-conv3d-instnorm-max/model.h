@@ -1,5 +1,5 @@
 /*
- * model.h: chapter 3's model, its shapes, and what it must cost (read this first, after main.cu)
+ * model.h: chapter 3's model, its shapes, and what it must cost (read this first)
  *
  *     y = max_c( m * clamp( InstanceNorm3d( m * Conv3d(x) ), -1, 1 ) )    KernelBench level 2, #79
  *

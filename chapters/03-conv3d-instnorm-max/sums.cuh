@@ -1,11 +1,11 @@
 /*
- * sums.cuh: the warp and block sums the statistics kernels share (v2..v6, v10..v14, b1..b4).
+ * sums.cuh: the warp and block sums the statistics kernels share (v2..v6, b1, b2, v10 on).
  *
  * A warp adds 32 values without shared memory or a barrier: __shfl_down_sync(mask, v, off)
  * hands each lane the v of the lane `off` above it, so five steps (off = 16, 8, 4, 2, 1) leave
  * the warp's sum in lane 0 (CUDA C++ Programming Guide, "Warp Shuffle Functions"): that is
  * warp_sum in common/reduce.cuh, shared with the other chapters. A block adds its warps' results
- * the same way, through one shared-memory word a warp: block_sum2 below, for a pair of sums.
+ * the same way, through one shared-memory slot a warp: block_sum2 below, for a pair of sums.
  * On the tutorial's learning path (chapter 1's core, then this chapter's) this is where warp
  * shuffles are first met: v2..v5's finishing kernel and v5's last warp use them, and chapter 4's
  * group statistics build on them.

@@ -3,7 +3,8 @@
  *
  * Write, between the two marker lines below, a kernel x1_stats_welford that computes, for every
  * slice (n, c) of the conv output, the mean and rstd = 1 / sqrt(var + IN_EPS) of a m (var the
- * biased variance, M2 / S), and the launcher that runs it in v1's chain.
+ * biased variance, M2 / S), and the launcher that runs it in v1's chain. The argument a is the
+ * conv output c (eager_epilogue passes r->c), so a m is the model's a = c m.
  * Layout: a is N x 16 x S floats, slice seg = n 16 + c at a + seg S, contiguous (S = (D-2)(H-2)
  * (W-2), 12600 at the KernelBench shape); m holds the 16 multipliers, or is NULL (then 1), and
  * is applied as each value is loaded; mean and rstd have one float a slice. Launch one block of
