@@ -38,24 +38,24 @@
  *   (the advanced part: Hopper clusters, the conv inside the kernel, the saved-argmax backward)
  *   cluster.cuh                 clusters: slices, copies (TMA bulk copies and mbarriers, whose PTX
  *                               is common/hopper.cuh's), the exchange, the first wave's start
- *   20-v10-cluster.cu           v10 one pass: 8 blocks a sample hold its values in shared memory,
+ *   08-v10-cluster.cu           v10 one pass: 8 blocks a sample hold its values in shared memory,
  *                                   exchange statistics once through distributed shared memory;
  *                                   the first wave's starts spread over 10 us
- *   21-v11-row-cluster.cu       v11 v10 with whole channel rows a block: statistics without an
+ *   09-v11-row-cluster.cu       v11 v10 with whole channel rows a block: statistics without an
  *                                   exchange, the channel max exchanged instead
  *   conv.cuh                    the conv inside a kernel: weights broadcast from shared memory
- *   22-v12-conv-two-pass.cu     v12 whole model: conv + statistics, then conv again + output
- *   23-v13-cluster-conv.cu      v13 whole model: v10's cluster computing the conv once
- *   24-v14-tensor-core-conv.cu  v14 v13 with the conv on tensor cores (3xTF32)
- *   25-v15-v18-register-conv.cu v15 v14 with the conv's output in registers, x in shared memory,
+ *   10-v12-conv-two-pass.cu     v12 whole model: conv + statistics, then conv again + output
+ *   11-v13-cluster-conv.cu      v13 whole model: v10's cluster computing the conv once
+ *   12-v14-tensor-core-conv.cu  v14 v13 with the conv on tensor cores (3xTF32)
+ *   13-v15-v18-register-conv.cu v15 v14 with the conv's output in registers, x in shared memory,
  *                                   persistent clusters
  *                               v16 v15 with the conv on Hopper's wgmma (sm_90a)
  *                               v17 v16 without clusters: teams of blocks on every SM of a
  *                                   cooperative launch, the statistics exchanged through L2
  *                               v18 v17 in half blocks: two samples an SM, one's conv while
  *                                   the other's statistics, exchange and y run
- *   26-b3-cluster-backward.cu   b3  v10, then one cluster kernel: c and g read once
- *   27-b4-b6-saved-argmax.cu    b4  v10 saving each position's argmax, then the sums from it and
+ *   14-b3-cluster-backward.cu   b3  v10, then one cluster kernel: c and g read once
+ *   15-b4-b6-saved-argmax.cu    b4  v10 saving each position's argmax, then the sums from it and
  *                                   one stream over c and dc
  *                               b5  b4 with dm derived from those sums: no dm in the stream, no
  *                                   kernel for it; the forward keeps the clamp bit in its loop
@@ -104,35 +104,35 @@ static const hx_version versions[] = {
     {"v9", FWD, "fused apply: Welford stats + one kernel", v9_launch, 0, HX_FP32,
      "05-v9-fused-apply.cu"},
     {"v10", FWD, "one pass: 8-block cluster, c read once", v10_launch, NEEDS_SM90,
-     HX_FP32, "20-v10-cluster.cu"},
+     HX_FP32, "08-v10-cluster.cu"},
     {"v11", FWD, "v10 with rows a block; the max exchanged", v11_launch, NEEDS_SM90,
-     HX_FP32, "21-v11-row-cluster.cu"},
+     HX_FP32, "09-v11-row-cluster.cu"},
     {"v12", SC(SCOPE_MODEL_FWD), "model: conv in stats pass + apply pass", v12_launch, 0,
-     HX_FP32, "22-v12-conv-two-pass.cu"},
+     HX_FP32, "10-v12-conv-two-pass.cu"},
     {"v13", SC(SCOPE_MODEL_FWD), "model: cluster, conv once into smem", v13_launch, NEEDS_SM90,
-     HX_FP32, "23-v13-cluster-conv.cu"},
+     HX_FP32, "11-v13-cluster-conv.cu"},
     {"v14", SC(SCOPE_MODEL_FWD), "model: v13, conv on tensor cores 3xTF32", v14_launch, NEEDS_SM90,
-     HX_3XTF32, "24-v14-tensor-core-conv.cu"},
+     HX_3XTF32, "12-v14-tensor-core-conv.cu"},
     {"v15", SC(SCOPE_MODEL_FWD), "model: v14, conv output in registers", v15_launch, NEEDS_SM90,
-     HX_3XTF32, "25-v15-v18-register-conv.cu"},
+     HX_3XTF32, "13-v15-v18-register-conv.cu"},
     {"v16", SC(SCOPE_MODEL_FWD), "model: v15, conv on wgmma", v16_launch,
-     NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "25-v15-v18-register-conv.cu"},
+     NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "13-v15-v18-register-conv.cu"},
     {"v17", SC(SCOPE_MODEL_FWD), "model: v16 in teams: no cluster, all SMs", v17_launch,
-     NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "25-v15-v18-register-conv.cu"},
+     NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "13-v15-v18-register-conv.cu"},
     {"v18", SC(SCOPE_MODEL_FWD), "model: v17 in half blocks, two samples an SM", v18_launch,
-     NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "25-v15-v18-register-conv.cu"},
+     NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "13-v15-v18-register-conv.cu"},
     {"b1", BWD, "autograd-like: v1 saving, a kernel per op", b1_launch, 0, HX_FP32,
      "06-b1-autograd.cu"},
     {"b2", BWD, "fused: v9, then two recomputing kernels", b2_launch, 0, HX_FP32,
      "07-b2-fused-backward.cu"},
     {"b3", BWD, "cluster: v10, then one cluster kernel", b3_launch, NEEDS_SM90,
-     HX_FP32, "26-b3-cluster-backward.cu"},
+     HX_FP32, "14-b3-cluster-backward.cu"},
     {"b4", BWD, "v10 saving the argmax, then a stream", b4_launch, NEEDS_SM90,
-     HX_FP32, "27-b4-b6-saved-argmax.cu"},
+     HX_FP32, "15-b4-b6-saved-argmax.cu"},
     {"b5", BWD, "b4 with dm from the sums: no dm pass", b5_launch, NEEDS_SM90,
-     HX_FP32, "27-b4-b6-saved-argmax.cu"},
+     HX_FP32, "15-b4-b6-saved-argmax.cu"},
     {"b6", BWD, "b5, the sums during the forward's last wave", b6_launch, NEEDS_SM90,
-     HX_FP32, "27-b4-b6-saved-argmax.cu"},
+     HX_FP32, "15-b4-b6-saved-argmax.cu"},
     {"x1", FWD | SC(SCOPE_STATS), "exercise: Welford + Chan statistics (as v7)", x1_launch, 0,
      HX_FP32, "x1-welford-stats.cu"},
 };

@@ -552,16 +552,16 @@ __device__ static inline void named_arrive(int id, int count)
 static unsigned team_tag0 = 1;
 
 #define STEP 15
-#include "25-v15-v18-register-conv.cu"
+#include "13-v15-v18-register-conv.cu"
 #undef STEP
 #define STEP 16
-#include "25-v15-v18-register-conv.cu"
+#include "13-v15-v18-register-conv.cu"
 #undef STEP
 #define STEP 17
-#include "25-v15-v18-register-conv.cu"
+#include "13-v15-v18-register-conv.cu"
 #undef STEP
 #define STEP 18
-#include "25-v15-v18-register-conv.cu"
+#include "13-v15-v18-register-conv.cu"
 #undef STEP
 
 #else /* STEP: the kernel and its launcher for one step, `#if STEP >= N` where step N changed */

@@ -4,7 +4,7 @@
  * Defect of b3: its backward holds a sample's c on chip, as v10 does, and inherits v10's pattern
  * (DRAM half busy): nothing is written until the two sums per (n, c) are known, and b3 finds each
  * position's winning channel from c before it sums (dxh is g m at the winner, 0 at the other 15).
- * Change: the forward already knows each position's winner. v10_saving (20-v10-cluster.cu)
+ * Change: the forward already knows each position's winner. v10_saving (08-v10-cluster.cu)
  * writes it, a byte a position: the channel in bits 0 to 3, WIN_INSIDE (bit 7, model.h) where the
  * winner's xh is inside the clamp (PyTorch's max saves its indices for the same reason). Then the
  * backward needs c only where dc is written:
