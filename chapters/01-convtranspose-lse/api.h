@@ -62,7 +62,7 @@ int ch01_train_forward(const float *x, const float *weight, const float *conv_bi
  * deterministic kernels, and dx (like x) through the library conv (common/conv.h: cuDNN, or the
  * direct kernels in a build without it). dx NULL: dx is skipped. workspace:
  * ch01_workspace_floats(n, d, h, w) floats. Every sum is in a fixed order: the same bits every
- * run, except dx where cuDNN's engine is not deterministic.
+ * run, except dx where the engine cuDNN's search chose is not deterministic.
  * The library conv runs on the default stream: the call orders it after `stream`'s work and
  * `stream` after it with events, so the caller sees one stream. The first call with dx for a
  * shape sets the conv up (cuDNN times its engines on dc, dx and dw): it waits for `stream`, takes

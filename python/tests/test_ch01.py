@@ -10,7 +10,7 @@ exits 1 if any check failed.
   - On a GPU: the parameters ModelNew creates after a seed, against Model's; the output (both
     forwards) and every gradient against Model in float64 on awkward shapes and the KernelBench
     shape; 20 steps of SGD from the same seed against Model in fp32; a side stream; torch.compile;
-    bad inputs rejected with their messages.
+    bad inputs rejected with their messages; python/README.md's example, run as written.
 Tolerances are the chapter's (problem.cu): an output within 1e-5 relative L2 and 1e-4 of the
 float64 reference at every element; a gradient element, a sum, within 1e-5 of the sum of its
 terms' magnitudes (the chapter's own bound is 1e-6; float32's unit roundoff is 2^-24).
@@ -300,6 +300,17 @@ def gpu_checks(torch, ch01):
         y = new(ok_x)
     check(y.shape == (1, 1, 7, 9, 11) and bool(torch.isfinite(y).all()),
           "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+
+    # ---- python/README.md's example, as written, from the repository's root
+    import re
+    import subprocess
+    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    if check(len(blocks) == 1, "python/README.md holds one Python example"):
+        run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=_lib.REPO,
+                             capture_output=True, text=True)
+        check(run.returncode == 0, "python/README.md's example runs as written (exit %d)%s"
+              % (run.returncode, ": " + run.stderr.strip()[-300:] if run.returncode else ""))
 
 
 def sgd_checks(torch, ch01, Model, ARGS, dev):
