@@ -90,7 +90,8 @@ NVFLAGS += $(CUDNN_FLAGS) -DHAVE_SM90A=$(if $(filter sm_90a,$(ARCH_TAG)),1,0)
 LDLIBS := $(CUDNN_LDLIBS) -lgomp -lm
 
 CHAPTERS := 01 02 03 04 05
-ch_srcs = $(wildcard chapters/$(1)-*/*.cu)
+# a chapter's program: every .cu in its folder but api.cu, the C library's own (make lib)
+ch_srcs = $(filter-out %/api.cu,$(wildcard chapters/$(1)-*/*.cu))
 ch_objs = $(patsubst chapters/%.cu,build/obj/%.o,$(call ch_srcs,$(1)))
 
 # the default (KernelBench) shape of each chapter, a small shape for the sanitizers, the sweep
@@ -194,9 +195,44 @@ solved: build/ch0$(CH)-solved
 diff: build/ch0$(CH)
 	@sh common/version-diff.sh build/ch0$(CH) $(A) $(B)
 
+# make lib CH=N: the chapter as a C library for PyTorch and other callers, build/libchNN.so: its
+# api.cu (the functions api.h declares) with the chapter's kernels and common/'s host code, all
+# compiled position-independent into build/pic/; not main.cu or problem.cu (the harness's
+# program) nor the exercises. python/handfused loads it (python/README.md).
+PIC := -Xcompiler -fPIC
+lib_srcs = $(filter-out %/main.cu %/problem.cu $(call ch_xsrcs,$(1)),$(wildcard chapters/$(1)-*/*.cu))
+LIB_COMMON := build/pic/common.o build/pic/conv_ref.o build/pic/gpu.o build/pic/conv.o
+build/pic/common.o build/pic/conv_ref.o: build/pic/%.o: common/%.c
+	@mkdir -p build/pic
+	$(CC) $(CFLAGS) $(DEPFLAGS) -fPIC -fopenmp -c -o $@ $<
+build/pic/gpu.o build/pic/conv.o: build/pic/%.o: common/%.cu $(ARCH_STAMP)
+	@mkdir -p build/pic
+	$(NVCC) $(NVFLAGS) $(PIC) $(DEPFLAGS) -c -o $@ $<
+build/pic/chapters/%.o: chapters/%.cu $(ARCH_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $(PIC) $(DEPFLAGS) -c -o $@ $<
+# --no-undefined: a symbol only main.cu or problem.cu defines fails here, not at dlopen
+define lib_rule
+build/libch$(1).so: $(patsubst chapters/%.cu,build/pic/chapters/%.o,$(call lib_srcs,$(1))) $(LIB_COMMON)
+	$$(NVCC) $$(NVFLAGS) -shared -Xlinker --no-undefined -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach c,$(CHAPTERS),$(if $(wildcard chapters/$(c)-*/api.cu),$(eval $(call lib_rule,$(c)))))
+.PHONY: lib torch-test
+lib: $(if $(wildcard chapters/0$(CH)-*/api.cu),build/libch0$(CH).so,lib-missing)
+.PHONY: lib-missing
+lib-missing:
+	@echo "error: chapter $(CH) has no C library yet (no api.cu in its folder)"; exit 2
+
+# make torch-test: the PyTorch package's tests (python/tests/), each chapter with a library;
+# one SKIP line and exit 0 where PyTorch or a GPU is missing
+TORCH_TESTS := $(foreach c,$(CHAPTERS),$(if $(wildcard chapters/$(c)-*/api.cu),$(wildcard python/tests/test_ch$(c).py)))
+TORCH_LIBS := $(foreach c,$(CHAPTERS),$(if $(wildcard chapters/$(c)-*/api.cu),build/libch$(c).so))
+torch-test: $(TORCH_LIBS)
+	@set -e; for t in $(TORCH_TESTS); do $(PYTHON) $$t; done
+
 # the header dependencies the compilers wrote (absent before the first build: then every object
 # is built anyway)
--include $(wildcard build/*.d build/obj/*/*.d build/solved/*/*.d)
+-include $(wildcard build/*.d build/obj/*/*.d build/solved/*/*.d build/pic/*.d build/pic/chapters/*/*.d)
 
 # chapter-1 .. chapter-N (explicit rules: make skips pattern rules for phony targets)
 define chapter_rule
@@ -206,13 +242,14 @@ chapter-$(patsubst 0%,%,$(1)): build/ch$(1) build/gpu-tag
 endef
 $(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
 
-test: all $(SOLVED)
+test: all $(SOLVED) $(TORCH_LIBS)
 	@sh common/run-tests.sh build/test_common \
 	    $(foreach c,$(CHAPTERS),'build/ch$(c) --test' 'sh common/test-cli.sh build/ch$(c) $(SMALL_$(c))' \
 	        $(if $(call ch_xsrcs,$(c)),'sh common/test-exercises.sh build/ch$(c) build/ch$(c)-solved $(SMALL_$(c))')) \
 	    'python3 common/test-layout.py build "$(foreach c,$(CHAPTERS),$(foreach vk,$(MANY_RUNS_$(c)),$(c):$(vk)))"' \
 	    'sh data/readme-table.sh --check' 'sh data/figures.sh --check' 'sh data/test-figures.sh' \
-	    'sh common/test-deps.sh $(MAKE) --no-print-directory ARCH=$(ARCH) CUDNN=$(CUDNN)'
+	    'sh common/test-deps.sh $(MAKE) --no-print-directory ARCH=$(ARCH) CUDNN=$(CUDNN)' \
+	    $(foreach t,$(TORCH_TESTS),'$(PYTHON) $(t)')
 
 # one line per size: each version's median per scope, from the table
 bench: $(BINS) build/gpu-tag

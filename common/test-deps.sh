@@ -20,6 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 # every source and the object or program it is compiled into
 {
     for f in chapters/*/*.cu; do
+        case $f in */api.cu) continue ;; esac # a C library's (make lib), not the programs'
         o=${f#chapters/}; echo "$f build/obj/${o%.cu}.o"
     done
     for f in common/*.cu common/common.c common/conv_ref.c; do

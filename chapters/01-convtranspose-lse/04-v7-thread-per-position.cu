@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(V7_BLOCK)
 void v7_epilogue(const run_ctx *r)
 {
     dim3 grid((r->sh.s + V7_BLOCK - 1) / V7_BLOCK, r->sh.n);
-    v7_epilogue_per_position<<<grid, V7_BLOCK>>>(r->c, r->b, r->y, r->sh.s);
+    v7_epilogue_per_position<<<grid, V7_BLOCK, 0, r->stream>>>(r->c, r->b, r->y, r->sh.s);
 }
 
 void v7_launch(const run_ctx *r, int scope)

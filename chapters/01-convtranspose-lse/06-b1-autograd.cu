@@ -78,7 +78,7 @@ static void b1_backward(const run_ctx *r)
     float *ds = t[T_ZP3], *da = t[T_ZT], *dz1 = t[T_A], *dt = t[T_X1], *du = t[T_X2];
     b1_clamp_backward<<<g, 256>>>(r->g, t[T_S], ds, n);           /* ds = g [-1 <= s <= 1] */
     /* db = -sum ds: sum_channels (07-b2-fused-backward.cu) is the two-stage deterministic sum */
-    sum_channels(ds, r->sh.n, 1, r->sh.s, r->n_partials, r->partials, r->db);
+    sum_channels(ds, r->sh.n, 1, r->sh.s, r->n_partials, r->partials, r->db, r->stream);
     b1_negate<<<1, 1>>>(r->db);                                   /* db = -sum ds */
     div_scalar(r, ds, 6.0f, da);                                 /* d(z t) = ds / 6 */
     b1_mul_backward<<<g, 256>>>(da, t[T_Z], t[T_T], dz1, dt, n);  /* dz = d(zt) t, dt = d(zt) z */

@@ -87,15 +87,16 @@ dim3 b2_grid(const shape *sh)
 
 /* the two stages of common/reduce.cuh as one call each, for b1's db and b3's dw and dbias */
 void sum_channels(const float *a, int n, int channels, int s, int blocks, float *partials,
-                  float *out)
+                  float *out, cudaStream_t stream)
 {
-    k_channel_sums<<<dim3(blocks, channels), 256>>>(a, NULL, partials, n, s);
-    k_segment_sums<<<channels, 64>>>(partials, NULL, blocks, out);
+    k_channel_sums<<<dim3(blocks, channels), 256, 0, stream>>>(a, NULL, partials, n, s);
+    k_segment_sums<<<channels, 64, 0, stream>>>(partials, NULL, blocks, out);
 }
 
-void sum_segments(const float *partials, int segments, int count, int threads, float *out)
+void sum_segments(const float *partials, int segments, int count, int threads, float *out,
+                  cudaStream_t stream)
 {
-    k_segment_sums<<<segments, threads>>>(partials, NULL, count, out);
+    k_segment_sums<<<segments, threads, 0, stream>>>(partials, NULL, count, out);
 }
 
 void b2_backward(const run_ctx *r)
@@ -103,7 +104,7 @@ void b2_backward(const run_ctx *r)
     dim3 grid = b2_grid(&r->sh);
     b2_epilogue_backward<<<grid, B2_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials, r->sh.s,
                                              (int)conv_elems(&r->sh));
-    sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db); /* db */
+    sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db, r->stream); /* db */
 }
 
 void b2_launch(const run_ctx *r, int scope)

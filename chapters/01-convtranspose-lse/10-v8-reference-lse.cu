@@ -73,6 +73,6 @@ void v8_launch(const run_ctx *r, int scope)
 {
     const shape *s = &r->sh;
     (void)scope; /* model_fwd only */
-    v8_model_fused<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+    v8_model_fused<<<cube_grid(s), dim3(TILE_W, TILE_H), 0, r->stream>>>(
       r->x, r->weight, r->conv_bias, r->b, r->y, s->d, s->h, s->w);
 }

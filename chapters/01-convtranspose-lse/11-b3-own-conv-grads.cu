@@ -124,23 +124,24 @@ __global__ void b3_dw_reorder(const float *__restrict__ by_co, float *__restrict
 void b3_conv_forward(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    b3_conv_transpose_parity<<<cube_grid(s), dim3(TILE_W, TILE_H)>>>(
+    b3_conv_transpose_parity<<<cube_grid(s), dim3(TILE_W, TILE_H), 0, r->stream>>>(
          r->x, r->weight, r->conv_bias, r->c, s->d, s->h, s->w);
 }
 
 void own_dw(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    b3_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256>>>(r->x, r->dc, r->partials, s->n, s->d, s->h,
-                                                    s->w);
+    b3_dw_partials<<<dim3(DW_BLOCKS, C_OUT), 256, 0, r->stream>>>(r->x, r->dc, r->partials,
+                                                                   s->n, s->d, s->h, s->w);
     /* the partials of weight (co, ci, k) are contiguous: one sum a weight, then PyTorch's order */
-    sum_segments(r->partials, C_OUT * DW_TAPS, DW_BLOCKS, 64, r->dw_by_co);
-    b3_dw_reorder<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_by_co, r->dw);
+    sum_segments(r->partials, C_OUT * DW_TAPS, DW_BLOCKS, 64, r->dw_by_co, r->stream);
+    b3_dw_reorder<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->dw_by_co, r->dw);
 }
 
 void own_dbias(const run_ctx *r)
 {
-    sum_channels(r->dc, r->sh.n, C_OUT, r->sh.s, DBIAS_BLOCKS, r->partials2, r->dbias);
+    sum_channels(r->dc, r->sh.n, C_OUT, r->sh.s, DBIAS_BLOCKS, r->partials2, r->dbias,
+                 r->stream);
 }
 
 void b3_launch(const run_ctx *r, int scope)

@@ -143,9 +143,9 @@ dim3 b4_grid(const shape *sh)
 void b4_backward(const run_ctx *r)
 {
     dim3 grid = b4_grid(&r->sh);
-    b4_epilogue_backward_staged<<<grid, B4_BLOCK>>>(r->c, r->g, r->b, r->dc, r->partials,
-                                                    r->sh.s, (int)conv_elems(&r->sh));
-    sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db); /* db */
+    b4_epilogue_backward_staged<<<grid, B4_BLOCK, 0, r->stream>>>(
+      r->c, r->g, r->b, r->dc, r->partials, r->sh.s, (int)conv_elems(&r->sh));
+    sum_segments(r->partials, 1, grid.x * grid.y, 1024, r->db, r->stream); /* db */
 }
 
 void b4_launch(const run_ctx *r, int scope)

@@ -118,6 +118,9 @@ struct run_ctx {
     float *partials2; /* b3's dbias */
     float *dw_by_co;  /* b3's dw in [co][ci][k] order, before the reorder */
     lib_ctx *lib;
+    /* the stream the launchers of v7, v8, b2, b3 and b4 queue their kernels on: 0 (the default
+     * stream) in this program; api.cu, the chapter's C ABI, passes its caller's */
+    cudaStream_t stream;
 };
 
 /* reference.cu: the CPU reference in double; the transposed conv itself is common/conv_ref.c's
@@ -153,8 +156,9 @@ dim3 b2_grid(const shape *sh);         /* b2 backward's blocks (problem.cu sizes
  * adds each channel of an n x channels x s tensor into out[channel]; sum_segments adds each run
  * of count partials */
 void sum_channels(const float *a, int n, int channels, int s, int blocks, float *partials,
-                  float *out);
-void sum_segments(const float *partials, int segments, int count, int threads, float *out);
+                  float *out, cudaStream_t stream);
+void sum_segments(const float *partials, int segments, int count, int threads, float *out,
+                  cudaStream_t stream);
 /* the advanced part */
 void v4_launch(const run_ctx *r, int scope);
 void v4_epilogue(const run_ctx *r);
@@ -165,6 +169,7 @@ void b3_conv_forward(const run_ctx *r); /* the transposed conv by parity, writin
 void own_dw(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 void b4_launch(const run_ctx *r, int scope);
+void b4_backward(const run_ctx *r);    /* b4's epilogue backward: dc and db from c and g */
 dim3 b4_grid(const shape *sh);         /* b4 backward's blocks (problem.cu sizes its partials) */
 /* the exercise: x1-fused-epilogue.cu */
 void x1_launch(const run_ctx *r, int scope);

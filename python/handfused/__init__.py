@@ -1,0 +1,11 @@
+"""handfused: the tutorial's fused models inside PyTorch.
+
+One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.so):
+
+    handfused.ch01   KernelBench level 2 #58: ConvTranspose3d -> LogSumExp -> x sigmoid(x+3)/6
+                     -> -bias -> clamp
+
+Each module holds a ModelNew with the constructor and parameters of KernelBench's Model for that
+problem, its forward and backward in the chapter's kernels. This package imports without
+PyTorch; the chapter modules need it (python/README.md).
+"""
