@@ -17,6 +17,10 @@
 #                    their error against float64 (pytorch-chNN-error.csv); in two parts:
 #                    make peers-kb CH=N (the KernelBench shape, the ops, the error) and
 #                    make peers-sweep CH=N [BATCHES=1,2,4] (the sweep's other batch sizes)
+#   make kernelbench [CH=N]   KernelBench's protocol: each chapter's ModelNew (python/handfused,
+#                    make lib CH=N first) checked and timed against the problem's Model, eager and
+#                    torch.compile, in both precisions, forward and training step:
+#                    data/<gpu>/kernelbench.csv (data/kernelbench.py)
 #   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
@@ -136,7 +140,7 @@ BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o
 
 .PHONY: all test bench plots sanitize clean golden peers peers-kb peers-sweep check-pytorch record \
-        profile
+        profile kernelbench
 all: $(BINS) build/test_common build/gpu-tag
 
 # objects remember the ARCH and the CUDNN they were compiled for: one stamp, the others removed
@@ -249,7 +253,7 @@ test: all $(SOLVED) $(TORCH_LIBS)
 	    'python3 common/test-layout.py build "$(foreach c,$(CHAPTERS),$(foreach vk,$(MANY_RUNS_$(c)),$(c):$(vk)))"' \
 	    'sh data/readme-table.sh --check' 'sh data/figures.sh --check' 'sh data/test-figures.sh' \
 	    'sh common/test-deps.sh $(MAKE) --no-print-directory ARCH=$(ARCH) CUDNN=$(CUDNN)' \
-	    $(foreach t,$(TORCH_TESTS),'$(PYTHON) $(t)')
+	    '$(PYTHON) data/kernelbench.py --self-test' $(foreach t,$(TORCH_TESTS),'$(PYTHON) $(t)')
 
 # one line per size: each version's median per scope, from the table
 bench: $(BINS) build/gpu-tag
@@ -324,6 +328,11 @@ peers-kb:
 # after peers-kb, when both are asked for: one GPU, one run at a time, whatever make's -j
 peers-sweep: $(if $(filter peers peers-kb,$(MAKECMDGOALS)),peers-kb)
 	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches $(or $(BATCHES),sweep) $(PEER_PREC)
+# KernelBench's protocol on every chapter with a ModelNew and a built library, or chapter CH's
+# alone; PRECISIONS as peers', SCOPES=forward,forward_no_grad,train_step (all when unset). Each
+# precision compiles Model afresh, once per scope (torch.compile's first calls, their time printed)
+kernelbench:
+	$(PYTHON) data/kernelbench.py$(if $(filter command line environment,$(origin CH)), --chapter $(CH))$(if $(SCOPES), --scopes $(SCOPES)) $(PEER_PREC)
 check-pytorch: build/ch0$(CH)
 	@rm -rf build/dump-ch0$(CH)
 	build/ch0$(CH) --shape $(CHECK_SHAPE_0$(CH)) $(ARGS_0$(CH)) --reps 3 --dump build/dump-ch0$(CH) > build/dump-ch0$(CH).log
