@@ -35,8 +35,8 @@ v4_apply(const float *__restrict__ c, const float *__restrict__ mean, const floa
 void apply_v4(const run_ctx *r)
 {
     const shape *s = &r->sh;
-    v4_apply<<<dim3(ceil_div(s->s, APPLY_BLOCK), s->n), APPLY_BLOCK>>>(r->c, r->mean, r->rstd,
-                                                                       r->gamma, r->beta, r->y, s->s);
+    v4_apply<<<dim3(ceil_div(s->s, APPLY_BLOCK), s->n), APPLY_BLOCK, 0, r->queue>>>(
+      r->c, r->mean, r->rstd, r->gamma, r->beta, r->y, s->s);
 }
 
 void v4_epilogue(const run_ctx *r)

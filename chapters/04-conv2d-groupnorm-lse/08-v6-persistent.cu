@@ -271,7 +271,7 @@ void team_plan(run_ctx *r, size_t l2_bytes)
 /* the cooperative launch: every block resident, or an error instead of a hang */
 void team_launch(const void *kernel, const run_ctx *r, void **args)
 {
-    CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, r->team_grid, TEAM_BLOCK, args, 0, 0));
+    CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, r->team_grid, TEAM_BLOCK, args, 0, r->queue));
 }
 
 void v6_epilogue(const run_ctx *r)
@@ -282,7 +282,7 @@ void v6_epilogue(const run_ctx *r)
     float *mean = r->mean, *rstd = r->rstd, *y = r->y;
     int N = r->sh.n, S = r->sh.s, teams = r->teams, ctas = r->team_ctas;
     void *args[] = {&c, &gamma, &beta, &part, &arrived, &mean, &rstd, &y, &N, &S, &teams, &ctas};
-    CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, 0));
+    CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, r->queue));
     team_launch((const void *)v6_team_forward, r, args);
 }
 

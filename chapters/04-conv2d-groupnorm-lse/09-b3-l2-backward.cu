@@ -217,9 +217,9 @@ void b3_backward(const run_ctx *r)
     int N = r->sh.n, S = r->sh.s, teams = r->teams, ctas = r->team_ctas;
     void *args[] = {&c, &y, &g, &mean, &rstd, &gamma, &beta, &part, &pparam, &arrived, &dc,
                     &N, &S, &teams, &ctas};
-    CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, 0));
+    CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned) * N, r->queue));
     team_launch((const void *)b3_team_backward, r, args);
-    b1_param_sums<<<C_OUT, 256>>>(pparam, r->dgamma, r->dbeta, r->team_grid); /* b1's */
+    b1_param_sums<<<C_OUT, 256, 0, r->queue>>>(pparam, r->dgamma, r->dbeta, r->team_grid); /* b1's */
 }
 
 void b3_launch(const run_ctx *r, int scope)

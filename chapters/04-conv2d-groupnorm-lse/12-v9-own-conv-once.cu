@@ -36,11 +36,11 @@ void v9_launch(const run_ctx *r, int scope)
     if (!per_sm) /* static shared memory and CT_STAGE together exceed the default 48 KB */
         CUDA_CHECK(cudaFuncSetAttribute((const void *)k_conv_stats<true>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, CT_STAGE));
-    k_shifts<<<ceil_div(segs_total, 128), 128>>>(r->x, r->weight, r->bias, r->shift, *s);
+    k_shifts<<<ceil_div(segs_total, 128), 128, 0, r->queue>>>(r->x, r->weight, r->bias, r->shift, *s);
     k_conv_stats<true><<<resident_grid((const void *)k_conv_stats<true>, &per_sm, r, tiles, CT_STAGE),
-                         CT_THREADS, CT_STAGE>>>(r->x, r->weight, r->bias, r->shift, r->rowpart, r->c, *s,
+                         CT_THREADS, CT_STAGE, r->queue>>>(r->x, r->weight, r->bias, r->shift, r->rowpart, r->c, *s,
                                                 segs, tiles);
-    k_finalize<<<ceil_div(segs_total * 32, 256), 256>>>(r->rowpart, r->shift, r->mean, r->rstd, segs_total,
+    k_finalize<<<ceil_div(segs_total * 32, 256), 256, 0, r->queue>>>(r->rowpart, r->shift, r->mean, r->rstd, segs_total,
                                                        s->oh * segs, s->s);
     apply_v4(r);
 }

@@ -196,6 +196,10 @@ struct run_ctx {
     float *dc, *dgamma, *dbeta, *dx, *dw, *dbias; /* the gradients */
     const lib_conv3d *lib;
     const lib_conv3d *lib_nhwc;                  /* v7: the library conv, channels last */
+    /* the stream the launchers of v4's apply, v6's teams, v9, b3's backward and b4's dw queue
+     * their kernels on: 0 (the default stream) in this program; api.cu, the chapter's C ABI,
+     * passes its caller's */
+    cudaStream_t queue;
 };
 
 /* the versions' launchers, in reading order; stats_fn: the GroupNorm statistics of c into
@@ -230,6 +234,7 @@ int b3_blocks_per_sm(void);
 void b3_backward(const run_ctx *r); /* b3's backward after a forward (b4) */
 void b3_launch(const run_ctx *r, int scope);
 int b4_blocks_per_sm(void);
+void b4_own_dw(const run_ctx *r);   /* b4's dw and dbias from x and dc */
 void b4_launch(const run_ctx *r, int scope);
 void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-warp-stats.cu */
 /* the training step's conv gradients from dc (06-b1-autograd.cu) */

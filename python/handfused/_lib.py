@@ -25,6 +25,15 @@ SIGNATURES = {
         "ch01_backward": (_i, [_p] * 11 + [_i] * 4 + [_p]),
         "ch01_release": (None, []),
     },
+    4: {
+        "ch04_last_error": (ctypes.c_char_p, []),
+        "ch04_check_shape": (_i, [_ll] * 4),
+        "ch04_workspace_floats": (ctypes.c_size_t, [_i] * 3),
+        "ch04_forward": (_i, [_p] * 8 + [_i] * 3 + [_p]),
+        "ch04_train_forward": (_i, [_p] * 9 + [_i] * 3 + [_p]),
+        "ch04_backward": (_i, [_p] * 15 + [_i] * 3 + [_p]),
+        "ch04_release": (None, []),
+    },
 }
 
 EINVAL, ENOMEM, ECUDA = 1, 2, 3
