@@ -8,8 +8,10 @@
  *   capi_last_error()            the calling thread's last message ("" if none)
  *   capi_launched(code, what)    code if the launches just queued failed (cudaGetLastError),
  *                                else 0
- *   capi_default_begin/_end      bracket work queued on the default stream (the library conv's):
- *                                it runs after the caller's stream's earlier work, and the
+ *   capi_check_pointers          every pointer given, 16-byte aligned (the kernels load float4s)
+ *   capi_check_channels          an input's channels (dim 1) are the model's
+ *   capi_on_default_stream       run(arg) queued on the default stream (the library conv's
+ *                                calls): after the caller's stream's earlier work, and the
  *                                caller's later work after it (CUDA events), so the caller sees
  *                                one stream
  *   capi_conv_get                the library conv for a shape on the current device, set up on
@@ -48,37 +50,51 @@ static inline int capi_launched(int code, const char *what)
     return 0;
 }
 
-/* ev[0] marks the caller's work before, ev[1] the default stream's; both NULL when `stream` is
- * the default stream itself (no ordering needed) */
-typedef struct {
-    cudaStream_t stream;
-    cudaEvent_t ev[2];
-} capi_order;
-
-static inline int capi_default_begin(capi_order *o, cudaStream_t stream, int code)
+/* 0, or code and the first of ptrs[0 .. count - 1] that is NULL or not 16-byte aligned, named */
+static inline int capi_check_pointers(const void *const *ptrs, const char *const *names, int count,
+                                      int code)
 {
-    memset(o, 0, sizeof *o);
-    o->stream = stream;
-    if (stream == 0 || stream == cudaStreamLegacy)
-        return 0;
-    if (cudaEventCreateWithFlags(&o->ev[0], cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&o->ev[1], cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventRecord(o->ev[0], stream) != cudaSuccess ||
-        cudaStreamWaitEvent(cudaStreamLegacy, o->ev[0], 0) != cudaSuccess)
-        return capi_launched(code, "ordering the default stream after the caller's");
+    for (int i = 0; i < count; i++) {
+        if (!ptrs[i])
+            return capi_fail(code, "%s is NULL", names[i]);
+        if ((uintptr_t)ptrs[i] % 16)
+            return capi_fail(code, "%s is not 16-byte aligned (the kernels load float4s)",
+                             names[i]);
+    }
     return 0;
 }
 
-static inline int capi_default_end(capi_order *o, int code)
+/* 0, or code and the message when x's c_in channels are not the model's `want` */
+static inline int capi_check_channels(long long c_in, int want, int code)
 {
-    int err = 0;
-    if (!o->ev[0])
-        return 0;
-    if (cudaEventRecord(o->ev[1], cudaStreamLegacy) != cudaSuccess ||
-        cudaStreamWaitEvent(o->stream, o->ev[1], 0) != cudaSuccess)
-        err = capi_launched(code, "ordering the caller's stream after the default stream");
-    cudaEventDestroy(o->ev[0]); /* released once the work it marks is done */
-    cudaEventDestroy(o->ev[1]);
+    if (c_in != want)
+        return capi_fail(code, "x must have %d channels (dim 1), not %lld", want, c_in);
+    return 0;
+}
+
+/* run(arg) queues work on the default stream; `stream`'s work before it runs first, and its
+ * work after waits for it. 0, or code with what failed. */
+static inline int capi_on_default_stream(cudaStream_t stream, void (*run)(const void *),
+                                         const void *arg, int code, const char *what)
+{
+    if (stream == 0 || stream == cudaStreamLegacy) { /* the default stream itself */
+        run(arg);
+        return capi_launched(code, what);
+    }
+    cudaEvent_t before = NULL, after = NULL;
+    if (cudaEventCreateWithFlags(&before, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&after, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(before, stream) != cudaSuccess ||
+        cudaStreamWaitEvent(cudaStreamLegacy, before, 0) != cudaSuccess)
+        return capi_launched(code, "ordering the default stream after the caller's");
+    run(arg);
+    int err = capi_launched(code, what);
+    if (cudaEventRecord(after, cudaStreamLegacy) != cudaSuccess ||
+        cudaStreamWaitEvent(stream, after, 0) != cudaSuccess)
+        err = err ? err : capi_launched(code, "ordering the caller's stream after the default "
+                                        "stream");
+    cudaEventDestroy(before); /* released once the work it marks is done */
+    cudaEventDestroy(after);
     return err;
 }
 

@@ -25,8 +25,8 @@ const char *ch02_last_error(void) { return capi_last_error(); }
 
 int ch02_check_shape(long long n, long long c_in, long long d, long long h, long long w)
 {
-    if (c_in != C_IN)
-        return capi_fail(CH02_EINVAL, "x must have %d channels (dim 1), not %lld", C_IN, c_in);
+    if (capi_check_channels(c_in, C_IN, CH02_EINVAL))
+        return CH02_EINVAL;
     if (n < 1)
         return capi_fail(CH02_EINVAL, "x's batch must be at least 1, not %lld", n);
     if (d < 2 || h < 2 || w < 2)
@@ -85,10 +85,8 @@ static int begin(run_ctx *r, int n, int d, int h, int w, cudaStream_t stream,
 {
     if (ch02_check_shape(n, C_IN, d, h, w))
         return CH02_EINVAL;
-    for (int i = 0; i < count; i++)
-        if (!ptrs[i] || (uintptr_t)ptrs[i] % 16)
-            return capi_fail(CH02_EINVAL, "%s is %s", names[i],
-                             ptrs[i] ? "not 16-byte aligned (the kernels load float4s)" : "NULL");
+    if (capi_check_pointers(ptrs, names, count, CH02_EINVAL))
+        return CH02_EINVAL;
     if (!workspace || (uintptr_t)workspace % 16)
         return capi_fail(CH02_EINVAL, "workspace is NULL or not 16-byte aligned");
     int sms = 0;
