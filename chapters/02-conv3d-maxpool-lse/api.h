@@ -12,11 +12,13 @@
  *   y, g       n x 1 x d/2 x h/2 x w/2 (floor)   the output and its gradient dL/dy
  *   workspace  ch02_workspace_floats(...) floats of scratch
  * The geometry is fixed: 32 channels in, 64 out, kernel 3, stride 1, padding 1; pooling 2.
- * Every conv here is the chapter's 3xTF32 conv (v8's kernel): tensor cores at fp32's accuracy.
+ * The conv and its gradients all run in 3xTF32 (the chapter's v8 .. v9 and b3): tensor cores at
+ * fp32's accuracy, whatever the caller's TF32 settings.
  *
- * Every function returns CH02_OK (0) or an error code, and never exits the process; after an
- * error ch02_last_error() says what was wrong (the calling thread's last error). Work is queued
- * on `stream` and not waited for.
+ * Every function returns CH02_OK (0) or an error code instead of exiting (the one exit left,
+ * on a device an earlier kernel's fault broke, is api.cu's); after an error ch02_last_error()
+ * says what was wrong (the calling thread's last error). Work is queued on `stream` and not
+ * waited for.
  */
 #ifndef CH02_API_H
 #define CH02_API_H
