@@ -84,7 +84,7 @@ void v5_epilogue_on(const run_ctx *r, const float *c)
     int groups = (s->pw + V5_OUT - 1) / V5_OUT;
     int block = groups >= 128 ? 128 : ((groups + 31) / 32) * 32;
     dim3 grid((groups + block - 1) / block, s->n * s->pd * s->ph);
-    v5_epilogue_coarse<<<grid, block>>>(c, r->y, s->d, s->h, s->w);
+    v5_epilogue_coarse<<<grid, block, 0, r->stream>>>(c, r->y, s->d, s->h, s->w);
 }
 
 void v5_epilogue(const run_ctx *r) { v5_epilogue_on(r, r->c); }

@@ -40,28 +40,30 @@ __global__ void __launch_bounds__(IGEMM_THREADS, 2)
 
 /* out = conv(in) (+ bias): in N x CIN x D x H x W, w_k[cin][tap][cout] (igemm.cuh) */
 template <int PASSES, int CIN, int COUT>
-void conv_mma(const shape *s, const float *in, const float *w_k, const float *bias, float *out)
+void conv_mma(const shape *s, const float *in, const float *w_k, const float *bias, float *out,
+              cudaStream_t stream)
 {
     SMEM_OPT_IN((v7_conv_mma<PASSES, CIN, COUT>), IGEMM_SMEM_BYTES(COUT));
-    v7_conv_mma<PASSES, CIN, COUT><<<tile_grid<COUT>(s), IGEMM_THREADS, IGEMM_SMEM_BYTES(COUT)>>>(
-        in, w_k, bias, out, s->d, s->h, s->w);
+    v7_conv_mma<PASSES, CIN, COUT>
+        <<<tile_grid<COUT>(s), IGEMM_THREADS, IGEMM_SMEM_BYTES(COUT), stream>>>(
+            in, w_k, bias, out, s->d, s->h, s->w);
 }
 /* the forward's instances come with conv_tf32 and conv_3xtf32 below; b3's dx, compiled in
  * another file, needs its own */
 template void conv_mma<3, C_OUT, C_IN>(const shape *, const float *, const float *, const float *,
-                                       float *);
+                                       float *, cudaStream_t);
 
 void conv_tf32(const run_ctx *r, float *c)
 {
     weights_kmajor(r);
-    conv_mma<1, C_IN, C_OUT>(&r->sh, r->x, r->w_k, r->bias, c);
+    conv_mma<1, C_IN, C_OUT>(&r->sh, r->x, r->w_k, r->bias, c, r->stream);
 }
 
 /* v8's conv (v8-3xtf32.cu says why): the same kernel, three products a term */
 void conv_3xtf32(const run_ctx *r, float *c)
 {
     weights_kmajor(r);
-    conv_mma<3, C_IN, C_OUT>(&r->sh, r->x, r->w_k, r->bias, c);
+    conv_mma<3, C_IN, C_OUT>(&r->sh, r->x, r->w_k, r->bias, c, r->stream);
 }
 
 void v7_launch(const run_ctx *r, int scope)

@@ -89,6 +89,6 @@ void v9_launch(const run_ctx *r, int scope)
     SMEM_OPT_IN(v9_fused, SMEM_BYTES);
     const shape *s = &r->sh;
     weights_kmajor(r);
-    v9_fused<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES>>>(r->x, r->w_k, r->bias, r->y,
-                                                                  s->d, s->h, s->w);
+    v9_fused<<<tile_grid<C_OUT>(s), IGEMM_THREADS, SMEM_BYTES, r->stream>>>(
+        r->x, r->w_k, r->bias, r->y, s->d, s->h, s->w);
 }

@@ -78,8 +78,9 @@ void lib_dbias(const run_ctx *r) { lib_conv3d_backward_bias(&r->lib->conv, r->dc
  * plane into one partial each; one block per channel then adds its partials in a fixed order */
 void own_dbias(const run_ctx *r)
 {
-    k_channel_sums<<<dim3(DBIAS_BLOCKS, C_OUT), 256>>>(r->dc, NULL, r->partials, r->sh.n, r->sh.sc);
-    k_segment_sums<<<C_OUT, 64>>>(r->partials, NULL, DBIAS_BLOCKS, r->dbias);
+    k_channel_sums<<<dim3(DBIAS_BLOCKS, C_OUT), 256, 0, r->stream>>>(r->dc, NULL, r->partials,
+                                                                      r->sh.n, r->sh.sc);
+    k_segment_sums<<<C_OUT, 64, 0, r->stream>>>(r->partials, NULL, DBIAS_BLOCKS, r->dbias);
 }
 
 void b1_launch(const run_ctx *r, int scope)

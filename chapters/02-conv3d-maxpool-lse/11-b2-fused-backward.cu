@@ -76,8 +76,8 @@ void epilogue_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int n = (int)out_elems(s);
-    b2_epilogue_backward<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK>>>(r->c, r->g, r->dc, n,
-                                                                       s->d, s->h, s->w);
+    b2_epilogue_backward<<<(n + B2_BLOCK - 1) / B2_BLOCK, B2_BLOCK, 0, r->stream>>>(
+        r->c, r->g, r->dc, n, s->d, s->h, s->w);
 }
 
 void b2_launch(const run_ctx *r, int scope)

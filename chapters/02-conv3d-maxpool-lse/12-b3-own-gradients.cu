@@ -197,9 +197,9 @@ void own_dw(const run_ctx *r)
     int shares = dw_shares_max(r->sm_count);
     if (shares > n_tiles)
         shares = n_tiles;
-    b3_dw_3xtf32<<<dim3(N_CHUNKS, shares), DW_THREADS, DW_SMEM_BYTES>>>(r->x, r->dc, r->dw_part,
-                                                                         n_tiles, s->d, s->h, s->w);
-    b3_dw_sum<<<(N_WEIGHT + 255) / 256, 256>>>(r->dw_part, r->dw, shares);
+    b3_dw_3xtf32<<<dim3(N_CHUNKS, shares), DW_THREADS, DW_SMEM_BYTES, r->stream>>>(
+        r->x, r->dc, r->dw_part, n_tiles, s->d, s->h, s->w);
+    b3_dw_sum<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->dw_part, r->dw, shares);
 }
 
 /*
@@ -230,8 +230,8 @@ __global__ void b3_weights_dx(const float *__restrict__ w, float *__restrict__ w
 
 void own_dx(const run_ctx *r)
 {
-    b3_weights_dx<<<(N_WEIGHT + 255) / 256, 256>>>(r->weight, r->w_dx);
-    conv_mma<3, C_OUT, C_IN>(&r->sh, r->dc, r->w_dx, NULL, r->dx);
+    b3_weights_dx<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_dx);
+    conv_mma<3, C_OUT, C_IN>(&r->sh, r->dc, r->w_dx, NULL, r->dx, r->stream);
 }
 
 void b3_launch(const run_ctx *r, int scope)

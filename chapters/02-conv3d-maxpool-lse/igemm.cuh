@@ -74,7 +74,7 @@ __global__ static void k_weights_kmajor(const float *__restrict__ w, float *__re
 
 static inline void weights_kmajor(const run_ctx *r)
 {
-    k_weights_kmajor<<<(N_WEIGHT + 255) / 256, 256>>>(r->weight, r->w_k);
+    k_weights_kmajor<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_k);
 }
 
 /* Where a block's tile lies: blockIdx.x = (tile row, tile column), y = tile plane, z = sample */
@@ -138,14 +138,19 @@ __device__ static inline void load_chunk(float *s_in, float *s_w, const float *_
     }
 }
 
-/* cudaFuncSetAttribute for a kernel's dynamic shared memory above 48 KB, once */
+/* cudaFuncSetAttribute for a kernel's dynamic shared memory above 48 KB, once per device (the
+ * attribute is the device's: api.cu's callers may launch on several); devices past 63 set it
+ * at every launch */
 #define SMEM_OPT_IN(kernel, bytes)                                                                 \
     do {                                                                                           \
-        static int done_ = 0;                                                                      \
-        if (!done_) {                                                                              \
+        static unsigned long long done_ = 0; /* bit k: device k */                                 \
+        int dev_ = 0;                                                                              \
+        CUDA_CHECK(cudaGetDevice(&dev_));                                                          \
+        if (dev_ > 63 || !(done_ >> dev_ & 1)) {                                                   \
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,   \
                                             bytes));                                               \
-            done_ = 1;                                                                             \
+            if (dev_ <= 63)                                                                        \
+                done_ |= 1ull << dev_;                                                             \
         }                                                                                          \
     } while (0)
 

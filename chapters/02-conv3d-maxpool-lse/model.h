@@ -100,6 +100,10 @@ struct run_ctx {
     float *dw_part;                 /* b3's partial dw, one per position share */
     float *w_dx;                    /* b3's dx weights: flipped, in and out swapped */
     lib_ctx *lib;
+    /* the stream the launchers of v5's epilogue, our convs (v6 .. v9), b2's backward and b3's
+     * gradients queue their kernels on: 0 (the default stream) in this program; api.cu, the
+     * chapter's C ABI, passes its caller's */
+    cudaStream_t stream;
 };
 
 /* reference.cu: the CPU reference in double, the epilogue and its backward */
@@ -124,9 +128,10 @@ void conv_tf32(const run_ctx *r, float *c);   /* v7's, */
 void conv_3xtf32(const run_ctx *r, float *c); /* v8's */
 /* 07-v7-tf32.cu: the tensor-core conv, out = conv(in) (+ bias if not NULL), in N x CIN x D x H x W,
  * w_k[cin][tap][cout]; PASSES 1 (TF32) or 3 (3xTF32). Instantiated for (1 and 3, 32, 64), the
- * forward (v7's own callers), and explicitly for (3, 64, 32), b3's dx. */
+ * forward (v7's own callers), and explicitly for (3, 64, 32), b3's dx. Queued on stream. */
 template <int PASSES, int CIN, int COUT>
-void conv_mma(const shape *s, const float *in, const float *w_k, const float *bias, float *out);
+void conv_mma(const shape *s, const float *in, const float *w_k, const float *bias, float *out,
+              cudaStream_t stream);
 void v6_launch(const run_ctx *r, int scope);
 void v7_launch(const run_ctx *r, int scope);
 void v8_launch(const run_ctx *r, int scope);

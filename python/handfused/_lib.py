@@ -34,6 +34,14 @@ SIGNATURES = {
         "ch04_backward": (_i, [_p] * 15 + [_i] * 3 + [_p]),
         "ch04_release": (None, []),
     },
+    2: {
+        "ch02_last_error": (ctypes.c_char_p, []),
+        "ch02_check_shape": (_i, [_ll] * 5),
+        "ch02_workspace_floats": (ctypes.c_size_t, [_i]),
+        "ch02_forward": (_i, [_p] * 5 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
+        "ch02_train_forward": (_i, [_p] * 6 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
+        "ch02_backward": (_i, [_p] * 9 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
+    },
 }
 
 EINVAL, ENOMEM, ECUDA = 1, 2, 3

@@ -17,81 +17,26 @@ terms' magnitudes (the chapter's own bound is 1e-6; float32's unit roundoff is 2
 """
 import os
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from handfused import _lib  # noqa: E402 (after the path)
-
-failed = 0
-
-
-def check(ok, msg):
-    global failed
-    print(("PASS  " if ok else "FAIL  ") + msg, flush=True)
-    failed += not ok
-    return ok
-
-
-def skip(msg):
-    print("SKIP  " + msg, flush=True)
-
-
-def expect_error(what, fn, exc, *words):
-    """fn() must raise exc whose message holds every word."""
-    try:
-        fn()
-    except exc as e:
-        msg = str(e)
-        return check(all(w in msg for w in words), "%s: %s: %s" % (what, type(e).__name__, msg))
-    except Exception as e:  # noqa: BLE001 (the wrong exception is the failure reported)
-        return check(False, "%s: raised %s (%s), not %s" % (what, type(e).__name__, e,
-                                                             exc.__name__))
-    return check(False, "%s: no error raised" % what)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchtest  # noqa: E402 (after the path)
+from torchtest import (_lib, both_forwards, check, expect_error, guarded,  # noqa: E402
+                       library_shapes, same_parameters, same_seed, sgd_compare, sgd_data,
+                       step_on_two_streams, still_runs, sum_close, sum_ratio, compile_same,
+                       bad_inputs)
 
 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch01_check_shape's verdicts and messages,
     the workspace size, and a missing library's message."""
-    with tempfile.TemporaryDirectory() as empty:
-        expect_error("a missing library", lambda: _lib.load(1, empty), FileNotFoundError,
-                     "make lib CH=1")
-    try:
-        lib = _lib.load(1)
-    except FileNotFoundError as e:
-        skip("the library's checks: %s" % e)
+    lib = library_shapes(1, ((1, 3, 1, 1, 1), (128, 3, 16, 32, 32), (65535, 3, 1, 1, 1)),
+                         (((1, 4, 2, 2, 2), "3 channels"), ((0, 3, 2, 2, 2), "at least 1"),
+                          ((65536, 3, 1, 1, 1), "65535"), ((1, 3, 65536, 1, 1), "65535"),
+                          ((8, 3, 129, 129, 129), "2^31")))
+    if lib is None:
         return
-    err = lambda: lib.ch01_last_error().decode()  # noqa: E731
-    for shape in ((1, 3, 1, 1, 1), (128, 3, 16, 32, 32), (65535, 3, 1, 1, 1)):
-        check(lib.ch01_check_shape(*shape) == 0, "ch01_check_shape accepts %s" % (shape,))
-    for shape, words in (((1, 4, 2, 2, 2), "3 channels"), ((0, 3, 2, 2, 2), "at least 1"),
-                         ((65536, 3, 1, 1, 1), "65535"), ((1, 3, 65536, 1, 1), "65535"),
-                         ((8, 3, 129, 129, 129), "2^31")):
-        code = lib.ch01_check_shape(*shape)
-        check(code == _lib.EINVAL and words in err(),
-              "ch01_check_shape rejects %s (code %d): %s" % (shape, code, err()))
     n = lib.ch01_workspace_floats(128, 16, 32, 32)
     check(n >= 16 * 81 * 64, "ch01_workspace_floats(128 x 3 x 16 x 32 x 32) = %d floats" % n)
-
-
-def main():
-    library_checks()
-    try:
-        import torch
-    except ImportError:
-        skip("handfused.ch01 on the GPU (output, gradients, SGD, torch.compile, bad inputs): "
-             "PyTorch is not installed")
-        return
-    if not torch.cuda.is_available():
-        skip("handfused.ch01 on the GPU (output, gradients, SGD, torch.compile, bad inputs): "
-             "no CUDA device")
-        return
-    try:
-        from handfused import ch01
-        ch01._library()
-    except (ImportError, FileNotFoundError) as e:
-        check(False, "import handfused.ch01 and its library: %s" % e)
-        return
-    gpu_checks(torch, ch01)
 
 
 def gpu_checks(torch, ch01):
@@ -115,41 +60,13 @@ def gpu_checks(torch, ch01):
 
     ARGS = (3, 16, 3, 2, 1, (1, 1, 1, 1))
     dev = torch.device("cuda")
-    torch.backends.cudnn.allow_tf32 = False  # the reference in fp32 (or float64), never TF32
-    torch.backends.cuda.matmul.allow_tf32 = False
 
     # ---- the parameters, after the same seed
-    for seed in (0, 5):
-        torch.manual_seed(seed)
-        ref = Model(*ARGS)
-        torch.manual_seed(seed)
-        new = ch01.ModelNew(*ARGS)
-        a, b = list(ref.named_parameters()), list(new.named_parameters())
-        same = [n for n, _ in a] == [n for n, _ in b] and all(
-            p.shape == q.shape and torch.equal(p, q) for (_, p), (_, q) in zip(a, b))
-        check(same, "seed %d: ModelNew's parameters are Model's, in its order (%s)"
-              % (seed, ", ".join(n for n, _ in b)))
+    same_parameters(Model, ch01.ModelNew, ARGS)
 
     # ---- the output and every gradient against float64
-    def out_close(what, got, ref):
-        """an output of order 1: 1e-5 relative L2, 1e-4 at every element, no NaN"""
-        err = (got.double() - ref).abs()
-        rel = (err.norm() / ref.norm().clamp_min(1e-300)).item()
-        worst = err.max().item() if err.numel() else 0.0
-        ok = bool(torch.isfinite(got).all()) and rel <= 1e-5 and worst <= 1e-4
-        return check(ok, "%s: rel_l2 %.1e, max_abs %.1e" % (what, rel, worst))
-
-    def sum_ratio(got, ref, abs_sum):
-        """the largest error over the sum of its terms' magnitudes; inf where got has a NaN"""
-        if not bool(torch.isfinite(got).all()):
-            return float("inf")
-        return ((got.double() - ref).abs() / abs_sum.clamp_min(1e-300)).max().item()
-
-    def sum_close(what, got, ref, abs_sum, tol=1e-5):
-        """a sum: every element within tol of the sum of its terms' magnitudes"""
-        ratio = sum_ratio(got, ref, abs_sum)
-        return check(ratio <= tol, "%s: max error / sum of |terms| %.1e (at most %.0e)"
-                     % (what, ratio, tol))
+    def close(what, got, ref, abs_sum):
+        return sum_close(what, got, ref, abs_sum, 1e-5)
 
     def grads_case(shape, seed, b_value=0.1):
         n, _, d, h, w = shape
@@ -191,12 +108,7 @@ def gpu_checks(torch, ch01):
         else:
             check(inside > 0, "%s: %.0f%% of the outputs inside the clamp's band (the gradients "
                   "are not the clamp's alone)" % (tag, 100 * inside))
-        with torch.no_grad():
-            y_inf = new(x)
-        out_close("%s: y, inference forward (v8)" % tag, y_inf, y64.detach())
-        xg = x.clone().requires_grad_()
-        y = new(xg)
-        out_close("%s: y, training forward (b3's conv, v7)" % tag, y, y64.detach())
+        xg, y = both_forwards(tag, new, x, y64, "v8", "b3's conv, v7")
         y.backward(g64.float())
         # the magnitudes of each gradient's terms, in float64
         dc64 = c64.grad
@@ -207,11 +119,11 @@ def gpu_checks(torch, ch01):
             ds_abs = g64.abs().sum()
         Wa = W.detach().abs().requires_grad_()
         F.conv_transpose3d(x64.detach().abs(), Wa, stride=2, padding=1).backward(dc64.abs())
-        sum_close("%s: dx" % tag, xg.grad, x64.grad, dx_abs)
-        sum_close("%s: dw" % tag, new.conv_transpose.weight.grad, W.grad, Wa.grad)
-        sum_close("%s: dbias (conv)" % tag, new.conv_transpose.bias.grad,
+        close("%s: dx" % tag, xg.grad, x64.grad, dx_abs)
+        close("%s: dw" % tag, new.conv_transpose.weight.grad, W.grad, Wa.grad)
+        close("%s: dbias (conv)" % tag, new.conv_transpose.bias.grad,
                   ref.conv_transpose.bias.grad, dbias_abs)
-        sum_close("%s: db (the subtracted bias)" % tag, new.bias.grad, ref.bias.grad,
+        close("%s: db (the subtracted bias)" % tag, new.bias.grad, ref.bias.grad,
                   ds_abs.reshape(1, 1, 1, 1))
         if shape == (2, 3, 3, 7, 11):  # the check can fail: dw with one weight off by 1e-4 of its sum
             bad = new.conv_transpose.weight.grad.clone()
@@ -232,71 +144,28 @@ def gpu_checks(torch, ch01):
             check(False, "%s, b %s: raised %s: %s" % (shape, b_value, type(e).__name__, e))
 
     # ---- a side stream: the same results as the default stream's (dx within cuDNN's noise)
-    try:
+    def side_stream():
         torch.manual_seed(3)
         new = ch01.ModelNew(*ARGS).to(dev)
         x = torch.rand((2, 3, 5, 6, 7), device=dev)
-        g = torch.randn((2, 1, 9, 11, 13), device=dev)
-        runs = []
-        for side in (False, True):
-            new.zero_grad()
-            xg = x.clone().requires_grad_()
-            st = torch.cuda.Stream() if side else torch.cuda.current_stream()
-            st.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(st):
-                y = new(xg)
-                y.backward(g)
-                out = [y, xg.grad] + [p.grad.clone() for p in new.parameters()]
-            torch.cuda.current_stream().wait_stream(st)
-            torch.cuda.synchronize()
-            runs.append(out)
+        runs = step_on_two_streams(new, x, torch.randn((2, 1, 9, 11, 13), device=dev))
         same = all(torch.equal(a, b) for i, (a, b) in enumerate(zip(*runs)) if i != 1)
         dx_rel = ((runs[0][1] - runs[1][1]).norm() / runs[0][1].norm()).item()
-        check(same and dx_rel <= 1e-6, "a side stream: y, dw, dbias, db the same bits as on the "
-              "default stream, dx within %.1e" % dx_rel)
-    except Exception as e:  # noqa: BLE001
-        check(False, "a side stream: raised %s: %s" % (type(e).__name__, e))
+        check(same and dx_rel <= 1e-6, "a side stream: y (both forwards), dw, dbias, db the "
+              "same bits as on the default stream, dx within %.1e" % dx_rel)
 
+    guarded("a side stream", side_stream)
     # ---- 20 steps of SGD, ModelNew and Model (fp32) from the same seed
-    try:
-        sgd_checks(torch, ch01, Model, ARGS, dev)
-    except Exception as e:  # noqa: BLE001
-        check(False, "SGD: raised %s: %s" % (type(e).__name__, e))
-
+    guarded("SGD", sgd_checks, torch, ch01, Model, ARGS)
     # ---- torch.compile: a graph break around the library call, the same results as eager
-    try:
-        torch.manual_seed(4)
-        new = ch01.ModelNew(*ARGS).to(dev)
-        compiled = torch.compile(new)
-        x = torch.rand((2, 3, 5, 6, 7), device=dev)
-        with torch.no_grad():
-            same_fwd = torch.equal(compiled(x), new(x))
-        grads = []
-        for m in (new, compiled):
-            new.zero_grad()
-            m(x).square().sum().backward()  # an expanded upstream gradient on the way
-            grads.append([p.grad.clone() for p in new.parameters()])
-        same_bwd = all(torch.equal(a, b) for a, b in zip(*grads))
-        check(same_fwd and same_bwd, "torch.compile(ModelNew): forward and gradients the same "
-              "bits as eager")
-    except Exception as e:  # noqa: BLE001
-        check(False, "torch.compile(ModelNew): raised %s: %s" % (type(e).__name__, e))
+    torch.manual_seed(4)
+    compile_same(ch01.ModelNew(*ARGS).to(dev), torch.rand((2, 3, 5, 6, 7), device=dev))
 
     # ---- bad inputs
     torch.manual_seed(0)
     new = ch01.ModelNew(*ARGS).to(dev)
     ok_x = torch.rand((1, 3, 4, 5, 6), device=dev)
-    for grad in (True, False):
-        mode = "with autograd" if grad else "under no_grad"
-        with torch.set_grad_enabled(grad):
-            expect_error("float64 x, " + mode, lambda: new(ok_x.double()), TypeError, "float32")
-            expect_error("x on the CPU, " + mode, lambda: new(ok_x.cpu()), ValueError, "CUDA")
-            expect_error("non-contiguous x, " + mode, lambda: new(ok_x.transpose(3, 4)),
-                         ValueError, "contiguous")
-            expect_error("x with 4 channels, " + mode,
-                         lambda: new(torch.rand((1, 4, 4, 5, 6), device=dev)), ValueError,
-                         "3 channels")
-            expect_error("4-D x, " + mode, lambda: new(ok_x[0]), ValueError, "5-D")
+    bad_inputs(new, ok_x, torch.rand((1, 4, 4, 5, 6), device=dev), "3 channels", None, None)
     expect_error("a batch of 65536", lambda: new(torch.rand((65536, 3, 1, 1, 1), device=dev)),
                  ValueError, "65535")
     big = torch.empty((8, 3, 129, 129, 129), device=dev)
@@ -306,12 +175,7 @@ def gpu_checks(torch, ch01):
                  "stride=2")
     expect_error("a bias of 16 elements", lambda: ch01.ModelNew(3, 16, 3, 2, 1, (16, 1, 1, 1)),
                  ValueError, "one element")
-    expect_error("float64 parameters", lambda: ch01.ModelNew(*ARGS).to(dev).double()(ok_x),
-                 TypeError, "float32")
-    with torch.no_grad():
-        y = new(ok_x)
-    check(y.shape == (1, 1, 7, 9, 11) and bool(torch.isfinite(y).all()),
-          "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+    still_runs(new, ok_x, (1, 1, 7, 9, 11))
 
     # ---- python/README.md's example, as written, from the repository's root
     import re
@@ -326,43 +190,13 @@ def gpu_checks(torch, ch01):
               % (run.returncode, ": " + run.stderr.strip()[-300:] if run.returncode else ""))
 
 
-def sgd_checks(torch, ch01, Model, ARGS, dev):
-    steps, lr, shape = 20, 0.1, (2, 3, 5, 6, 7)
-    torch.manual_seed(7)
-    ref = Model(*ARGS).to(dev)
-    torch.manual_seed(7)
-    new = ch01.ModelNew(*ARGS).to(dev)
+def sgd_checks(torch, ch01, Model, ARGS):
+    ref, new = same_seed(Model, ch01.ModelNew, ARGS, 7)
     with torch.no_grad():  # inside the clamp's band, for both
         ref.bias.fill_(0.1)
         new.bias.fill_(0.1)
-    p0 = [p.detach().clone() for p in ref.parameters()]
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(11)
-    data = [(torch.rand(shape, device=dev, generator=gen),
-             2 * torch.rand((2, 1, 9, 11, 13), device=dev, generator=gen) - 1)
-            for _ in range(steps)]
-    losses = {}
-    for name, m in (("Model", ref), ("ModelNew", new)):
-        opt = torch.optim.SGD(m.parameters(), lr=lr)
-        losses[name] = []
-        for x, t in data:
-            opt.zero_grad()
-            loss = (m(x) - t).square().mean()
-            loss.backward()
-            opt.step()
-            losses[name].append(loss.item())
-    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["Model"], losses["ModelNew"]))
-    check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
-          "%.1e relative" % (steps, lr, losses["Model"][0], losses["Model"][-1], worst))
-    for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
-        moved = (p - s).norm().item()
-        off = (q - p).norm().item()
-        check(moved > 1e-3 * s.norm().item() and off <= 1e-3 * moved,
-              "SGD: %s moved %.2e (%.1f%% of its norm); ModelNew's differs from Model's by %.1e "
-              "of that move" % (name, moved, 100 * moved / s.norm().item(),
-                                off / max(moved, 1e-300)))
+    sgd_compare(ref, new, sgd_data((2, 3, 5, 6, 7), (2, 1, 9, 11, 13), 20), 0.1)
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(1 if failed else 0)
+    torchtest.main(1, library_checks, gpu_checks)

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""test_ch02.py: handfused.ch02 (KernelBench level 2 #43) against PyTorch's Model.
+
+Run as python3 python/tests/test_ch02.py, or by make torch-test and make test; the PASS, FAIL
+and SKIP lines and the exit status are torchtest.py's. On any machine: the library's shape
+limits and their messages through ctypes (no PyTorch needed). On a GPU, beside those: Model's
+parameters after a seed; y from both forwards and dx, dw, dbias against Model in float64 (batch
+1, the smallest volume, odd and prime extents, the KernelBench shape); a side stream; 20 SGD
+steps beside Model in fp32; torch.compile; each bad input with its message.
+Tolerances: an output within 1e-5 relative L2 and 1e-4 of the float64 reference at every element
+(the chapter's, problem.cu); a gradient element, a sum, within 2e-5 of the sum of its terms'
+magnitudes: float32's unit roundoff is 2^-24, a 3xTF32 product's error up to 1.25 x 2^-20
+(common/tf32.cuh), and dc = dz exp(p - z) carries the forward's rounding of p and z (each from
+a conv of 864 terms) into every term.
+The max pooling's argmax is discontinuous: where two values of a window lie within float32's
+rounding of each other, float32 and float64 may pick different elements, and the gradient moves
+to another position. The reference's g is zero at every output whose windows hold such a pair
+(the top two within 1e-5 of the window's largest sum of |terms|), so that both sides take the
+same branch; the rest, the large majority (checked), carry a gradient.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchtest  # noqa: E402 (after the path)
+from torchtest import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
+                       expect_error, guarded, library_shapes, same_parameters, same_seed,
+                       sgd_compare, sgd_data, step_on_two_streams, still_runs, sum_close,
+                       sum_ratio)
+
+N_WEIGHT = 64 * 32 * 27
+TOL = 2e-5  # a gradient's, against the sum of its terms' magnitudes (the docstring says why)
+
+
+def library_checks():
+    """What runs without PyTorch and without a GPU: ch02_check_shape's verdicts and messages,
+    the workspace size (or, without a device, its message), and a missing library's message."""
+    lib = library_shapes(2, ((1, 32, 2, 2, 2), (4, 32, 32, 128, 128), (65535, 32, 2, 2, 2),
+                             (1, 32, 3, 5, 7)),
+                         (((1, 31, 4, 4, 4), "32 channels"), ((0, 32, 4, 4, 4), "at least 1"),
+                          ((1, 32, 1, 4, 4), "at least 2"), ((1, 32, 4, 4, 1), "at least 2"),
+                          ((65536, 32, 2, 2, 2), "65535"), ((1, 32, 65536, 2, 2), "65535"),
+                          ((8, 32, 64, 256, 256), "2^31"),
+                          ((1, 32, 512, 512, 2), "pooled rows")))
+    if lib is None:
+        return
+    err = lambda: lib.ch02_last_error().decode()  # noqa: E731
+    fwd, bwd = lib.ch02_workspace_floats(0), lib.ch02_workspace_floats(1)
+    if fwd == 0:  # no usable device: both 0, and the reason kept
+        check(bwd == 0 and "SM count" in err(),
+              "ch02_workspace_floats without a device: 0, %s" % err())
+    else:
+        check(fwd == N_WEIGHT and bwd > fwd + 64 * 64,
+              "ch02_workspace_floats: forward %d, backward %d floats" % (fwd, bwd))
+
+
+def gpu_checks(torch, ch02):
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    # KernelBench's Model for #43, written from the problem's description
+    class Model(nn.Module):
+        def __init__(self, in_channels, out_channels, kernel_size, stride, padding):
+            super().__init__()
+            self.conv = nn.Conv3d(in_channels, out_channels, kernel_size, stride=stride,
+                                  padding=padding)
+            self.max_pool = nn.MaxPool3d(kernel_size=2, stride=2)
+
+        def forward(self, x):
+            return self.tail(self.conv(x))
+
+        def tail(self, c):
+            return torch.relu(torch.logsumexp(self.max_pool(c), dim=1, keepdim=True))
+
+    ARGS = (32, 64, 3, 1, 1)
+    dev = torch.device("cuda")
+    same_parameters(Model, ch02.ModelNew, ARGS)
+
+    # ---- the output and every gradient against float64
+    def windows(t, pd, ph, pw):
+        """N x C x D x H x W -> N x C x pd x ph x pw x 8: each pooling window's 8 values"""
+        n, ch = t.shape[:2]
+        t = t[:, :, :2 * pd, :2 * ph, :2 * pw].reshape(n, ch, pd, 2, ph, 2, pw, 2)
+        return t.permute(0, 1, 2, 4, 6, 3, 5, 7).reshape(n, ch, pd, ph, pw, 8)
+
+    def grads_case(shape, seed):
+        n, _, d, h, w = shape
+        pd, ph, pw = d // 2, h // 2, w // 2
+        torch.manual_seed(seed)
+        new = ch02.ModelNew(*ARGS).to(dev)
+        ref = Model(*ARGS).to(dev).double()
+        ref.load_state_dict(new.state_dict())
+        x = torch.rand(shape, device=dev)
+        x64 = x.double().requires_grad_()
+        c64 = ref.conv(x64)
+        c64.retain_grad()
+        y64 = ref.tail(c64)
+        W, B = ref.conv.weight, ref.conv.bias
+        with torch.no_grad():
+            # each conv output's sum of |terms|, and the outputs whose windows are near a tie
+            cabs = F.conv3d(x64.abs(), W.abs(), B.abs(), padding=1)
+            top2 = windows(c64, pd, ph, pw).topk(2, dim=-1).values
+            scale = windows(cabs, pd, ph, pw).amax(dim=-1)
+            tie = ((top2[..., 0] - top2[..., 1]) <= 1e-5 * scale).any(dim=1, keepdim=True)
+            # relu: where the float64 z lies within 1e-4 of 0, float32 may fall on the other side
+            near0 = y64.abs() < 1e-4
+            positive = (y64 > 0).double().mean().item()
+        g64 = torch.randn(y64.shape, device=dev, dtype=torch.float64)
+        g64[tie | near0] = 0
+        zeroed = (g64 == 0).double().mean().item()
+        y64.backward(g64)
+        tag = "%dx32x%dx%dx%d" % (n, d, h, w)
+        check(zeroed < 0.5 and positive > 0.5, "%s: g zero at %.1f%% of the outputs (a near "
+              "tie in a window, or z near 0); %.0f%% of the outputs above 0"
+              % (tag, 100 * zeroed, 100 * positive))
+        xg, y = both_forwards(tag, new, x, y64, "v9", "v8's conv, v5")
+        y.backward(g64.float())
+        dc64 = c64.grad  # and the magnitudes of each gradient's terms, in float64
+        with torch.no_grad():
+            dx_abs = F.conv_transpose3d(dc64.abs(), W.abs(), padding=1)
+            dbias_abs = dc64.abs().sum(dim=(0, 2, 3, 4))
+        Wa = W.detach().abs().requires_grad_()
+        F.conv3d(x64.detach().abs(), Wa, padding=1).backward(dc64.abs())
+        sum_close("%s: dx" % tag, xg.grad, x64.grad, dx_abs, TOL)
+        sum_close("%s: dw" % tag, new.conv.weight.grad, W.grad, Wa.grad, TOL)
+        sum_close("%s: dbias" % tag, new.conv.bias.grad, B.grad, dbias_abs, TOL)
+        if shape == (2, 32, 5, 7, 11):  # the check can fail: one weight off by 1e-4 of its sum
+            bad = new.conv.weight.grad.clone()
+            bad.view(-1)[7] += 1e-4 * Wa.grad.view(-1)[7].float()
+            ratio = sum_ratio(bad, W.grad, Wa.grad)
+            check(ratio > TOL, "%s: the gradient check finds dw with one weight off by 1e-4 of "
+                  "its sum (ratio %.1e)" % (tag, ratio))
+
+    # batch 1; the smallest volume; odd and prime extents (the pooling drops a last row, the
+    # 2 x 4 x 32 tile cut at every edge); W a multiple of 4 (the 16-byte paths); KernelBench's
+    for i, shape in enumerate(((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 5, 7, 11),
+                               (3, 32, 4, 13, 17), (1, 32, 7, 9, 37), (2, 32, 6, 10, 64),
+                               (4, 32, 32, 128, 128))):
+        guarded(str(shape), grads_case, shape, 100 + i)
+
+    # a side stream: the same bits as on the default stream (every sum in a fixed order)
+    def side_stream():
+        torch.manual_seed(3)
+        x = torch.rand((2, 32, 5, 6, 7), device=dev)
+        runs = step_on_two_streams(ch02.ModelNew(*ARGS).to(dev), x,
+                                   torch.randn((2, 1, 2, 3, 3), device=dev))
+        check(all(torch.equal(a, b) for a, b in zip(*runs)), "a side stream: y (both "
+              "forwards), dx, dw, dbias the same bits as on the default stream")
+
+    guarded("a side stream", side_stream)
+    guarded("SGD", sgd_checks, torch, ch02, Model, ARGS)
+    torch.manual_seed(4)  # torch.compile: a graph break around the library call
+    compile_same(ch02.ModelNew(*ARGS).to(dev), torch.rand((2, 32, 5, 6, 7), device=dev))
+
+    # ---- bad inputs
+    torch.manual_seed(0)
+    new = ch02.ModelNew(*ARGS).to(dev)
+    ok_x = torch.rand((1, 32, 4, 5, 6), device=dev)
+    bad_inputs(new, ok_x, torch.rand((1, 31, 4, 5, 6), device=dev), "32 channels",
+               torch.rand((1, 32, 1, 5, 6), device=dev), "at least 2")
+    expect_error("a batch of 65536", lambda: new(torch.rand((65536, 32, 2, 2, 2), device=dev)),
+                 ValueError, "65535")
+    expect_error("65536 pooled rows", lambda: new(torch.rand((1, 32, 512, 512, 2), device=dev)),
+                 ValueError, "pooled rows")
+    expect_error("a conv output past 2^31 elements",  # x of 4.3 GB
+                 lambda: new(torch.empty((8, 32, 64, 256, 256), device=dev)), ValueError, "2^31")
+    expect_error("stride 2", lambda: ch02.ModelNew(32, 64, 3, 2, 1), ValueError, "stride=1")
+    expect_error("16 input channels", lambda: ch02.ModelNew(16, 64, 3, 1, 1), ValueError,
+                 "in_channels=32")
+    still_runs(new, ok_x, (1, 1, 2, 2, 3))
+
+
+def sgd_checks(torch, ch02, Model, ARGS):
+    # lr: each step lowers the outputs (about 4.6, the targets in [-1, 1]) by a small part of
+    # the way, so that no output reaches relu's 0, where Model's and ModelNew's roundings could
+    # take different sides
+    ref, new = same_seed(Model, ch02.ModelNew, ARGS, 7)
+    sgd_compare(ref, new, sgd_data((2, 32, 5, 6, 7), (2, 1, 2, 3, 3), 20), 0.002)
+
+
+if __name__ == "__main__":
+    torchtest.main(2, library_checks, gpu_checks)
