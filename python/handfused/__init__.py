@@ -4,6 +4,8 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
 
     handfused.ch01   KernelBench level 2 #58: ConvTranspose3d -> LogSumExp -> x sigmoid(x+3)/6
                      -> -bias -> clamp
+    handfused.ch03   KernelBench level 2 #79: Conv3d -> x m -> InstanceNorm3d -> clamp -> x m
+                     -> max over channels
 
 Each module holds a ModelNew with the constructor and parameters of KernelBench's Model for that
 problem, its forward and backward in the chapter's kernels. This package imports without
