@@ -13,50 +13,33 @@
  * cuDNN call, which valid buffers do not cause.
  */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "api-error.h"
 #include "api.h"
 #include "model.h"
 
-static thread_local char last_error[512];
-
-const char *ch01_last_error(void) { return last_error; }
-
-static int fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    return code;
-}
+const char *ch01_last_error(void) { return api_last_error(); }
 
 /* the launches just queued: a configuration error, or a fault of an earlier kernel */
-static int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return fail(CH01_ECUDA, "%s: CUDA error: %s", what, cudaGetErrorString(e));
-    return CH01_OK;
-}
+static int launched(const char *what) { return api_cuda(CH01_ECUDA, what); }
 
 int ch01_check_shape(long long n, long long c_in, long long d, long long h, long long w)
 {
     if (c_in != C_IN)
-        return fail(CH01_EINVAL, "x must have %d channels (dim 1), not %lld", C_IN, c_in);
+        return api_fail(CH01_EINVAL, "x must have %d channels (dim 1), not %lld", C_IN, c_in);
     if (n < 1 || d < 1 || h < 1 || w < 1)
-        return fail(CH01_EINVAL, "x's extents must be at least 1, not %lld x %lld x %lld x %lld x "
-                    "%lld", n, c_in, d, h, w);
+        return api_fail(CH01_EINVAL, "x's extents must be at least 1, not %lld x %lld x %lld x "
+                        "%lld x %lld", n, c_in, d, h, w);
     if (n > 65535 || d > 65535)
-        return fail(CH01_EINVAL, "x's batch (%lld) and depth (%lld) must be at most 65535: the "
-                    "kernels put them on grid dimensions", n, d);
+        return api_fail(CH01_EINVAL, "x's batch (%lld) and depth (%lld) must be at most 65535: "
+                        "the kernels put them on grid dimensions", n, d);
     double elems = (double)n * C_OUT * (2.0 * d - 1) * (2.0 * h - 1) * (2.0 * w - 1);
     if (elems >= 2147483647.0)
-        return fail(CH01_EINVAL, "the conv output of x (%lld x %lld x %lld x %lld x %lld) would "
-                    "have %.0f elements; the kernels index with 32-bit ints (below 2^31): use a "
-                    "smaller batch", n, c_in, d, h, w, elems);
+        return api_fail(CH01_EINVAL, "the conv output of x (%lld x %lld x %lld x %lld x %lld) "
+                        "would have %.0f elements; the kernels index with 32-bit ints (below "
+                        "2^31): use a smaller batch", n, c_in, d, h, w, elems);
     return CH01_OK;
 }
 
@@ -82,10 +65,10 @@ static int begin(run_ctx *r, int n, int d, int h, int w, cudaStream_t stream,
         return CH01_EINVAL;
     for (int i = 0; i < count; i++) {
         if (!ptrs[i])
-            return fail(CH01_EINVAL, "%s is NULL", names[i]);
+            return api_fail(CH01_EINVAL, "%s is NULL", names[i]);
         if ((uintptr_t)ptrs[i] % 16)
-            return fail(CH01_EINVAL, "%s is not 16-byte aligned (the kernels load float4s)",
-                        names[i]);
+            return api_fail(CH01_EINVAL, "%s is not 16-byte aligned (the kernels load float4s)",
+                            names[i]);
     }
     memset(r, 0, sizeof *r);
     r->sh = make_shape(n, d, h, w);
@@ -154,7 +137,7 @@ static lib_ctx *conv_for(int n, int d, int h, int w, const float *weight, float 
     int device = 0;
     *err = CH01_OK;
     if (cudaGetDevice(&device) != cudaSuccess) {
-        *err = fail(CH01_ECUDA, "cudaGetDevice failed");
+        *err = api_fail(CH01_ECUDA, "cudaGetDevice failed");
         return NULL;
     }
     for (int i = 0; i < N_SETUPS; i++)
@@ -173,9 +156,9 @@ static lib_ctx *conv_for(int n, int d, int h, int w, const float *weight, float 
         return NULL;
     }
     if (HAVE_CUDNN && free_bytes < SETUP_BYTES) {
-        *err = fail(CH01_ENOMEM, "the conv's one-time setup for dx (cuDNN's engine search) needs "
-                    "about %.2f GB of free device memory, %.2f GB are free",
-                    SETUP_BYTES / 1e9, free_bytes / 1e9);
+        *err = api_fail(CH01_ENOMEM, "the conv's one-time setup for dx (cuDNN's engine search) "
+                        "needs about %.2f GB of free device memory, %.2f GB are free",
+                        SETUP_BYTES / 1e9, free_bytes / 1e9);
         return NULL;
     }
     int k = next_setup;
@@ -245,7 +228,7 @@ int ch01_backward(const float *x, const float *weight, const float *b, const flo
     if (begin(&r, n, d, h, w, stream, p, names, 10))
         return CH01_EINVAL;
     if ((uintptr_t)dx % 16)
-        return fail(CH01_EINVAL, "dx is not 16-byte aligned (cuDNN's plans are built for 16)");
+        return api_fail(CH01_EINVAL, "dx is not 16-byte aligned (cuDNN's plans are built for 16)");
     lib_ctx *lib = NULL;
     if (dx) {
         int err;
