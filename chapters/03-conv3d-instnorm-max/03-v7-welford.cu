@@ -51,7 +51,7 @@ v7_stats_welford(const float *__restrict__ a, const float *__restrict__ m, float
 
 void stats_v7(const run_ctx *r, const float *a, const float *m)
 {
-    v7_stats_welford<<<(int)seg_count(&r->sh), MANY_BLOCK>>>(a, m, r->mean, r->rstd, r->sh.s);
+    v7_stats_welford<<<(int)seg_count(&r->sh), MANY_BLOCK, 0, r->stream>>>(a, m, r->mean, r->rstd, r->sh.s);
 }
 
 void v7_launch(const run_ctx *r, int scope) { eager_launch(r, scope, stats_v7); }

@@ -39,7 +39,7 @@ void v9_epilogue(const run_ctx *r)
 {
     int n_pos = (int)out_elems(&r->sh);
     stats_v7(r, r->c, r->m);
-    v9_apply_fused<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->c, r->m, r->mean, r->rstd, r->y,
+    v9_apply_fused<<<grid_for(n_pos, 256, r->sm_count), 256, 0, r->stream>>>(r->c, r->m, r->mean, r->rstd, r->y,
                                                               n_pos, r->sh.s);
 }
 

@@ -90,7 +90,7 @@ static void b1_backward(const run_ctx *r)
     b1_instnorm_bwd_apply<<<g, 256>>>(dxh, xh, r->rstd, r->means, da, total, S);
     scale_channels(r, da, r->dc);          /* dc = da m */
     channel_dot(r, da, r->c, r->dm_part2); /* dm += da c */
-    channel_totals(r->dm_part1, r->dm_part2, DOT_BLOCKS, r->dm);
+    channel_totals(r->dm_part1, r->dm_part2, DOT_BLOCKS, r->dm, r->stream);
 }
 
 void b1_launch(const run_ctx *r, int scope)

@@ -151,12 +151,12 @@ void b2_backward(const run_ctx *r)
     const shape *s = &r->sh;
     int tiles = ceil_div(s->s, B2_BLOCK), segs = (int)seg_count(s);
     dim3 grid(tiles, s->n);
-    b2_bwd_sums<<<grid, B2_BLOCK>>>(r->c, r->g, r->m, r->mean, r->rstd, r->bpart, r->dm_part1,
+    b2_bwd_sums<<<grid, B2_BLOCK, 0, r->stream>>>(r->c, r->g, r->m, r->mean, r->rstd, r->bpart, r->dm_part1,
                                     s->s, tiles);
-    b2_bwd_means<<<ceil_div(segs, 128), 128>>>(r->bpart, tiles, segs, s->s, r->means);
-    b2_bwd_dc<<<grid, B2_BLOCK>>>(r->c, r->g, r->m, r->mean, r->rstd, r->means, r->dc,
+    b2_bwd_means<<<ceil_div(segs, 128), 128, 0, r->stream>>>(r->bpart, tiles, segs, s->s, r->means);
+    b2_bwd_dc<<<grid, B2_BLOCK, 0, r->stream>>>(r->c, r->g, r->m, r->mean, r->rstd, r->means, r->dc,
                                   r->dm_part2, s->s, tiles);
-    channel_totals(r->dm_part1, r->dm_part2, s->n * tiles, r->dm);
+    channel_totals(r->dm_part1, r->dm_part2, s->n * tiles, r->dm, r->stream);
 }
 
 void b2_launch(const run_ctx *r, int scope)

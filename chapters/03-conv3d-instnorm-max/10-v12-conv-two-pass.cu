@@ -105,11 +105,11 @@ void v12_model(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int tiles = ceil_div(s->s, CONV_TILE), segs = (int)seg_count(s), n_pos = (int)out_elems(s);
-    v12_conv_stats<<<dim3(tiles, s->n), CL_THREADS>>>(r->x, r->weight, r->bias, r->wpart, *s,
+    v12_conv_stats<<<dim3(tiles, s->n), CL_THREADS, 0, r->stream>>>(r->x, r->weight, r->bias, r->wpart, *s,
                                                       tiles);
-    v12_merge_tiles<<<ceil_div(segs, 128), 128>>>(r->wpart, tiles, segs, r->m, r->mean, r->rstd,
+    v12_merge_tiles<<<ceil_div(segs, 128), 128, 0, r->stream>>>(r->wpart, tiles, segs, r->m, r->mean, r->rstd,
                                                   s->s);
-    v12_conv_apply<<<grid_for(n_pos, 256, r->sm_count), 256>>>(r->x, r->weight, r->bias, r->m,
+    v12_conv_apply<<<grid_for(n_pos, 256, r->sm_count), 256, 0, r->stream>>>(r->x, r->weight, r->bias, r->m,
                                                               r->mean, r->rstd, r->y, *s);
 }
 

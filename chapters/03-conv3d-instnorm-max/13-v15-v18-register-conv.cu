@@ -1058,6 +1058,7 @@ void VNAME(launch)(const run_ctx *r, int scope)
     cluster_launch L;
     cluster_launch_make(&L, (const void *)kernel, &opted, r->smem_optin, ncl, dim3(ncl, sh->n),
                         CL_THREADS, smem);
+    L.cfg.stream = r->stream;
 #if STEP >= 17
     /* the same launch, cooperative instead of clustered */
     L.attr.id = cudaLaunchAttributeCooperative, L.attr.val.cooperative = 1;

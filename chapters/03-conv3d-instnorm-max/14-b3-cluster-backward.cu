@@ -205,7 +205,7 @@ void b3_launch(const run_ctx *r, int scope)
                        cluster_smem(r->sh.s, 1));
         CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_cluster_backward, r->c, r->g, r->m, r->mean,
                                       r->rstd, r->dc, r->dm_part1, r->sh.s, r->b3_wave, span));
-        channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm);
+        channel_totals(r->dm_part1, NULL, r->sh.n * CL, r->dm, r->stream);
     } else {
         b2_backward(r);
     }

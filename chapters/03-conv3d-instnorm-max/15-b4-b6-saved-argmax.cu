@@ -402,14 +402,23 @@ static void b5_backward(const run_ctx *r)
 {
     const shape *s = &r->sh;
     int S = s->s, P = ceil_div(S, WIN_SUMS_POS), blocks = ceil_div(S, V * B4_THREADS);
-    b4_winner_sums<true><<<dim3(P, s->n), B4_THREADS>>>(r->win, r->g, r->y, r->bpart, S, NULL);
-    b5_stream_dm<V><<<1 + s->n * blocks, B4_THREADS>>>(r->c, r->g, r->win, r->m, r->mean, r->rstd,
+    b4_winner_sums<true><<<dim3(P, s->n), B4_THREADS, 0, r->stream>>>(r->win, r->g, r->y, r->bpart, S, NULL);
+    b5_stream_dm<V><<<1 + s->n * blocks, B4_THREADS, 0, r->stream>>>(r->c, r->g, r->win, r->m, r->mean, r->rstd,
                                                        r->bpart, P, r->dc, r->dm, S, blocks, NULL);
 }
 
 void b5_launch(const run_ctx *r, int scope)
 {
     saved_argmax_launch(r, scope, b5_backward<4>, b5_backward<1>, 1);
+}
+
+/* b5's backward after v10_saving(r, 1), as saved_argmax_launch picks it */
+void b5_epilogue_backward(const run_ctx *r)
+{
+    if ((r->sh.s & 3) == 0)
+        b5_backward<4>(r);
+    else
+        b5_backward<1>(r);
 }
 
 /*

@@ -21,6 +21,8 @@
 #include "sums.cuh"
 #include "welford.cuh"
 
+#define SMEM_STATIC_MAX 19456 /* the cluster kernels' static shared memory, at most (v16: 18.4 KB) */
+
 namespace cg = cooperative_groups;
 
 /* block r of a cluster holds positions [slice_lo(S, r), slice_lo(S, r + 1)) of all 16 channels:
@@ -371,6 +373,7 @@ static inline void cluster_config(cluster_launch *L, const void *kernel, int *op
                                   const run_ctx *r, int clusters, size_t smem)
 {
     cluster_launch_make(L, kernel, opted, r->smem_optin, CL, dim3(CL, clusters), CL_THREADS, smem);
+    L->cfg.stream = r->stream;
 }
 
 /* k_cluster_model<CONV>'s launch (v13, v14): one cluster a sample; CONV's fallback, v12, where

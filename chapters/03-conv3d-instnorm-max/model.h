@@ -135,6 +135,7 @@ struct run_ctx {
     const float *g;                     /* dL/dy */
     float *dc, *dx, *dw, *dbias, *dm;   /* the gradients */
     const lib_conv3d *lib;
+    cudaStream_t stream; /* the library's launchers' (api.cu): its caller's; 0 in this program */
     int *var_from_squares; /* host memory: the check's to clear, v2..v6's launches set it (their
                             * variance is sum of squares less mean^2, bounded as such) */
 };
@@ -213,7 +214,7 @@ void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-welford-stats.c
 
 /* training-grads.cu: the deterministic per-channel sums and the conv's gradients */
 void channel_dot(const run_ctx *r, const float *a, const float *b, float *partials);
-void channel_totals(const float *p1, const float *p2, int count, float *out);
+void channel_totals(const float *p1, const float *p2, int count, float *out, cudaStream_t st);
 void lib_dx(const run_ctx *r);
 void lib_dw(const run_ctx *r);
 void own_dw(const run_ctx *r);

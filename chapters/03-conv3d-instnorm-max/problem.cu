@@ -16,7 +16,6 @@
 #define TOL_ABS 1e-4
 #define TOL_STATS 1e-4 /* mean against its scale M, rstd against itself (plus TOL_SUM times its
                         * condition number: reference.cu, the forward checks' bounds) */
-#define SMEM_STATIC_MAX 19456 /* the cluster kernels' static shared memory, at most (v16: 18.4 KB) */
 
 struct problem {
     shape sh;

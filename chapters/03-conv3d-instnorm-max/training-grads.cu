@@ -34,19 +34,19 @@
  * partials a channel */
 void channel_dot(const run_ctx *r, const float *a, const float *b, float *partials)
 {
-    k_channel_sums<<<dim3(DOT_BLOCKS, C_OUT), 256>>>(a, b, partials, r->sh.n, r->sh.s);
+    k_channel_sums<<<dim3(DOT_BLOCKS, C_OUT), 256, 0, r->stream>>>(a, b, partials, r->sh.n, r->sh.s);
 }
 
 /* stage 2: out[co] = the sum of p1's count partials of channel co plus p2's (NULL: none) */
-void channel_totals(const float *p1, const float *p2, int count, float *out)
+void channel_totals(const float *p1, const float *p2, int count, float *out, cudaStream_t st)
 {
-    k_segment_sums<<<C_OUT, count <= 64 ? 64 : 128>>>(p1, p2, count, out);
+    k_segment_sums<<<C_OUT, count <= 64 ? 64 : 128, 0, st>>>(p1, p2, count, out);
 }
 
 void own_dbias(const run_ctx *r)
 {
     channel_dot(r, r->dc, NULL, r->db_part);
-    channel_totals(r->db_part, NULL, DOT_BLOCKS, r->dbias);
+    channel_totals(r->db_part, NULL, DOT_BLOCKS, r->dbias, r->stream);
 }
 
 void lib_dx(const run_ctx *r) { lib_conv3d_backward_data(r->lib, r->weight, r->dc, r->dx); }
@@ -116,6 +116,6 @@ __global__ void k_dw_sum(const float *__restrict__ part, int blocks, float *__re
 void own_dw(const run_ctx *r)
 {
     int chunks = ceil_div(r->sh.s, DW_CHUNK);
-    k_dw_partials<<<dim3(chunks, r->sh.n), 256>>>(r->x, r->dc, r->dw_part, r->sh, chunks);
-    k_dw_sum<<<N_WEIGHT, 256>>>(r->dw_part, chunks * r->sh.n, r->dw);
+    k_dw_partials<<<dim3(chunks, r->sh.n), 256, 0, r->stream>>>(r->x, r->dc, r->dw_part, r->sh, chunks);
+    k_dw_sum<<<N_WEIGHT, 256, 0, r->stream>>>(r->dw_part, chunks * r->sh.n, r->dw);
 }

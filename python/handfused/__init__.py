@@ -6,6 +6,8 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
                      -> -bias -> clamp
     handfused.ch04   KernelBench level 2 #92: Conv2d -> GroupNorm -> Tanh -> HardSwish
                      -> + the conv's output -> LogSumExp
+    handfused.ch03   KernelBench level 2 #79: Conv3d -> x m -> InstanceNorm3d -> clamp -> x m
+                     -> max over channels
 
 Each module holds a ModelNew with the constructor and parameters of KernelBench's Model for that
 problem, its forward and backward in the chapter's kernels. This package imports without

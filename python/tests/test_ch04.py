@@ -24,9 +24,9 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from handfused import _lib  # noqa: E402 (after the path)
-# PASS / FAIL / SKIP lines and the failure count: one copy, test_ch01.py's
-import test_ch01 as lines  # noqa: E402
-from test_ch01 import check, expect_error, skip  # noqa: E402
+# PASS / FAIL / SKIP lines and the failure count: one copy, torchtest.py's
+import torchtest as lines  # noqa: E402
+from torchtest import check, expect_error, skip  # noqa: E402
 
 
 def library_checks():

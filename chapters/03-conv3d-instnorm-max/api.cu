@@ -1,0 +1,432 @@
+/*
+ * api.cu: the C library of api.h, on the chapter's own launchers (no model kernel of its own).
+ *
+ * Each function fills a run_ctx (model.h) on the stack with the caller's buffers, its stream and
+ * the workspace carved into the launchers' scratch, and calls the launchers the chapter's
+ * versions use: v18_launch (or v15_launch, v12_launch) for the inference forward; for the
+ * training step b5's pieces, conv_forward then v10_saving, b5_epilogue_backward, own_dw,
+ * own_dbias and lib_dx (b2's, v9_epilogue and b2_backward, where b5 cannot run). The harness's
+ * checks (CUDA_CHECK, die) exit the process, so this file checks every input before it launches
+ * anything and reports a failed launch with cudaGetLastError instead. What still exits: the
+ * library conv's one-time setup (common/conv.cu) on a cuDNN failure, and its later calls on a
+ * failed cuDNN call, which valid buffers do not cause; a launch the launchers CUDA_CHECK
+ * (cudaLaunchKernelEx, their one-time attribute and occupancy queries) on a CUDA error, which an
+ * input this file accepts does not cause.
+ *
+ * b5's backward, not b6's: b6 starts its sums by a programmatic dependent launch on the kernel
+ * queued just before them, its own forward in the chapter's step; here the caller queues the
+ * kernels that compute g in between, which the sums read without waiting for. The two tie on the
+ * H100's training step: b5 2.547 ms [b5 train_step], b6 2.544 ms [b6 train_step].
+ *
+ * Every call holds one lock from its checks to its last launch: the launchers keep host state
+ * between launches (shared-memory opt-ins, v15..v18's per-shape cache, v17's and v18's tag
+ * counter), written by one thread at a time.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api-error.h"
+#include "api.h"
+#include "cluster.cuh" /* cluster_fits */
+#include "model.h"
+#include "welford.cuh"
+
+void b5_epilogue_backward(const run_ctx *r); /* 15-b4-b6-saved-argmax.cu: b5's backward alone */
+
+const char *ch03_last_error(void) { return api_last_error(); }
+
+/* what the launches so far left: a configuration error, or a fault of an earlier kernel */
+static int cuda_status(const char *what) { return api_cuda(CH03_ECUDA, what); }
+
+int ch03_check_shape(long long n, long long c_in, long long d, long long h, long long w)
+{
+    const char *what = "x (%lld x %lld x %lld x %lld x %lld): %s";
+    if (c_in != C_IN)
+        return api_fail(CH03_EINVAL, "x must have %d channels (dim 1), not %lld", C_IN, c_in);
+    if (n < 1 || d < KS || h < KS || w < KS)
+        return api_fail(CH03_EINVAL, what, n, c_in, d, h, w, "a batch of at least 1 and D, H, "
+                        "W of at least 3 are needed: a 3x3x3 convolution without padding");
+    double s = (double)(d - 2) * (h - 2) * (w - 2);
+    if (s < 2)
+        return api_fail(CH03_EINVAL, what, n, c_in, d, h, w, "the conv output has one position "
+                        "a channel; instance norm needs more than one");
+    if (n > 65535)
+        return api_fail(CH03_EINVAL, "x's batch (%lld) must be at most 65535: the kernels put "
+                        "it on a grid dimension", n);
+    double in = (double)n * C_IN * d * h * w, out = (double)n * C_OUT * s;
+    if (in >= 2147483647.0 || out >= 2147483647.0)
+        return api_fail(CH03_EINVAL, "x (%lld x %lld x %lld x %lld x %lld: %.0f elements, its "
+                        "conv output %.0f) is too large: the kernels index with 32-bit ints "
+                        "(below 2^31); use a smaller batch", n, c_in, d, h, w, in, out);
+    return CH03_OK;
+}
+
+/* ---- the workspace: the launchers' scratch, each piece 256-byte aligned */
+
+typedef struct {
+    size_t mean, rstd, wpart, bpart, means, dm_part1, dm_part2, db_part, dw_part, total;
+} ws_layout;
+
+static size_t take(size_t *at, size_t bytes)
+{
+    size_t here = *at;
+    *at += (bytes + 255) & ~(size_t)255;
+    return here;
+}
+
+/* the sizes problem.cu gives the same buffers */
+static ws_layout layout_of(const shape *s)
+{
+    ws_layout L;
+    size_t ns = seg_count(s), at = 0;
+    int tiles_b2 = ceil_div(s->s, B2_BLOCK);
+    size_t bp = 8 * ns * tiles_b2, bp5 = 16 * ns * ceil_div(s->s, WIN_SUMS_POS);
+    size_t dmp = (size_t)C_OUT * (s->n * (tiles_b2 > CL ? tiles_b2 : CL));
+    if (dmp < (size_t)C_OUT * DOT_BLOCKS)
+        dmp = (size_t)C_OUT * DOT_BLOCKS;
+    L.mean = take(&at, 4 * ns);
+    L.rstd = take(&at, 4 * ns);
+    L.wpart = take(&at, sizeof(welford) * ns * ceil_div(s->s, CONV_TILE));
+    L.bpart = take(&at, bp > bp5 ? bp : bp5);
+    L.means = take(&at, 8 * ns);
+    L.dm_part1 = take(&at, 4 * dmp);
+    L.dm_part2 = take(&at, 4 * dmp);
+    L.db_part = take(&at, 4 * C_OUT * DOT_BLOCKS);
+    L.dw_part = take(&at, 4 * (size_t)N_WEIGHT * s->n * ceil_div(s->s, DW_CHUNK));
+    L.total = at;
+    return L;
+}
+
+size_t ch03_workspace_bytes(int n, int d, int h, int w)
+{
+    shape s = make_shape(n, d, h, w);
+    return layout_of(&s).total;
+}
+
+/* ---- the device: bound at the first call */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int bound, device, sm_count, major, minor, code_arch;
+    size_t smem_optin;
+    unsigned long long *xch; /* v17's and v18's exchange words, zeroed once */
+    cudaEvent_t xch_last;    /* the last launch that may use them */
+    int xch_recorded;
+} dev;
+
+static __global__ void k_probe(void) {}
+
+/* with the lock held: the device bound (the first call's), its properties; EINVAL on another */
+static int bind_device(void)
+{
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess)
+        return cuda_status("cudaGetDevice (no CUDA device?)");
+    if (dev.bound)
+        return current == dev.device
+                   ? CH03_OK
+                   : api_fail(CH03_EINVAL, "this library runs on one device a process: device %d "
+                              "first, now device %d", dev.device, current);
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&dev.sm_count, cudaDevAttrMultiProcessorCount, current) ||
+        cudaDeviceGetAttribute(&dev.major, cudaDevAttrComputeCapabilityMajor, current) ||
+        cudaDeviceGetAttribute(&dev.minor, cudaDevAttrComputeCapabilityMinor, current) ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, current))
+        return cuda_status("the device's attributes");
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k_probe) != cudaSuccess) {
+        cudaGetLastError();
+        return api_fail(CH03_ECUDA, "this library has no code for this GPU (compute capability "
+                        "%d.%d): rebuild it on this machine (make lib CH=3)", dev.major, dev.minor);
+    }
+    dev.code_arch = fa.ptxVersion;
+    dev.smem_optin = (size_t)optin - SMEM_STATIC_MAX;
+    dev.device = current, dev.bound = 1;
+    return CH03_OK;
+}
+
+/* what the versions need (common/harness.cu's rules): clusters and TMA: a Hopper GPU and sm_90
+ * code; wgmma (v16..v18): also compute capability 9.0 exactly and sm_90a code */
+static int clusters_run(void) { return dev.major >= 9 && dev.code_arch >= 90; }
+static int wgmma_runs(void)
+{
+    return clusters_run() && dev.major == 9 && dev.minor == 0 && HAVE_SM90A;
+}
+
+const char *ch03_versions(void)
+{
+    pthread_mutex_lock(&lock);
+    int err = bind_device();
+    pthread_mutex_unlock(&lock);
+    if (err)
+        return NULL;
+    return wgmma_runs()      ? "forward v18, training step b5"
+           : clusters_run() ? "forward v15, training step b5"
+                            : "forward v12, training step b2";
+}
+
+/* b5 where clusters run and a sample fits v10's cluster; else b2 (saved_argmax_launch's rule) */
+static int b5_runs(const run_ctx *r) { return clusters_run() && cluster_fits(r, 0); }
+
+/* with the lock held: the shape, the device, the pointers checked; *r filled with the shape, the
+ * stream, the device's figures and the workspace's pieces */
+static int begin(run_ctx *r, int n, int d, int h, int w, void *workspace, cudaStream_t stream,
+                 const void *const *ptrs, const char *const *names, int count)
+{
+    int err = ch03_check_shape(n, C_IN, d, h, w);
+    if (err || (err = bind_device()))
+        return err;
+    for (int i = 0; i < count; i++)
+        if (!ptrs[i] || (uintptr_t)ptrs[i] % 16)
+            return api_fail(CH03_EINVAL, "%s is %s", names[i],
+                            ptrs[i] ? "not 16-byte aligned (the kernels load float4s)" : "NULL");
+    if (!workspace || (uintptr_t)workspace % 256)
+        return api_fail(CH03_EINVAL, "the workspace is %s", workspace ? "not 256-byte aligned"
+                        : "NULL");
+    memset(r, 0, sizeof *r);
+    r->sh = make_shape(n, d, h, w);
+    r->stream = stream;
+    r->sm_count = dev.sm_count;
+    r->smem_optin = dev.smem_optin;
+    ws_layout L = layout_of(&r->sh);
+    char *ws = (char *)workspace;
+    r->mean = (float *)(ws + L.mean), r->rstd = (float *)(ws + L.rstd);
+    r->wpart = (welford *)(ws + L.wpart);
+    r->bpart = (float *)(ws + L.bpart);
+    r->means = (float2 *)(ws + L.means);
+    r->dm_part1 = (float *)(ws + L.dm_part1), r->dm_part2 = (float *)(ws + L.dm_part2);
+    r->db_part = (float *)(ws + L.db_part), r->dw_part = (float *)(ws + L.dw_part);
+    return CH03_OK;
+}
+
+/* ---- the inference forward */
+
+/* v17 and v18: the exchange words, zeroed on the caller's stream at the first use; every launch
+ * waits for the previous one, whatever its stream: two at once would share the words */
+static int xch_before(run_ctx *r)
+{
+    size_t bytes = 8 * (size_t)dev.sm_count * 2 * CL * C_OUT * 3;
+    if (!dev.xch) {
+        if (cudaMalloc((void **)&dev.xch, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            dev.xch = NULL;
+            return api_fail(CH03_ENOMEM, "v18's exchange words (%zu bytes): cudaMalloc failed",
+                            bytes);
+        }
+        if (cudaEventCreateWithFlags(&dev.xch_last, cudaEventDisableTiming) != cudaSuccess ||
+            cudaMemsetAsync(dev.xch, 0, bytes, r->stream) != cudaSuccess) /* tag 0: no launch's */
+            return cuda_status("v18's exchange words");
+    } else if (dev.xch_recorded && cudaStreamWaitEvent(r->stream, dev.xch_last, 0) != cudaSuccess) {
+        return cuda_status("ordering v18 after its previous launch");
+    }
+    r->xch = dev.xch;
+    return CH03_OK;
+}
+
+int ch03_forward(const float *x, const float *weight, const float *bias, const float *m,
+                 float *y, void *workspace, int n, int d, int h, int w, cudaStream_t stream)
+{
+    run_ctx r;
+    const void *p[] = {x, weight, bias, m, y};
+    const char *names[] = {"x", "weight", "bias", "m", "y"};
+    pthread_mutex_lock(&lock);
+    int err = begin(&r, n, d, h, w, workspace, stream, p, names, 5);
+    if (!err) {
+        r.x = x, r.weight = weight, r.bias = bias, r.m = m, r.y = y;
+        if (wgmma_runs()) {
+            err = xch_before(&r);
+            if (!err) {
+                v18_launch(&r, SCOPE_MODEL_FWD);
+                dev.xch_recorded = cudaEventRecord(dev.xch_last, stream) == cudaSuccess;
+            }
+        } else if (clusters_run()) {
+            v15_launch(&r, SCOPE_MODEL_FWD);
+        } else {
+            v12_launch(&r, SCOPE_MODEL_FWD);
+        }
+        if (!err)
+            err = cuda_status("the forward");
+    }
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+/* ---- the library conv (c, dx), set up once per shape */
+
+#define N_SETUPS 4
+/* what cuDNN's engine search may allocate: a workspace of at most 2 GiB (common/conv.cu's
+ * WORKSPACE_BUDGET), its handle and the bias sums */
+#define SETUP_BYTES ((size_t)9 << 28) /* 2.25 GiB */
+static struct {
+    int used, n, d, h, w;
+    lib_conv3d conv;
+} setups[N_SETUPS];
+static int next_setup; /* round robin */
+
+/* with the lock held: the setup of this shape, made if new. Its engine search runs on the
+ * default stream on x and weight (after the caller's stream: they must be written) and on
+ * scratch of its own for the buffers it overwrites. */
+static const lib_conv3d *conv_setup(const run_ctx *r, const float *x, const float *weight,
+                                    int *err)
+{
+    const shape *s = &r->sh;
+    for (int i = 0; i < N_SETUPS; i++)
+        if (setups[i].used && setups[i].n == s->n && setups[i].d == s->d && setups[i].h == s->h &&
+            setups[i].w == s->w)
+            return &setups[i].conv;
+    size_t scratch = 4 * (2 * conv_elems(s) + x_elems(s) + N_WEIGHT), free_b = 0, total = 0;
+    if (cudaStreamSynchronize(r->stream) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        *err = cuda_status("before the conv's setup");
+        return NULL;
+    }
+    size_t want = scratch + (HAVE_CUDNN ? SETUP_BYTES : 0);
+    if (free_b < want) {
+        *err = api_fail(CH03_ENOMEM, "the conv's one-time setup for this shape needs about %.2f GB "
+                        "of free device memory, %.2f GB are free", want / 1e9, free_b / 1e9);
+        return NULL;
+    }
+    float *buf = NULL;
+    if (cudaMalloc((void **)&buf, scratch) != cudaSuccess) {
+        cudaGetLastError();
+        *err = api_fail(CH03_ENOMEM, "the conv's setup scratch (%zu bytes): cudaMalloc failed",
+                        scratch);
+        return NULL;
+    }
+    int k = next_setup;
+    next_setup = (next_setup + 1) % N_SETUPS;
+    if (setups[k].used) {
+        lib_conv3d_destroy(&setups[k].conv); /* the device is idle: synchronized above */
+        setups[k].used = 0;
+    }
+    float *yy = buf, *dy = yy + conv_elems(s), *dx = dy + conv_elems(s), *dw = dx + x_elems(s);
+    int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
+    lib_conv3d_setup(&setups[k].conv, xd, C_OUT, KS, 0, 1, x, weight, yy, dy, dx, dw);
+    int sync = cudaDeviceSynchronize();
+    cudaFree(buf);
+    if (sync != cudaSuccess) {
+        lib_conv3d_destroy(&setups[k].conv);
+        *err = cuda_status("the conv's setup");
+        return NULL;
+    }
+    setups[k].used = 1;
+    setups[k].n = s->n, setups[k].d = s->d, setups[k].h = s->h, setups[k].w = s->w;
+    return &setups[k].conv;
+}
+
+/* fn(r) on the default stream, which the library conv uses, ordered between the caller's
+ * stream's work before and after */
+static int on_default_stream(const run_ctx *r, void (*fn)(const run_ctx *), const char *what)
+{
+    cudaStream_t st = r->stream;
+    if (st == 0 || st == cudaStreamLegacy) {
+        fn(r);
+        return cuda_status(what);
+    }
+    cudaEvent_t ev[2] = {NULL, NULL};
+    int err = CH03_OK;
+    if (cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming) ||
+        cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming) || cudaEventRecord(ev[0], st) ||
+        cudaStreamWaitEvent(cudaStreamLegacy, ev[0], 0)) {
+        err = cuda_status("ordering the default stream after the caller's");
+    } else {
+        fn(r);
+        err = cuda_status(what);
+        if (cudaEventRecord(ev[1], cudaStreamLegacy) || cudaStreamWaitEvent(st, ev[1], 0))
+            err = err ? err : cuda_status("ordering the caller's stream after the default one");
+    }
+    for (int i = 0; i < 2; i++) /* released once the work they mark is done */
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    return err;
+}
+
+/* ---- the training step */
+
+int ch03_train_forward(const float *x, const float *weight, const float *bias, const float *m,
+                       float *c, float *y, float *mean, float *rstd, unsigned char *win,
+                       void *workspace, int n, int d, int h, int w, cudaStream_t stream)
+{
+    run_ctx r;
+    const void *p[] = {x, weight, bias, m, c, y, mean, rstd, win};
+    const char *names[] = {"x", "weight", "bias", "m", "c", "y", "mean", "rstd", "win"};
+    pthread_mutex_lock(&lock);
+    int err = begin(&r, n, d, h, w, workspace, stream, p, names, 9);
+    if (!err) {
+        r.lib = conv_setup(&r, x, weight, &err);
+        r.x = x, r.weight = weight, r.bias = bias, r.m = m, r.c = c, r.y = y;
+        r.mean = mean, r.rstd = rstd, r.win = win;
+    }
+    if (!err)
+        err = on_default_stream(&r, conv_forward, "the conv (the library conv)");
+    if (!err) {
+        if (b5_runs(&r)) {
+            static int wave_s = -1, wave; /* v10's first wave depends on S alone */
+            if (wave_s != r.sh.s)
+                wave = v10_resident_clusters(&r), wave_s = r.sh.s;
+            r.v10_wave = wave;
+            v10_saving(&r, 1);
+        } else {
+            v9_epilogue(&r);
+        }
+        err = cuda_status("the training forward's epilogue (v10 saving the winners, or v9)");
+    }
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+int ch03_backward(const float *x, const float *weight, const float *m, const float *c,
+                  const float *y, const float *mean, const float *rstd, const unsigned char *win,
+                  const float *g, float *dc, float *dx, float *dw, float *dbias, float *dm,
+                  void *workspace, int n, int d, int h, int w, cudaStream_t stream)
+{
+    run_ctx r;
+    const void *p[] = {x, weight, m, c, y, mean, rstd, win, g, dc, dw, dbias, dm};
+    const char *names[] = {"x", "weight", "m", "c", "y", "mean", "rstd", "win", "g", "dc", "dw",
+                           "dbias", "dm"};
+    pthread_mutex_lock(&lock);
+    int err = begin(&r, n, d, h, w, workspace, stream, p, names, 13);
+    if (!err && (uintptr_t)dx % 16)
+        err = api_fail(CH03_EINVAL, "dx is not 16-byte aligned");
+    if (!err && dx)
+        r.lib = conv_setup(&r, x, weight, &err);
+    if (!err) {
+        /* run_ctx's c, y, win are the forward's outputs; the backward only reads them */
+        r.x = x, r.weight = weight, r.m = m, r.c = (float *)c, r.y = (float *)y;
+        r.mean = (float *)mean, r.rstd = (float *)rstd, r.win = (unsigned char *)win, r.g = g;
+        r.dc = dc, r.dx = dx, r.dw = dw, r.dbias = dbias, r.dm = dm;
+        if (b5_runs(&r))
+            b5_epilogue_backward(&r); /* dc, dm */
+        else
+            b2_backward(&r);
+        own_dw(&r);
+        own_dbias(&r);
+        err = cuda_status("the backward (b5's or b2's, our dw and dbias)");
+    }
+    if (!err && dx)
+        err = on_default_stream(&r, lib_dx, "dx (the library conv)");
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+void ch03_release(void)
+{
+    pthread_mutex_lock(&lock);
+    if (dev.bound) {
+        int current = 0;
+        cudaGetDevice(&current);
+        cudaSetDevice(dev.device);
+        cudaDeviceSynchronize();
+        for (int i = 0; i < N_SETUPS; i++)
+            if (setups[i].used)
+                lib_conv3d_destroy(&setups[i].conv), setups[i].used = 0;
+        if (dev.xch) {
+            cudaFree(dev.xch);
+            cudaEventDestroy(dev.xch_last);
+            dev.xch = NULL, dev.xch_recorded = 0;
+        }
+        cudaSetDevice(current);
+    }
+    pthread_mutex_unlock(&lock);
+}

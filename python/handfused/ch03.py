@@ -1,0 +1,184 @@
+"""Chapter 3's model inside PyTorch: KernelBench level 2, problem #79.
+
+    y = max over channels of ( m * clamp( InstanceNorm3d( m * Conv3d(x) ), -1, 1 ) )
+
+ModelNew takes the constructor of KernelBench's Model for this problem and creates the same
+parameters in the same order (conv.weight, conv.bias, then multiplier), so that after the same
+torch.manual_seed both hold the same values. Its forward and backward run the chapter's kernels
+(chapters/03-conv3d-instnorm-max/api.h) through build/libch03.so (`make lib CH=3`) on PyTorch's
+current stream:
+  - without autograd (torch.no_grad(), or no input needing a gradient): the fastest whole-model
+    forward this GPU and build run, the conv computed inside, c never written: v18 on Hopper
+    (H100, H200) with sm_90a code, v15 on other GPUs with clusters, else v12 (ch03_versions());
+  - with autograd: b5's training step: the library conv (cuDNN) writing c, then v10 saving each
+    position's winning channel (kept for the backward); backward: b5's (dc and dm from the
+    winners), our dw and dbias, and dx through the library conv only when x needs a gradient.
+    Where a sample is too large for a cluster, or clusters do not run, b2's (v9, then its two
+    recomputing kernels).
+Everything is float32 (v14 to v18's conv on tensor cores in 3xTF32, as accurate as fp32). Under
+torch.compile the call into the library is a graph break (torch.compiler.disable): the compiled
+graph runs around it, eagerly inside.
+"""
+try:
+    import torch
+    import torch.nn as nn
+except ImportError as e:  # the package imports without PyTorch; this module needs it
+    raise ImportError("handfused.ch03 needs PyTorch (import torch failed: %s)" % e) from e
+
+from . import _lib
+# the checks every chapter's tensors pass, and the stream's handle: chapter 1's
+from .ch01 import _aligned, _check_tensor, _ptr, _stream, _triple
+
+CHAPTER = 3
+IN_CHANNELS, OUT_CHANNELS, KERNEL_SIZE, CLAMP = 3, 16, 3, (-1.0, 1.0)
+
+
+def _library():
+    return _lib.load(CHAPTER)
+
+
+def _call(name, *args):
+    _lib.call(_library(), CHAPTER, name, *args)
+
+
+def _check_inputs(x, weight, bias, m):
+    """The checks of every call; returns (n, d, h, w)."""
+    _check_tensor("x", x)
+    if x.dim() != 5:
+        raise ValueError("x must be 5-D (N x 3 x D x H x W), not of shape %s" % (tuple(x.shape),))
+    lib = _library()
+    if lib.ch03_check_shape(*x.shape):
+        raise ValueError("x of shape %s: %s" % (tuple(x.shape),
+                                                 lib.ch03_last_error().decode("utf-8", "replace")))
+    for name, t, numel in (("conv.weight", weight, None), ("conv.bias", bias, OUT_CHANNELS),
+                           ("multiplier", m, OUT_CHANNELS)):
+        _check_tensor(name, t, x.device)
+        if numel is None and tuple(t.shape) != (OUT_CHANNELS, IN_CHANNELS) + (KERNEL_SIZE,) * 3:
+            raise ValueError("conv.weight has shape %s, not (16, 3, 3, 3, 3)" % (tuple(t.shape),))
+        if numel is not None and t.numel() != numel:
+            raise ValueError("%s has shape %s, not 16 elements" % (name, tuple(t.shape)))
+    n, _, d, h, w = x.shape
+    return n, d, h, w
+
+
+def _workspace(n, d, h, w, device):
+    size = _library().ch03_workspace_bytes(n, d, h, w)
+    return torch.empty(size, device=device, dtype=torch.uint8)  # the caching allocator: aligned
+
+
+def versions():
+    """The versions the library runs on the current device, e.g. 'forward v18, training step
+    b5'."""
+    lib = _library()
+    v = lib.ch03_versions()
+    if v is None:
+        raise RuntimeError("ch03_versions: %s" % lib.ch03_last_error().decode("utf-8", "replace"))
+    return v.decode()
+
+
+def forward_inference(x, weight, bias, m):
+    """y without autograd: the chapter's fastest whole-model forward."""
+    n, d, h, w = _check_inputs(x, weight, bias, m)
+    x = _aligned(x)
+    y = torch.empty((n, d - 2, h - 2, w - 2), device=x.device, dtype=torch.float32)
+    ws = _workspace(n, d, h, w, x.device)
+    with torch.cuda.device(x.device):
+        _call("ch03_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(m), _ptr(y), _ptr(ws),
+              n, d, h, w, _stream(x.device))
+    return y
+
+
+def _retry_on_memory(name, *args):
+    """_call, once more after PyTorch frees its cache where the conv's one-time setup found too
+    little free memory"""
+    try:
+        _call(name, *args)
+    except MemoryError:
+        torch.cuda.empty_cache()
+        _call(name, *args)
+
+
+class Ch03Function(torch.autograd.Function):
+    """The training step's forward (c, the statistics, the winners saved) and its backward, as
+    one autograd node."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, m):
+        n, d, h, w = _check_inputs(x, weight, bias, m)
+        x = _aligned(x)
+        dev, f32 = x.device, torch.float32
+        c = torch.empty((n, OUT_CHANNELS, d - 2, h - 2, w - 2), device=dev, dtype=f32)
+        y = torch.empty((n, d - 2, h - 2, w - 2), device=dev, dtype=f32)
+        mean = torch.empty((n, OUT_CHANNELS), device=dev, dtype=f32)
+        rstd = torch.empty_like(mean)
+        win = torch.empty(y.shape, device=dev, dtype=torch.uint8)
+        ws = _workspace(n, d, h, w, dev)
+        with torch.cuda.device(dev):
+            _retry_on_memory("ch03_train_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(m),
+                             _ptr(c), _ptr(y), _ptr(mean), _ptr(rstd), _ptr(win), _ptr(ws),
+                             n, d, h, w, _stream(dev))
+        ctx.save_for_backward(x, weight, m, c, y, mean, rstd, win)
+        ctx.shape = (n, d, h, w)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        x, weight, m, c, y, mean, rstd, win = ctx.saved_tensors
+        n, d, h, w = ctx.shape
+        dev = x.device
+        g = _aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
+        dc, dw, dm = (torch.empty_like(t) for t in (c, weight, m))
+        dbias = torch.empty(OUT_CHANNELS, device=dev, dtype=torch.float32)
+        dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None  # only when wanted
+        ws = _workspace(n, d, h, w, dev)
+        with torch.cuda.device(dev):
+            _retry_on_memory("ch03_backward", _ptr(x), _ptr(weight), _ptr(m), _ptr(c), _ptr(y),
+                             _ptr(mean), _ptr(rstd), _ptr(win), _ptr(g), _ptr(dc), _ptr(dx),
+                             _ptr(dw), _ptr(dbias), _ptr(dm), _ptr(ws), n, d, h, w,
+                             _stream(dev))
+        return dx, dw, dbias, dm
+
+
+@torch.compiler.disable
+def model_forward(*tensors):
+    """The model's forward on explicit tensors (x, conv.weight, conv.bias, multiplier): the
+    training step's, through autograd, when one of them wants a gradient"""
+    wanted = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return (Ch03Function.apply if wanted else forward_inference)(*tensors)
+
+
+class ModelNew(nn.Module):
+    """KernelBench level 2 #79's Model, its forward and backward in chapter 3's kernels.
+
+    Constructor: KernelBench's, Model(in_channels, out_channels, kernel_size, multiplier_shape,
+    clamp_min, clamp_max); the kernels are written for its geometry (3 -> 16 channels, kernel 3,
+    no padding, a multiplier of 16 elements, clamp to [-1, 1]), and other values raise
+    ValueError. InstanceNorm3d(out_channels) has no parameters (PyTorch's defaults: no affine,
+    no running statistics), as in Model. Input x: float32, CUDA, contiguous, N x 3 x D x H x W
+    (limits: ch03_check_shape in api.h)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, multiplier_shape, clamp_min,
+                 clamp_max):
+        super().__init__()
+        got = (in_channels, out_channels, _triple(kernel_size, "kernel_size"))
+        if got != (IN_CHANNELS, OUT_CHANNELS, (KERNEL_SIZE,) * 3):
+            raise ValueError("chapter 3's kernels take in_channels=3, out_channels=16, "
+                             "kernel_size=3; got %s, %s, %s" % got)
+        if (float(clamp_min), float(clamp_max)) != CLAMP:
+            raise ValueError("chapter 3's kernels clamp to [-1, 1] (clamp_min=-1.0, "
+                             "clamp_max=1.0), not [%r, %r]" % (clamp_min, clamp_max))
+        numel = 1
+        for s in multiplier_shape:
+            numel *= s
+        if numel != OUT_CHANNELS or tuple(multiplier_shape)[0] != OUT_CHANNELS:
+            raise ValueError("multiplier_shape must hold one factor a channel, (16, 1, 1, 1), "
+                             "not %r" % (multiplier_shape,))
+        # Model's parameters, in its order: the conv's weight and bias (PyTorch's
+        # initialisation), then the multiplier ~ N(0, 1)
+        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size)
+        self.multiplier = nn.Parameter(torch.randn(multiplier_shape))
+        self.clamp_min, self.clamp_max = clamp_min, clamp_max
+
+    def forward(self, x):
+        return model_forward(x, self.conv.weight, self.conv.bias, self.multiplier)

@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""test_ch03.py: handfused.ch03's ModelNew against PyTorch's Model (KernelBench level 2 #79).
+
+    python3 python/tests/test_ch03.py      (make torch-test; make test runs it too)
+
+Prints PASS / FAIL / SKIP lines as the chapters' checks do (common/run-tests.sh counts them);
+exits 1 if any check failed. The printing and counting are torchtest.py's (check, skip,
+expect_error).
+  - Without PyTorch or a GPU: the library's own shape checks through ctypes, and the message a
+    missing library gives; then one SKIP line for the rest.
+  - On a GPU: the parameters ModelNew creates after a seed, against Model's; the output (both
+    forwards) and every gradient (dx, dw, the conv's bias, the multiplier) against Model in
+    float64 on awkward shapes (batch 1, odd and prime extents, a sample too large for a
+    cluster, tied multipliers) and the KernelBench shape; 20 steps of SGD from the same seed
+    against Model in fp32; a side stream; torch.compile; bad inputs rejected with their
+    messages; python/README.md's example with chapter 3's ModelNew.
+Tolerances are the chapter's (problem.cu): an output within 1e-5 relative L2 and 1e-4 of the
+float64 reference at every element; a gradient element, a sum, within 1e-5 (TOL_SUM) of the sum
+of its terms' magnitudes. The channel max's decision: where the float64 top two channels lie
+within 1e-4 of each other, or the winner's normalised value within 1e-4 of a clamp bound,
+float32 may decide the other way, and the gradient jumps there; g is zero at those positions,
+so that every gradient is a continuous function of the inputs (the chapter's checks bound what
+such ambiguous positions could move instead; reference.cu).
+"""
+import itertools
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from handfused import _lib  # noqa: E402 (after the path)
+import torchtest as common  # noqa: E402 (check, skip, expect_error, the failure count)
+
+check, skip, expect_error = common.check, common.skip, common.expect_error
+ARGS = (3, 16, 3, (16, 1, 1, 1), -1.0, 1.0)  # KernelBench's get_init_inputs() for #79
+
+
+# ch03_check_shape's verdicts: None where it accepts the shape, else a word of its message
+SHAPES = (((1, 3, 3, 3, 4), None), ((128, 3, 16, 32, 32), None), ((65535, 3, 3, 3, 4), None),
+          ((1, 4, 5, 5, 5), "3 channels"), ((0, 3, 5, 5, 5), "at least 1"),
+          ((1, 3, 2, 5, 5), "at least 3"), ((1, 3, 3, 3, 3), "more than one"),
+          ((65536, 3, 3, 3, 4), "65535"), ((512, 3, 66, 66, 66), "2^31"))
+
+
+def library_checks():
+    """What runs without PyTorch and without a GPU: ch03_check_shape's verdicts and messages,
+    the workspace's size, and a missing library's message."""
+    with tempfile.TemporaryDirectory() as empty:
+        expect_error("a missing library", lambda: _lib.load(3, empty), FileNotFoundError,
+                     "make lib CH=3")
+    if not os.path.isfile(os.path.join(_lib.lib_dir(), "libch03.so")):
+        skip("the library's checks: libch03.so is not built (make lib CH=3)")
+        return
+    lib = _lib.load(3)
+    for shape, word in SHAPES:
+        code = lib.ch03_check_shape(*shape)
+        msg = lib.ch03_last_error().decode() if code else ""
+        verdict = code == 0 if word is None else (code == _lib.EINVAL and word in msg)
+        check(verdict, "ch03_check_shape %s %s (code %d)%s" % (
+            "accepts" if word is None else "rejects", shape, code, ": " + msg if code else ""))
+    # the largest piece: our dw's partials, 1296 a block of 512 positions of a sample
+    size = lib.ch03_workspace_bytes(128, 16, 32, 32)
+    least = 4 * 1296 * 128 * ((14 * 30 * 30 + 511) // 512)
+    check(size >= least, "ch03_workspace_bytes(128 x 3 x 16 x 32 x 32) = %d (dw's partials "
+          "alone: %d)" % (size, least))
+
+
+def main():
+    library_checks()
+    what = "handfused.ch03 on the GPU (output, gradients, SGD, torch.compile, bad inputs)"
+    try:
+        import torch
+    except ImportError:
+        return skip("%s: PyTorch is not installed" % what)
+    if not torch.cuda.is_available():
+        return skip("%s: no CUDA device" % what)
+    try:
+        from handfused import ch03
+        ch03._library()
+    except (ImportError, FileNotFoundError) as e:
+        return check(False, "import handfused.ch03 and its library: %s" % e)
+    gpu_checks(torch, ch03)
+
+
+def make_model(torch):
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Model(nn.Module):
+        """KernelBench's Model for #79, written from the problem's description; tail() is the
+        part after the conv"""
+
+        def __init__(self, in_channels, out_channels, kernel_size, multiplier_shape, clamp_min,
+                     clamp_max):
+            super().__init__()
+            self.conv = nn.Conv3d(in_channels, out_channels, kernel_size)
+            self.multiplier = nn.Parameter(torch.randn(multiplier_shape))
+            self.instance_norm = nn.InstanceNorm3d(out_channels)
+            self.clamp_min, self.clamp_max = clamp_min, clamp_max
+
+        def forward(self, x):
+            return self.tail(self.conv(x))
+
+        def tail(self, c):
+            t = torch.clamp(self.instance_norm(c * self.multiplier), self.clamp_min,
+                            self.clamp_max)
+            return torch.max(t * self.multiplier, dim=1)[0]
+
+    return Model, F
+
+
+def gpu_checks(torch, ch03):
+    Model, F = make_model(torch)
+    dev = torch.device("cuda")
+    torch.backends.cudnn.allow_tf32 = False  # the reference in fp32 (or float64), never TF32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    check(ch03.versions().startswith("forward v"), "this GPU runs: %s" % ch03.versions())
+
+    # ---- the parameters, after the same seed: names, order, shapes, values
+    for seed in (0, 5):
+        pairs = []
+        for cls in (Model, ch03.ModelNew):
+            torch.manual_seed(seed)
+            pairs.append(list(cls(*ARGS).named_parameters()))
+        names = [[name for name, _ in p] for p in pairs]
+        values_equal = all(torch.equal(p, q) for (_, p), (_, q) in zip(*pairs))
+        check(names[0] == names[1] and values_equal, "seed %d: ModelNew's parameters are "
+              "Model's, in its order (%s)" % (seed, ", ".join(names[1])))
+
+    for i, (shape, tie) in enumerate((((1, 3, 3, 4, 5), False), ((1, 3, 5, 7, 11), False),
+                                      ((2, 3, 7, 11, 13), False), ((3, 3, 6, 9, 10), False),
+                                      ((2, 3, 6, 9, 10), True), ((1, 3, 32, 34, 34), False),
+                                      ((128, 3, 16, 32, 32), False))):
+        try:
+            grads_case(torch, F, ch03, Model, dev, shape, 100 + i, tie)
+        except Exception as e:  # noqa: BLE001
+            check(False, "%s: raised %s: %s" % (shape, type(e).__name__, e))
+    for name, fn in (("a side stream", side_stream), ("SGD", sgd_checks),
+                     ("torch.compile(ModelNew)", compile_checks)):
+        try:
+            fn(torch, ch03, Model, dev)
+        except Exception as e:  # noqa: BLE001
+            check(False, "%s: raised %s: %s" % (name, type(e).__name__, e))
+    bad_inputs(torch, ch03, dev)
+    readme_example()
+
+
+def readme_example():
+    """python/README.md's example with the two changes its chapter-3 part names, run from the
+    repository's root"""
+    import re
+    import subprocess
+    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
+    code = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    changes = (("from handfused.ch01 import ModelNew", "from handfused.ch03 import ModelNew"),
+               ("ModelNew(3, 16, 3, 2, 1, (1, 1, 1, 1))",
+                "ModelNew(3, 16, 3, (16, 1, 1, 1), -1.0, 1.0)"))
+    if not check(all(a in code for a, _ in changes), "python/README.md's example holds the lines "
+                 "its chapter-3 part changes"):
+        return
+    for a, b in changes:
+        code = code.replace(a, b)
+    run = subprocess.run([sys.executable, "-c", code], cwd=_lib.REPO, capture_output=True,
+                         text=True)
+    check(run.returncode == 0, "python/README.md's example with chapter 3's ModelNew runs (exit "
+          "%d)%s" % (run.returncode, ": " + run.stderr.strip()[-300:] if run.returncode else ""))
+
+
+def rel_close(torch, what, got, ref):
+    """an output of order 1: within 1e-5 relative L2 and 1e-4 at every element, finite"""
+    err = got.double() - ref
+    rel = err.norm().item() / max(ref.norm().item(), 1e-300)
+    worst = err.abs().max().item() if err.numel() else 0.0
+    finite = bool(torch.isfinite(got).all())
+    return check(finite and max(rel / 1e-5, worst / 1e-4) <= 1,
+                 "%s: rel_l2 %.1e, max_abs %.1e" % (what, rel, worst))
+
+
+def bound_ratio(torch, got, ref, magnitude):
+    """max over the elements of |got - ref| / magnitude (inf where got is not finite)"""
+    ratio = (got.double() - ref).abs() / magnitude.clamp_min(1e-300)
+    return ratio.max().item() if bool(torch.isfinite(got).all()) else float("inf")
+
+
+def grads_case(torch, F, ch03, Model, dev, shape, seed, tie):
+    n, _, d, h, w = shape
+    torch.manual_seed(seed)
+    new = ch03.ModelNew(*ARGS).to(dev)
+    if tie:  # two channels with one factor: wherever both clamp at 1, their products tie
+        with torch.no_grad():
+            new.multiplier[3] = new.multiplier[7] = 3.0
+    ref = Model(*ARGS).to(dev).double()
+    ref.load_state_dict(new.state_dict())
+    x = torch.rand(shape, device=dev)
+    x64 = x.double().requires_grad_()
+    c64 = ref.conv(x64)
+    c64.retain_grad()
+    y64 = ref.tail(c64)
+    m = ref.multiplier.detach().view(1, 16, 1, 1, 1)
+    with torch.no_grad():
+        a = c64 * m
+        var, mu = torch.var_mean(a, dim=(2, 3, 4), keepdim=True, unbiased=False)
+        rstd = 1 / torch.sqrt(var + 1e-5)
+        xh = (a - mu) * rstd
+        t = xh.clamp(-1, 1)
+        top = torch.topk(t * m, 2, dim=1)
+        win = top.indices[:, :1]
+        xw = xh.gather(1, win)
+        amb = ((top.values[:, 0] - top.values[:, 1]) < 1e-4) | ((xw[:, 0].abs() - 1).abs() < 1e-4)
+        inside = (xw.abs() < 1).double().mean().item()
+    g64 = torch.randn(y64.shape, device=dev, dtype=torch.float64)
+    g64[amb] = 0
+    y64.backward(g64)
+    tag = "%dx3x%dx%dx%d%s" % (n, d, h, w, ", m[3] = m[7]" if tie else "")
+    # both sides of the clamp among the winners (a tiny sample may have one side alone)
+    check((0 < inside < 1 or amb.numel() < 100) and amb.double().mean().item() < 0.5,
+          "%s: %.0f%% of the winners inside the clamp, %d of %d positions ambiguous (g = 0 "
+          "there)%s" % (tag, 100 * inside, int(amb.sum()), amb.numel(),
+                        "" if not tie else ": the ties"))
+    if tie:
+        check(int(amb.sum()) > 0, "%s: the tied factors tie the channel max somewhere" % tag)
+    with torch.no_grad():
+        y_inf = new(x)
+    rel_close(torch, "%s: y, inference forward (%s)" % (tag, ch03.versions().split(",")[0]),
+              y_inf, y64.detach())
+    xg = x.clone().requires_grad_()
+    y = new(xg)
+    rel_close(torch, "%s: y, training forward" % tag, y, y64.detach())
+    y.backward(g64.float())
+    # the magnitudes of each gradient's terms, in float64: dxh = g m at the winner inside the
+    # clamp; da = rstd (dxh - mean dxh - xh mean(dxh xh)), each term taken by its magnitude
+    with torch.no_grad():
+        du = torch.zeros_like(c64).scatter_(1, win, g64.unsqueeze(1))
+        dxh = du * m * (xh.abs() < 1)
+        mean_abs = lambda v: v.abs().mean(dim=(2, 3, 4), keepdim=True)  # noqa: E731
+        da_abs = rstd * (dxh.abs() + mean_abs(dxh) + xh.abs() * mean_abs(dxh * xh))
+        dc_abs = m.abs() * da_abs
+        W = ref.conv.weight
+        bounds = {
+            "dx": F.conv_transpose3d(dc_abs, W.abs()),
+            "dw": torch.nn.grad.conv3d_weight(x64.detach().abs(), W.shape, dc_abs),
+            "dbias (conv)": dc_abs.sum(dim=(0, 2, 3, 4)),
+            "dm (the multiplier, both uses)": ((c64.abs() * da_abs).sum(dim=(0, 2, 3, 4)) +
+                                               (du * t).abs().sum(dim=(0, 2, 3, 4))).view(16, 1, 1, 1),
+        }
+    got = {"dx": (xg.grad, x64.grad), "dw": (new.conv.weight.grad, W.grad),
+           "dbias (conv)": (new.conv.bias.grad, ref.conv.bias.grad),
+           "dm (the multiplier, both uses)": (new.multiplier.grad, ref.multiplier.grad)}
+    for what, (mine, want) in got.items():
+        ratio = bound_ratio(torch, mine, want, bounds[what])
+        check(ratio <= 1e-5, "%s: %s: max error / sum of |terms| %.1e (at most 1e-5)"
+              % (tag, what, ratio))
+    if shape == (2, 3, 7, 11, 13):  # the check can fail: dm with one channel off by 1e-4 of its sum
+        bad = new.multiplier.grad.clone()
+        key = "dm (the multiplier, both uses)"
+        bad.view(-1)[5] += 1e-4 * bounds[key].view(-1)[5].float()
+        ratio = bound_ratio(torch, bad, ref.multiplier.grad, bounds[key])
+        check(ratio > 1e-5, "%s: the gradient check finds dm with one channel off by 1e-4 of "
+              "its sum (ratio %.1e)" % (tag, ratio))
+
+
+def side_stream(torch, ch03, Model, dev):
+    """the same results on a side stream as on the default stream (dx within cuDNN's noise)"""
+    torch.manual_seed(3)
+    new = ch03.ModelNew(*ARGS).to(dev)
+    x = torch.rand((3, 3, 6, 9, 10), device=dev)
+    g = torch.randn((3, 4, 7, 8), device=dev)
+
+    def run():
+        """both forwards and every gradient: y (no_grad), y, dx, dw, dbias, dm"""
+        new.zero_grad()
+        with torch.no_grad():
+            y_inf = new(x)
+        xg = x.clone().requires_grad_()
+        y = new(xg)
+        y.backward(g)
+        return [y_inf, y, xg.grad] + [p.grad.clone() for p in new.parameters()]
+
+    home = run()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        away = run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    dx_rel = ((home[2] - away[2]).norm() / home[2].norm()).item()
+    bits = [torch.equal(a, b) for k, (a, b) in enumerate(zip(home, away)) if k != 2]
+    check(all(bits) and dx_rel <= 1e-6, "a side stream: both forwards' y, dw, dbias, dm the same "
+          "bits as on the default stream, dx within %.1e" % dx_rel)
+
+
+def sgd_checks(torch, ch03, Model, dev):
+    steps, lr, shape = 20, 0.1, (2, 3, 6, 7, 8)
+    torch.manual_seed(7)
+    ref = Model(*ARGS).to(dev)
+    torch.manual_seed(7)
+    new = ch03.ModelNew(*ARGS).to(dev)
+    p0 = [p.detach().clone() for p in ref.parameters()]
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(11)
+    data = [(torch.rand(shape, device=dev, generator=gen),
+             2 * torch.rand((2, 4, 5, 6), device=dev, generator=gen) - 1) for _ in range(steps)]
+
+    def train(model):
+        """the losses of the 20 steps"""
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+
+        def step(x, target):
+            opt.zero_grad()
+            loss = (model(x) - target).square().mean()
+            loss.backward()
+            opt.step()
+            return loss.item()
+        return [step(x, target) for x, target in data]
+    losses = {"Model": train(ref), "ModelNew": train(new)}
+    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["Model"], losses["ModelNew"]))
+    check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
+          "%.1e relative" % (steps, lr, losses["Model"][0], losses["Model"][-1], worst))
+    for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
+        moved, off = (p - s).norm().item(), (q - p).norm().item()
+        if name == "conv.bias":
+            # the instance norm removes any per-channel constant: its gradient is zero up to
+            # rounding (reference.cu), so the bias stays where it started in both
+            check(moved <= 1e-5 * s.norm().item() and off <= 1e-5 * s.norm().item(),
+                  "SGD: conv.bias stays put (its gradient is zero up to rounding): moved %.1e, "
+                  "ModelNew's differs by %.1e" % (moved, off))
+            continue
+        check(moved > 1e-3 * s.norm().item() and off <= 1e-3 * moved,
+              "SGD: %s moved %.2e (%.1f%% of its norm); ModelNew's differs from Model's by %.1e "
+              "of that move" % (name, moved, 100 * moved / s.norm().item(),
+                                off / max(moved, 1e-300)))
+
+
+def compile_checks(torch, ch03, Model, dev):
+    """a graph break around the library call, the same results as eager"""
+    torch.manual_seed(4)
+    new = ch03.ModelNew(*ARGS).to(dev)
+    x = torch.rand((2, 3, 6, 9, 10), device=dev)
+
+    def results(model):
+        """y under no_grad, then the parameters' gradients of sum(y^2) (an upstream gradient
+        computed on the way)"""
+        with torch.no_grad():
+            y = model(x)
+        new.zero_grad()
+        model(x).square().sum().backward()
+        return [y] + [p.grad.clone() for p in new.parameters()]
+
+    same = [torch.equal(a, b) for a, b in zip(results(new), results(torch.compile(new)))]
+    check(all(same), "torch.compile(ModelNew): forward and gradients the same bits as eager")
+
+
+def bad_inputs(torch, ch03, dev):
+    new = ch03.ModelNew(*ARGS).to(dev)
+    ok_x = torch.rand((1, 3, 4, 5, 6), device=dev)
+    cases = (("float64 x", lambda: new(ok_x.double()), TypeError, "float32"),
+             ("x on the CPU", lambda: new(ok_x.cpu()), ValueError, "CUDA"),
+             ("non-contiguous x", lambda: new(ok_x.transpose(3, 4)), ValueError, "contiguous"),
+             ("x with 4 channels", lambda: new(torch.rand((1, 4, 4, 5, 6), device=dev)),
+              ValueError, "3 channels"),
+             ("4-D x", lambda: new(ok_x[0]), ValueError, "5-D"),
+             ("a depth of 2", lambda: new(torch.rand((1, 3, 2, 5, 6), device=dev)), ValueError,
+              "at least 3"))
+    for grad, (what, fn, exc, word) in itertools.product((True, False), cases):
+        with torch.set_grad_enabled(grad):  # the training forward's checks, then inference's
+            expect_error("%s, %s" % (what, "with autograd" if grad else "under no_grad"), fn,
+                         exc, word)
+    expect_error("a batch of 65536", lambda: new(torch.rand((65536, 3, 3, 3, 4), device=dev)),
+                 ValueError, "65535")
+    expect_error("a conv output past 2^31 elements (an input of 1.8 GB)",
+                 lambda: new(torch.empty((512, 3, 66, 66, 66), device=dev)), ValueError, "2^31")
+    expect_error("kernel_size 5", lambda: ch03.ModelNew(3, 16, 5, (16, 1, 1, 1), -1.0, 1.0),
+                 ValueError, "kernel_size=3")
+    expect_error("clamp to [-2, 2]", lambda: ch03.ModelNew(3, 16, 3, (16, 1, 1, 1), -2.0, 2.0),
+                 ValueError, "[-1, 1]")
+    expect_error("a multiplier of 1 element", lambda: ch03.ModelNew(3, 16, 3, (1, 1, 1, 1),
+                                                                    -1.0, 1.0),
+                 ValueError, "multiplier_shape")
+    expect_error("float64 parameters", lambda: ch03.ModelNew(*ARGS).to(dev).double()(ok_x),
+                 TypeError, "float32")
+    with torch.no_grad():
+        y = new(ok_x)
+    check(y.shape == (1, 2, 3, 4) and bool(torch.isfinite(y).all()),
+          "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if common.failed else 0)
