@@ -150,11 +150,13 @@ typedef int (*capi_conv_setup_fn)(lib_conv3d *conv, void *arg);
 /* The library conv kept under key (five ints naming the shape: a library sets up one conv, whose
  * shape is its key) on the current device: the kept setup, or a new one from setup(conv, arg),
  * whose engine search (cuDNN) runs on the default stream after `stream`'s work and writes the
- * buffers setup names. NULL with *err set (enomem: less free device memory than the search may
- * want, CAPI_SETUP_BYTES; ecuda: a CUDA error; or setup's code). Call with capi_conv_lock
- * held. */
+ * buffers setup names. scratch_bytes: device memory setup allocates for itself (0 when it times
+ * the engines on the caller's buffers). NULL with *err set (enomem: less free device memory than
+ * scratch_bytes plus what the search may want, CAPI_SETUP_BYTES with cuDNN; ecuda: a CUDA error;
+ * or setup's code). Call with capi_conv_lock held. */
 static inline lib_conv3d *capi_conv_cached(const int key[5], capi_conv_setup_fn setup, void *arg,
-                                           cudaStream_t stream, int enomem, int ecuda, int *err)
+                                           size_t scratch_bytes, cudaStream_t stream, int enomem,
+                                           int ecuda, int *err)
 {
     int device = 0;
     *err = 0;
@@ -177,10 +179,11 @@ static inline lib_conv3d *capi_conv_cached(const int key[5], capi_conv_setup_fn 
         *err = capi_launched(ecuda, "cudaMemGetInfo");
         return NULL;
     }
-    if (HAVE_CUDNN && free_bytes < CAPI_SETUP_BYTES) {
+    size_t want = scratch_bytes + (HAVE_CUDNN ? CAPI_SETUP_BYTES : 0);
+    if (free_bytes < want) {
         *err = capi_fail(enomem, "the library conv's one-time setup (cuDNN's engine search) "
                          "needs about %.2f GB of free device memory, %.2f GB are free",
-                         CAPI_SETUP_BYTES / 1e9, free_bytes / 1e9);
+                         want / 1e9, free_bytes / 1e9);
         return NULL;
     }
     int slot = capi_next_setup;
@@ -228,7 +231,7 @@ static inline lib_conv3d *capi_conv_get(const int x_dims[5], int c_out, int k, i
                                         int enomem, int ecuda, int *err)
 {
     capi_conv3d_args a = {x_dims, c_out, k, pad, stride, ecuda, x, y, dy, dx, dw, w};
-    return capi_conv_cached(x_dims, capi_conv3d_setup, &a, stream, enomem, ecuda, err);
+    return capi_conv_cached(x_dims, capi_conv3d_setup, &a, 0, stream, enomem, ecuda, err);
 }
 
 static inline void capi_conv_release(void)

@@ -20,45 +20,46 @@
  *
  * Every call holds one lock from its checks to its last launch: the launchers keep host state
  * between launches (shared-memory opt-ins, v15..v18's per-shape cache, v17's and v18's tag
- * counter), written by one thread at a time.
+ * counter), written by one thread at a time. The messages, the library conv's setups and its
+ * ordering on the default stream: common/capi.h.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "api-error.h"
 #include "api.h"
+#include "capi.h"
 #include "cluster.cuh" /* cluster_fits */
 #include "model.h"
 #include "welford.cuh"
 
 void b5_epilogue_backward(const run_ctx *r); /* 15-b4-b6-saved-argmax.cu: b5's backward alone */
 
-const char *ch03_last_error(void) { return api_last_error(); }
+const char *ch03_last_error(void) { return capi_last_error(); }
 
 /* what the launches so far left: a configuration error, or a fault of an earlier kernel */
-static int cuda_status(const char *what) { return api_cuda(CH03_ECUDA, what); }
+static int cuda_status(const char *what) { return capi_launched(CH03_ECUDA, what); }
 
 int ch03_check_shape(long long n, long long c_in, long long d, long long h, long long w)
 {
     const char *what = "x (%lld x %lld x %lld x %lld x %lld): %s";
-    if (c_in != C_IN)
-        return api_fail(CH03_EINVAL, "x must have %d channels (dim 1), not %lld", C_IN, c_in);
+    if (capi_check_channels(c_in, C_IN, CH03_EINVAL))
+        return CH03_EINVAL;
     if (n < 1 || d < KS || h < KS || w < KS)
-        return api_fail(CH03_EINVAL, what, n, c_in, d, h, w, "a batch of at least 1 and D, H, "
-                        "W of at least 3 are needed: a 3x3x3 convolution without padding");
+        return capi_fail(CH03_EINVAL, what, n, c_in, d, h, w, "a batch of at least 1 and D, H, "
+                         "W of at least 3 are needed: a 3x3x3 convolution without padding");
     double s = (double)(d - 2) * (h - 2) * (w - 2);
     if (s < 2)
-        return api_fail(CH03_EINVAL, what, n, c_in, d, h, w, "the conv output has one position "
-                        "a channel; instance norm needs more than one");
+        return capi_fail(CH03_EINVAL, what, n, c_in, d, h, w, "the conv output has one position "
+                         "a channel; instance norm needs more than one");
     if (n > 65535)
-        return api_fail(CH03_EINVAL, "x's batch (%lld) must be at most 65535: the kernels put "
-                        "it on a grid dimension", n);
+        return capi_fail(CH03_EINVAL, "x's batch (%lld) must be at most 65535: the kernels put "
+                         "it on a grid dimension", n);
     double in = (double)n * C_IN * d * h * w, out = (double)n * C_OUT * s;
     if (in >= 2147483647.0 || out >= 2147483647.0)
-        return api_fail(CH03_EINVAL, "x (%lld x %lld x %lld x %lld x %lld: %.0f elements, its "
-                        "conv output %.0f) is too large: the kernels index with 32-bit ints "
-                        "(below 2^31); use a smaller batch", n, c_in, d, h, w, in, out);
+        return capi_fail(CH03_EINVAL, "x (%lld x %lld x %lld x %lld x %lld: %.0f elements, its "
+                         "conv output %.0f) is too large: the kernels index with 32-bit ints "
+                         "(below 2^31); use a smaller batch", n, c_in, d, h, w, in, out);
     return CH03_OK;
 }
 
@@ -126,8 +127,8 @@ static int bind_device(void)
     if (dev.bound)
         return current == dev.device
                    ? CH03_OK
-                   : api_fail(CH03_EINVAL, "this library runs on one device a process: device %d "
-                              "first, now device %d", dev.device, current);
+                   : capi_fail(CH03_EINVAL, "this library runs on one device a process: device %d "
+                               "first, now device %d", dev.device, current);
     int optin = 0;
     if (cudaDeviceGetAttribute(&dev.sm_count, cudaDevAttrMultiProcessorCount, current) ||
         cudaDeviceGetAttribute(&dev.major, cudaDevAttrComputeCapabilityMajor, current) ||
@@ -137,8 +138,9 @@ static int bind_device(void)
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, k_probe) != cudaSuccess) {
         cudaGetLastError();
-        return api_fail(CH03_ECUDA, "this library has no code for this GPU (compute capability "
-                        "%d.%d): rebuild it on this machine (make lib CH=3)", dev.major, dev.minor);
+        return capi_fail(CH03_ECUDA, "this library has no code for this GPU (compute capability "
+                         "%d.%d): rebuild it on this machine (make lib CH=3)", dev.major,
+                         dev.minor);
     }
     dev.code_arch = fa.ptxVersion;
     dev.smem_optin = (size_t)optin - SMEM_STATIC_MAX;
@@ -177,13 +179,11 @@ static int begin(run_ctx *r, int n, int d, int h, int w, void *workspace, cudaSt
     int err = ch03_check_shape(n, C_IN, d, h, w);
     if (err || (err = bind_device()))
         return err;
-    for (int i = 0; i < count; i++)
-        if (!ptrs[i] || (uintptr_t)ptrs[i] % 16)
-            return api_fail(CH03_EINVAL, "%s is %s", names[i],
-                            ptrs[i] ? "not 16-byte aligned (the kernels load float4s)" : "NULL");
+    if (capi_check_pointers(ptrs, names, count, CH03_EINVAL))
+        return CH03_EINVAL;
     if (!workspace || (uintptr_t)workspace % 256)
-        return api_fail(CH03_EINVAL, "the workspace is %s", workspace ? "not 256-byte aligned"
-                        : "NULL");
+        return capi_fail(CH03_EINVAL, "the workspace is %s", workspace ? "not 256-byte aligned"
+                         : "NULL");
     memset(r, 0, sizeof *r);
     r->sh = make_shape(n, d, h, w);
     r->stream = stream;
@@ -211,8 +211,8 @@ static int xch_before(run_ctx *r)
         if (cudaMalloc((void **)&dev.xch, bytes) != cudaSuccess) {
             cudaGetLastError();
             dev.xch = NULL;
-            return api_fail(CH03_ENOMEM, "v18's exchange words (%zu bytes): cudaMalloc failed",
-                            bytes);
+            return capi_fail(CH03_ENOMEM, "v18's exchange words (%zu bytes): cudaMalloc failed",
+                             bytes);
         }
         if (cudaEventCreateWithFlags(&dev.xch_last, cudaEventDisableTiming) != cudaSuccess ||
             cudaMemsetAsync(dev.xch, 0, bytes, r->stream) != cudaSuccess) /* tag 0: no launch's */
@@ -252,95 +252,55 @@ int ch03_forward(const float *x, const float *weight, const float *bias, const f
     return err;
 }
 
-/* ---- the library conv (c, dx), set up once per shape */
+/* ---- the library conv (c, dx): common/capi.h keeps its setups, per shape */
 
-#define N_SETUPS 4
-/* what cuDNN's engine search may allocate: a workspace of at most 2 GiB (common/conv.cu's
- * WORKSPACE_BUDGET), its handle and the bias sums */
-#define SETUP_BYTES ((size_t)9 << 28) /* 2.25 GiB */
-static struct {
-    int used, n, d, h, w;
-    lib_conv3d conv;
-} setups[N_SETUPS];
-static int next_setup; /* round robin */
-
-/* with the lock held: the setup of this shape, made if new. Its engine search runs on the
- * default stream on x and weight (after the caller's stream: they must be written) and on
- * scratch of its own for the buffers it overwrites. */
-static const lib_conv3d *conv_setup(const run_ctx *r, const float *x, const float *weight,
-                                    int *err)
+/* the setup's own buffers for what the engine search overwrites: y, dy, dx, dw */
+static size_t setup_scratch(const shape *s)
 {
+    return 4 * (2 * conv_elems(s) + x_elems(s) + N_WEIGHT);
+}
+
+/* with the lock held: the engine search on x and weight (after the caller's stream: they must
+ * be written; capi_conv_cached waits for it) and on scratch of its own for the buffers it
+ * overwrites, freed once it is done */
+static int setup_conv(lib_conv3d *conv, void *arg)
+{
+    const run_ctx *r = (const run_ctx *)arg;
     const shape *s = &r->sh;
-    for (int i = 0; i < N_SETUPS; i++)
-        if (setups[i].used && setups[i].n == s->n && setups[i].d == s->d && setups[i].h == s->h &&
-            setups[i].w == s->w)
-            return &setups[i].conv;
-    size_t scratch = 4 * (2 * conv_elems(s) + x_elems(s) + N_WEIGHT), free_b = 0, total = 0;
-    if (cudaStreamSynchronize(r->stream) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
-        cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
-        *err = cuda_status("before the conv's setup");
-        return NULL;
-    }
-    size_t want = scratch + (HAVE_CUDNN ? SETUP_BYTES : 0);
-    if (free_b < want) {
-        *err = api_fail(CH03_ENOMEM, "the conv's one-time setup for this shape needs about %.2f GB "
-                        "of free device memory, %.2f GB are free", want / 1e9, free_b / 1e9);
-        return NULL;
-    }
+    size_t scratch = setup_scratch(s);
     float *buf = NULL;
     if (cudaMalloc((void **)&buf, scratch) != cudaSuccess) {
         cudaGetLastError();
-        *err = api_fail(CH03_ENOMEM, "the conv's setup scratch (%zu bytes): cudaMalloc failed",
-                        scratch);
-        return NULL;
-    }
-    int k = next_setup;
-    next_setup = (next_setup + 1) % N_SETUPS;
-    if (setups[k].used) {
-        lib_conv3d_destroy(&setups[k].conv); /* the device is idle: synchronized above */
-        setups[k].used = 0;
+        return capi_fail(CH03_ENOMEM, "the conv's setup scratch (%zu bytes): cudaMalloc failed",
+                         scratch);
     }
     float *yy = buf, *dy = yy + conv_elems(s), *dx = dy + conv_elems(s), *dw = dx + x_elems(s);
     int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
-    lib_conv3d_setup(&setups[k].conv, xd, C_OUT, KS, 0, 1, x, weight, yy, dy, dx, dw);
+    lib_conv3d_setup(conv, xd, C_OUT, KS, 0, 1, r->x, r->weight, yy, dy, dx, dw);
     int sync = cudaDeviceSynchronize();
     cudaFree(buf);
     if (sync != cudaSuccess) {
-        lib_conv3d_destroy(&setups[k].conv);
-        *err = cuda_status("the conv's setup");
-        return NULL;
+        lib_conv3d_destroy(conv);
+        return cuda_status("the conv's setup");
     }
-    setups[k].used = 1;
-    setups[k].n = s->n, setups[k].d = s->d, setups[k].h = s->h, setups[k].w = s->w;
-    return &setups[k].conv;
+    return CH03_OK;
 }
 
-/* fn(r) on the default stream, which the library conv uses, ordered between the caller's
- * stream's work before and after */
-static int on_default_stream(const run_ctx *r, void (*fn)(const run_ctx *), const char *what)
+/* with the lock held: the setup of r's shape, made if new (capi_conv_cached) */
+static const lib_conv3d *conv_setup(run_ctx *r, int *err)
 {
-    cudaStream_t st = r->stream;
-    if (st == 0 || st == cudaStreamLegacy) {
-        fn(r);
-        return cuda_status(what);
-    }
-    cudaEvent_t ev[2] = {NULL, NULL};
-    int err = CH03_OK;
-    if (cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming) ||
-        cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming) || cudaEventRecord(ev[0], st) ||
-        cudaStreamWaitEvent(cudaStreamLegacy, ev[0], 0)) {
-        err = cuda_status("ordering the default stream after the caller's");
-    } else {
-        fn(r);
-        err = cuda_status(what);
-        if (cudaEventRecord(ev[1], cudaStreamLegacy) || cudaStreamWaitEvent(st, ev[1], 0))
-            err = err ? err : cuda_status("ordering the caller's stream after the default one");
-    }
-    for (int i = 0; i < 2; i++) /* released once the work they mark is done */
-        if (ev[i])
-            cudaEventDestroy(ev[i]);
-    return err;
+    const shape *s = &r->sh;
+    int key[5] = {s->n, C_IN, s->d, s->h, s->w};
+    capi_conv_lock();
+    const lib_conv3d *conv = capi_conv_cached(key, setup_conv, r, setup_scratch(s), r->stream,
+                                              CH03_ENOMEM, CH03_ECUDA, err);
+    capi_conv_unlock(); /* the chapter's lock, held by the caller, keeps it until used */
+    return conv;
 }
+
+/* the library conv's calls, as capi_on_default_stream runs them */
+static void run_conv_forward(const void *r) { conv_forward((const run_ctx *)r); }
+static void run_lib_dx(const void *r) { lib_dx((const run_ctx *)r); }
 
 /* ---- the training step */
 
@@ -354,12 +314,13 @@ int ch03_train_forward(const float *x, const float *weight, const float *bias, c
     pthread_mutex_lock(&lock);
     int err = begin(&r, n, d, h, w, workspace, stream, p, names, 9);
     if (!err) {
-        r.lib = conv_setup(&r, x, weight, &err);
         r.x = x, r.weight = weight, r.bias = bias, r.m = m, r.c = c, r.y = y;
         r.mean = mean, r.rstd = rstd, r.win = win;
+        r.lib = conv_setup(&r, &err);
     }
     if (!err)
-        err = on_default_stream(&r, conv_forward, "the conv (the library conv)");
+        err = capi_on_default_stream(stream, run_conv_forward, &r, CH03_ECUDA,
+                                     "the conv (the library conv)");
     if (!err) {
         if (b5_runs(&r)) {
             static int wave_s = -1, wave; /* v10's first wave depends on S alone */
@@ -388,9 +349,11 @@ int ch03_backward(const float *x, const float *weight, const float *m, const flo
     pthread_mutex_lock(&lock);
     int err = begin(&r, n, d, h, w, workspace, stream, p, names, 13);
     if (!err && (uintptr_t)dx % 16)
-        err = api_fail(CH03_EINVAL, "dx is not 16-byte aligned");
-    if (!err && dx)
-        r.lib = conv_setup(&r, x, weight, &err);
+        err = capi_fail(CH03_EINVAL, "dx is not 16-byte aligned");
+    if (!err && dx) {
+        r.x = x, r.weight = weight;
+        r.lib = conv_setup(&r, &err);
+    }
     if (!err) {
         /* run_ctx's c, y, win are the forward's outputs; the backward only reads them */
         r.x = x, r.weight = weight, r.m = m, r.c = (float *)c, r.y = (float *)y;
@@ -405,7 +368,8 @@ int ch03_backward(const float *x, const float *weight, const float *m, const flo
         err = cuda_status("the backward (b5's or b2's, our dw and dbias)");
     }
     if (!err && dx)
-        err = on_default_stream(&r, lib_dx, "dx (the library conv)");
+        err = capi_on_default_stream(stream, run_lib_dx, &r, CH03_ECUDA,
+                                     "dx (the library conv)");
     pthread_mutex_unlock(&lock);
     return err;
 }
@@ -413,14 +377,12 @@ int ch03_backward(const float *x, const float *weight, const float *m, const flo
 void ch03_release(void)
 {
     pthread_mutex_lock(&lock);
+    capi_conv_release(); /* each setup after its device's work */
     if (dev.bound) {
         int current = 0;
         cudaGetDevice(&current);
         cudaSetDevice(dev.device);
         cudaDeviceSynchronize();
-        for (int i = 0; i < N_SETUPS; i++)
-            if (setups[i].used)
-                lib_conv3d_destroy(&setups[i].conv), setups[i].used = 0;
         if (dev.xch) {
             cudaFree(dev.xch);
             cudaEventDestroy(dev.xch_last);

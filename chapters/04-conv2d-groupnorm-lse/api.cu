@@ -170,8 +170,8 @@ int ch04_backward(const float *x, const float *weight, const float *gamma, const
     if (dx) {
         int key[5] = {n, C_IN, 1, h, w};
         capi_conv_lock();
-        if (!(r.lib = capi_conv_cached(key, setup_conv, &r, stream, CH04_ENOMEM, CH04_ECUDA,
-                                       &err))) {
+        if (!(r.lib = capi_conv_cached(key, setup_conv, &r, 0, stream, CH04_ENOMEM,
+                                       CH04_ECUDA, &err))) {
             capi_conv_unlock();
             return err;
         }

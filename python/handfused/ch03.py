@@ -19,15 +19,11 @@ Everything is float32 (v14 to v18's conv on tensor cores in 3xTF32, as accurate 
 torch.compile the call into the library is a graph break (torch.compiler.disable): the compiled
 graph runs around it, eagerly inside.
 """
-try:
-    import torch
-    import torch.nn as nn
-except ImportError as e:  # the package imports without PyTorch; this module needs it
-    raise ImportError("handfused.ch03 needs PyTorch (import torch failed: %s)" % e) from e
-
 from . import _lib
-# the checks every chapter's tensors pass, and the stream's handle: chapter 1's
-from .ch01 import _aligned, _check_tensor, _ptr, _stream, _triple
+from ._torch import aligned, call_on, check_shape, check_tensor, model_forward, ptr, triple
+
+import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
+import torch.nn as nn  # noqa: E402
 
 CHAPTER = 3
 IN_CHANNELS, OUT_CHANNELS, KERNEL_SIZE, CLAMP = 3, 16, 3, (-1.0, 1.0)
@@ -37,22 +33,13 @@ def _library():
     return _lib.load(CHAPTER)
 
 
-def _call(name, *args):
-    _lib.call(_library(), CHAPTER, name, *args)
-
-
 def _check_inputs(x, weight, bias, m):
     """The checks of every call; returns (n, d, h, w)."""
-    _check_tensor("x", x)
-    if x.dim() != 5:
-        raise ValueError("x must be 5-D (N x 3 x D x H x W), not of shape %s" % (tuple(x.shape),))
-    lib = _library()
-    if lib.ch03_check_shape(*x.shape):
-        raise ValueError("x of shape %s: %s" % (tuple(x.shape),
-                                                 lib.ch03_last_error().decode("utf-8", "replace")))
+    check_tensor("x", x)
+    check_shape(_library(), CHAPTER, x, IN_CHANNELS)
     for name, t, numel in (("conv.weight", weight, None), ("conv.bias", bias, OUT_CHANNELS),
                            ("multiplier", m, OUT_CHANNELS)):
-        _check_tensor(name, t, x.device)
+        check_tensor(name, t, x.device)
         if numel is None and tuple(t.shape) != (OUT_CHANNELS, IN_CHANNELS) + (KERNEL_SIZE,) * 3:
             raise ValueError("conv.weight has shape %s, not (16, 3, 3, 3, 3)" % (tuple(t.shape),))
         if numel is not None and t.numel() != numel:
@@ -79,23 +66,12 @@ def versions():
 def forward_inference(x, weight, bias, m):
     """y without autograd: the chapter's fastest whole-model forward."""
     n, d, h, w = _check_inputs(x, weight, bias, m)
-    x = _aligned(x)
+    x = aligned(x)
     y = torch.empty((n, d - 2, h - 2, w - 2), device=x.device, dtype=torch.float32)
     ws = _workspace(n, d, h, w, x.device)
-    with torch.cuda.device(x.device):
-        _call("ch03_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(m), _ptr(y), _ptr(ws),
-              n, d, h, w, _stream(x.device))
+    call_on(x.device, _library(), CHAPTER, "ch03_forward", ptr(x), ptr(weight), ptr(bias),
+            ptr(m), ptr(y), ptr(ws), n, d, h, w)
     return y
-
-
-def _retry_on_memory(name, *args):
-    """_call, once more after PyTorch frees its cache where the conv's one-time setup found too
-    little free memory"""
-    try:
-        _call(name, *args)
-    except MemoryError:
-        torch.cuda.empty_cache()
-        _call(name, *args)
 
 
 class Ch03Function(torch.autograd.Function):
@@ -105,7 +81,7 @@ class Ch03Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, m):
         n, d, h, w = _check_inputs(x, weight, bias, m)
-        x = _aligned(x)
+        x = aligned(x)
         dev, f32 = x.device, torch.float32
         c = torch.empty((n, OUT_CHANNELS, d - 2, h - 2, w - 2), device=dev, dtype=f32)
         y = torch.empty((n, d - 2, h - 2, w - 2), device=dev, dtype=f32)
@@ -113,10 +89,9 @@ class Ch03Function(torch.autograd.Function):
         rstd = torch.empty_like(mean)
         win = torch.empty(y.shape, device=dev, dtype=torch.uint8)
         ws = _workspace(n, d, h, w, dev)
-        with torch.cuda.device(dev):
-            _retry_on_memory("ch03_train_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(m),
-                             _ptr(c), _ptr(y), _ptr(mean), _ptr(rstd), _ptr(win), _ptr(ws),
-                             n, d, h, w, _stream(dev))
+        # a MemoryError from the conv's one-time setup frees PyTorch's cache, once
+        call_on(dev, _library(), CHAPTER, "ch03_train_forward", ptr(x), ptr(weight), ptr(bias),
+                ptr(m), ptr(c), ptr(y), ptr(mean), ptr(rstd), ptr(win), ptr(ws), n, d, h, w)
         ctx.save_for_backward(x, weight, m, c, y, mean, rstd, win)
         ctx.shape = (n, d, h, w)
         return y
@@ -127,25 +102,15 @@ class Ch03Function(torch.autograd.Function):
         x, weight, m, c, y, mean, rstd, win = ctx.saved_tensors
         n, d, h, w = ctx.shape
         dev = x.device
-        g = _aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
+        g = aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
         dc, dw, dm = (torch.empty_like(t) for t in (c, weight, m))
         dbias = torch.empty(OUT_CHANNELS, device=dev, dtype=torch.float32)
         dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None  # only when wanted
         ws = _workspace(n, d, h, w, dev)
-        with torch.cuda.device(dev):
-            _retry_on_memory("ch03_backward", _ptr(x), _ptr(weight), _ptr(m), _ptr(c), _ptr(y),
-                             _ptr(mean), _ptr(rstd), _ptr(win), _ptr(g), _ptr(dc), _ptr(dx),
-                             _ptr(dw), _ptr(dbias), _ptr(dm), _ptr(ws), n, d, h, w,
-                             _stream(dev))
+        call_on(dev, _library(), CHAPTER, "ch03_backward", ptr(x), ptr(weight), ptr(m), ptr(c),
+                ptr(y), ptr(mean), ptr(rstd), ptr(win), ptr(g), ptr(dc), ptr(dx), ptr(dw),
+                ptr(dbias), ptr(dm), ptr(ws), n, d, h, w)
         return dx, dw, dbias, dm
-
-
-@torch.compiler.disable
-def model_forward(*tensors):
-    """The model's forward on explicit tensors (x, conv.weight, conv.bias, multiplier): the
-    training step's, through autograd, when one of them wants a gradient"""
-    wanted = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    return (Ch03Function.apply if wanted else forward_inference)(*tensors)
 
 
 class ModelNew(nn.Module):
@@ -161,7 +126,7 @@ class ModelNew(nn.Module):
     def __init__(self, in_channels, out_channels, kernel_size, multiplier_shape, clamp_min,
                  clamp_max):
         super().__init__()
-        got = (in_channels, out_channels, _triple(kernel_size, "kernel_size"))
+        got = (in_channels, out_channels, triple(kernel_size, "kernel_size"))
         if got != (IN_CHANNELS, OUT_CHANNELS, (KERNEL_SIZE,) * 3):
             raise ValueError("chapter 3's kernels take in_channels=3, out_channels=16, "
                              "kernel_size=3; got %s, %s, %s" % got)
@@ -181,4 +146,5 @@ class ModelNew(nn.Module):
         self.clamp_min, self.clamp_max = clamp_min, clamp_max
 
     def forward(self, x):
-        return model_forward(x, self.conv.weight, self.conv.bias, self.multiplier)
+        return model_forward(Ch03Function, forward_inference, x, self.conv.weight,
+                             self.conv.bias, self.multiplier)
