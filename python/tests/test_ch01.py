@@ -20,10 +20,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchtest  # noqa: E402 (after the path)
-from torchtest import (_lib, both_forwards, check, expect_error, guarded,  # noqa: E402
-                       library_shapes, same_parameters, same_seed, sgd_compare, sgd_data,
-                       step_on_two_streams, still_runs, sum_close, sum_ratio, compile_same,
-                       bad_inputs)
+from torchtest import (both_forwards, check, expect_error, guarded,  # noqa: E402
+                       library_shapes, readme_example, same_parameters, same_seed, sgd_compare,
+                       sgd_data, step_on_two_streams, still_runs, sum_close, sum_ratio,
+                       compile_same, bad_inputs)
 
 
 def library_checks():
@@ -178,16 +178,7 @@ def gpu_checks(torch, ch01):
     still_runs(new, ok_x, (1, 1, 7, 9, 11))
 
     # ---- python/README.md's example, as written, from the repository's root
-    import re
-    import subprocess
-    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
-              if "handfused.ch01" in b]
-    if check(len(blocks) == 1, "python/README.md holds one chapter-1 Python example"):
-        run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=_lib.REPO,
-                             capture_output=True, text=True)
-        check(run.returncode == 0, "python/README.md's example runs as written (exit %d)%s"
-              % (run.returncode, ": " + run.stderr.strip()[-300:] if run.returncode else ""))
+    readme_example(1)
 
 
 def sgd_checks(torch, ch01, Model, ARGS):

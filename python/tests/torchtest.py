@@ -168,10 +168,12 @@ def compile_same(new, x):
         check(False, "torch.compile(ModelNew): raised %s: %s" % (type(e).__name__, e))
 
 
-def sgd_compare(ref, new, data, lr):
+def sgd_compare(ref, new, data, lr, moved_min=1e-3, norm_floor=0.0):
     """SGD on the mean squared error to the targets, one step per (x, target) of data, for
     Model (ref) and ModelNew (new) from the same parameters: the losses within 1e-4 relative,
-    each parameter moved, and ModelNew's within 1e-3 of that move of Model's."""
+    each parameter moved by more than moved_min of its norm at the start (of norm_floor where
+    that is larger: a parameter that starts at zero), and ModelNew's within 1e-3 of that move of
+    Model's."""
     import torch
     p0 = [p.detach().clone() for p in ref.parameters()]
     losses = {}
@@ -188,18 +190,18 @@ def sgd_compare(ref, new, data, lr):
     check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
           "%.1e relative" % (len(data), lr, losses["Model"][0], losses["Model"][-1], worst))
     for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
-        moved = (p - s).norm().item()
+        moved, norm = (p - s).norm().item(), s.norm().item()
         off = (q - p).norm().item()
-        check(moved > 1e-3 * s.norm().item() and off <= 1e-3 * moved,
-              "SGD: %s moved %.2e (%.1f%% of its norm); ModelNew's differs from Model's by %.1e "
-              "of that move" % (name, moved, 100 * moved / s.norm().item(),
-                                off / max(moved, 1e-300)))
+        check(moved > moved_min * max(norm, norm_floor) and off <= 1e-3 * moved,
+              "SGD: %s moved %.2e (norm at the start %.2e); ModelNew's differs from Model's by "
+              "%.1e of that move" % (name, moved, norm, off / max(moved, 1e-300)))
 
 
 def bad_inputs(new, ok_x, channels_x, channels_word, short_x, short_word):
     """The inputs every chapter rejects, with autograd and under no_grad: float64, on the CPU,
-    non-contiguous, the wrong channel count (channels_x), 4-D, and short_x (an extent the
-    kernels do not take; None: none); and float64 parameters (a copy of new's)."""
+    non-contiguous (its last two dimensions swapped), the wrong channel count (channels_x), one
+    dimension too few (5-D ok_x) or too many (4-D), and short_x (an extent the kernels do not
+    take; None: none); and float64 parameters (a copy of new's)."""
     import copy
     import torch
     expect_error("float64 parameters", lambda: copy.deepcopy(new).double()(ok_x), TypeError,
@@ -209,11 +211,13 @@ def bad_inputs(new, ok_x, channels_x, channels_word, short_x, short_word):
         with torch.set_grad_enabled(grad):
             expect_error("float64 x, " + mode, lambda: new(ok_x.double()), TypeError, "float32")
             expect_error("x on the CPU, " + mode, lambda: new(ok_x.cpu()), ValueError, "CUDA")
-            expect_error("non-contiguous x, " + mode, lambda: new(ok_x.transpose(3, 4)),
+            expect_error("non-contiguous x, " + mode, lambda: new(ok_x.transpose(-2, -1)),
                          ValueError, "contiguous")
             expect_error("x with %d channels, %s" % (channels_x.shape[1], mode),
                          lambda: new(channels_x), ValueError, channels_word)
-            expect_error("4-D x, " + mode, lambda: new(ok_x[0]), ValueError, "5-D")
+            wrong = ok_x[0] if ok_x.dim() == 5 else ok_x[None]
+            expect_error("%d-D x, %s" % (wrong.dim(), mode), lambda: new(wrong), ValueError,
+                         "%d-D" % ok_x.dim())
             if short_x is not None:
                 expect_error("x of shape %s, %s" % (tuple(short_x.shape), mode),
                              lambda: new(short_x), ValueError, short_word)
@@ -249,13 +253,14 @@ def same_seed(Model, ModelNew, args, seed):
     return ref, ModelNew(*args).cuda()
 
 
-def sgd_data(x_shape, y_shape, steps, seed=11):
-    """steps pairs (x ~ U[0, 1), target ~ U[-1, 1)) from their own generator"""
+def sgd_data(x_shape, y_shape, steps, seed=11, low=-1.0, high=1.0):
+    """steps pairs (x ~ U[0, 1), target ~ U[low, high)) from their own generator"""
     import torch
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     return [(torch.rand(x_shape, device="cuda", generator=gen),
-             2 * torch.rand(y_shape, device="cuda", generator=gen) - 1) for _ in range(steps)]
+             (high - low) * torch.rand(y_shape, device="cuda", generator=gen) + low)
+            for _ in range(steps)]
 
 
 def both_forwards(tag, new, x, y64, inference, training):
@@ -294,3 +299,19 @@ def still_runs(new, ok_x, shape):
         y = new(ok_x)
     check(y.shape == shape and bool(torch.isfinite(y).all()),
           "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+
+
+def readme_example(chapter, label="example"):
+    """python/README.md's one Python block that imports handfused.chNN, run as written from the
+    repository's root"""
+    import re
+    import subprocess
+    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+              if "handfused.ch%02d" % chapter in b]
+    if check(len(blocks) == 1, "python/README.md holds one chapter-%d Python example" % chapter):
+        run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=_lib.REPO,
+                             capture_output=True, text=True)
+        check(run.returncode == 0, "python/README.md's %s runs as written (exit %d)%s"
+              % (label, run.returncode,
+                 ": " + run.stderr.strip()[-300:] if run.returncode else ""))
