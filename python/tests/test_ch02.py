@@ -24,9 +24,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchtest  # noqa: E402 (after the path)
 from torchtest import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
-                       expect_error, guarded, library_shapes, same_parameters, same_seed,
-                       sgd_compare, sgd_data, step_on_two_streams, still_runs, sum_close,
-                       sum_ratio)
+                       expect_error, float64_model, guarded, library_shapes, same_parameters,
+                       same_seed, sgd_compare, sgd_data, step_on_two_streams, still_runs,
+                       sum_close, sum_ratio)
 
 N_WEIGHT = 64 * 32 * 27
 TOL = 2e-5  # a gradient's, against the sum of its terms' magnitudes (the docstring says why)
@@ -88,10 +88,7 @@ def gpu_checks(torch, ch02):
         pd, ph, pw = d // 2, h // 2, w // 2
         torch.manual_seed(seed)
         new = ch02.ModelNew(*ARGS).to(dev)
-        ref = Model(*ARGS).to(dev).double()
-        ref.load_state_dict(new.state_dict())
-        x = torch.rand(shape, device=dev)
-        x64 = x.double().requires_grad_()
+        ref, x, x64 = float64_model(Model, ARGS, new, shape)
         c64 = ref.conv(x64)
         c64.retain_grad()
         y64 = ref.tail(c64)

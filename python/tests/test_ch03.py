@@ -190,10 +190,7 @@ def grads_case(torch, F, ch03, Model, dev, shape, seed, tie):
     if tie:  # two channels with one factor: wherever both clamp at 1, their products tie
         with torch.no_grad():
             new.multiplier[3] = new.multiplier[7] = 3.0
-    ref = Model(*ARGS).to(dev).double()
-    ref.load_state_dict(new.state_dict())
-    x = torch.rand(shape, device=dev)
-    x64 = x.double().requires_grad_()
+    ref, x, x64 = common.float64_model(Model, ARGS, new, shape)
     c64 = ref.conv(x64)
     c64.retain_grad()
     y64 = ref.tail(c64)

@@ -1,16 +1,12 @@
 #!/usr/bin/env python3
 """test_ch04.py: handfused.ch04's ModelNew against PyTorch's Model (KernelBench level 2 #92).
 
-    python3 python/tests/test_ch04.py      (make torch-test; make test runs it too)
-
-Prints PASS / FAIL / SKIP lines as the chapters' checks do (common/run-tests.sh counts them);
-exits 1 if any check failed.
-  - Without PyTorch or a GPU: the library's own shape checks through ctypes, and the message a
-    missing library gives; then one SKIP line for the rest.
-  - On a GPU: the parameters ModelNew creates after a seed, against Model's; the output (both
-    forwards) and every gradient against Model in float64 on awkward shapes and the KernelBench
-    shape; 20 steps of SGD from the same seed against Model in fp32; a side stream; torch.compile;
-    bad inputs rejected with their messages; python/README.md's chapter-4 example, run as written.
+Run as python3 python/tests/test_ch04.py, or by make torch-test and make test; the PASS, FAIL
+and SKIP lines and the exit status are torchtest.py's. On any machine: the library's shape
+limits and their messages through ctypes (no PyTorch needed). On a GPU, beside those: Model's
+parameters after a seed; y from both forwards and every gradient against Model in float64 on
+awkward shapes and the KernelBench shape; a side stream; 20 SGD steps beside Model in fp32;
+torch.compile; each bad input with its message; python/README.md's chapter-4 example.
 Tolerances are the chapter's (problem.cu): an output within 1e-5 relative L2 and 1e-4 of the
 float64 reference at every element; a gradient element within 1e-5 of the scale of its float
 error, the sum of its terms' magnitudes propagated step by step as reference.cu derives it
@@ -22,10 +18,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchtest  # noqa: E402 (after the path)
-from torchtest import (bad_inputs, both_forwards, check, compile_same, expect_error,  # noqa: E402
-                       guarded, library_shapes, readme_example, same_parameters, same_seed,
-                       sgd_compare, sgd_data, step_on_two_streams, still_runs, sum_close,
-                       sum_ratio)
+from torchtest import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
+                       expect_error, float64_model, guarded, library_shapes, readme_example,
+                       same_parameters, same_seed, sgd_compare, sgd_data, step_on_two_streams,
+                       still_runs, sum_close, sum_ratio)
 
 
 def library_checks():
@@ -79,10 +75,7 @@ def gpu_checks(torch, ch04):
             # so that a gamma or beta applied per group instead of per channel shows
             new.group_norm.weight.uniform_(-1.5, 1.5)
             new.group_norm.bias.uniform_(-1, 1)
-        ref = Model(*ARGS).to(dev).double()
-        ref.load_state_dict(new.state_dict())
-        x = torch.rand(shape, device=dev)
-        x64 = x.double().requires_grad_()
+        ref, x, x64 = float64_model(Model, ARGS, new, shape)
         c64 = ref.conv(x64)
         c64.retain_grad()
         keep = []

@@ -263,6 +263,17 @@ def sgd_data(x_shape, y_shape, steps, seed=11, low=-1.0, high=1.0):
             for _ in range(steps)]
 
 
+def float64_model(Model, args, new, shape):
+    """Model on the GPU in float64 with new's parameters (built after new: it draws its own from
+    the generator first, as before), then x ~ U[0, 1) of shape: (ref, x, x64), x64 being x in
+    float64 and wanting its gradient"""
+    import torch
+    ref = Model(*args).cuda().double()
+    ref.load_state_dict(new.state_dict())
+    x = torch.rand(shape, device="cuda")
+    return ref, x, x.double().requires_grad_()
+
+
 def both_forwards(tag, new, x, y64, inference, training):
     """new(x) without and with autograd, each against the float64 y64 (inference, training:
     what runs, for the messages); x's copy that asks for a gradient, and the training y"""
