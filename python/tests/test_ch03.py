@@ -4,8 +4,8 @@
     python3 python/tests/test_ch03.py      (make torch-test; make test runs it too)
 
 Prints PASS / FAIL / SKIP lines as the chapters' checks do (common/run-tests.sh counts them);
-exits 1 if any check failed. The printing and counting are torchtest.py's (check, skip,
-expect_error).
+exits 1 if any check failed. The run, the printing and counting and the checks every chapter
+makes (parameters, side stream, SGD, torch.compile, bad inputs) are torchtest.py's.
   - Without PyTorch or a GPU: the library's own shape checks through ctypes, and the message a
     missing library gives; then one SKIP line for the rest.
   - On a GPU: the parameters ModelNew creates after a seed, against Model's; the output (both
@@ -22,17 +22,15 @@ float32 may decide the other way, and the gradient jumps there; g is zero at tho
 so that every gradient is a continuous function of the inputs (the chapter's checks bound what
 such ambiguous positions could move instead; reference.cu).
 """
-import itertools
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from handfused import _lib  # noqa: E402 (after the path)
-import torchtest as common  # noqa: E402 (check, skip, expect_error, the failure count)
+import torchtest as common  # noqa: E402 (after the path)
 
-check, skip, expect_error = common.check, common.skip, common.expect_error
+check, expect_error = common.check, common.expect_error
 ARGS = (3, 16, 3, (16, 1, 1, 1), -1.0, 1.0)  # KernelBench's get_init_inputs() for #79
 
 
@@ -46,41 +44,15 @@ SHAPES = (((1, 3, 3, 3, 4), None), ((128, 3, 16, 32, 32), None), ((65535, 3, 3, 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch03_check_shape's verdicts and messages,
     the workspace's size, and a missing library's message."""
-    with tempfile.TemporaryDirectory() as empty:
-        expect_error("a missing library", lambda: _lib.load(3, empty), FileNotFoundError,
-                     "make lib CH=3")
-    if not os.path.isfile(os.path.join(_lib.lib_dir(), "libch03.so")):
-        skip("the library's checks: libch03.so is not built (make lib CH=3)")
+    lib = common.library_shapes(3, [shape for shape, word in SHAPES if word is None],
+                                [(shape, word) for shape, word in SHAPES if word is not None])
+    if lib is None:
         return
-    lib = _lib.load(3)
-    for shape, word in SHAPES:
-        code = lib.ch03_check_shape(*shape)
-        msg = lib.ch03_last_error().decode() if code else ""
-        verdict = code == 0 if word is None else (code == _lib.EINVAL and word in msg)
-        check(verdict, "ch03_check_shape %s %s (code %d)%s" % (
-            "accepts" if word is None else "rejects", shape, code, ": " + msg if code else ""))
     # the largest piece: our dw's partials, 1296 a block of 512 positions of a sample
     size = lib.ch03_workspace_bytes(128, 16, 32, 32)
     least = 4 * 1296 * 128 * ((14 * 30 * 30 + 511) // 512)
     check(size >= least, "ch03_workspace_bytes(128 x 3 x 16 x 32 x 32) = %d (dw's partials "
           "alone: %d)" % (size, least))
-
-
-def main():
-    library_checks()
-    what = "handfused.ch03 on the GPU (output, gradients, SGD, torch.compile, bad inputs)"
-    try:
-        import torch
-    except ImportError:
-        return skip("%s: PyTorch is not installed" % what)
-    if not torch.cuda.is_available():
-        return skip("%s: no CUDA device" % what)
-    try:
-        from handfused import ch03
-        ch03._library()
-    except (ImportError, FileNotFoundError) as e:
-        return check(False, "import handfused.ch03 and its library: %s" % e)
-    gpu_checks(torch, ch03)
 
 
 def make_model(torch):
@@ -113,35 +85,21 @@ def make_model(torch):
 def gpu_checks(torch, ch03):
     Model, F = make_model(torch)
     dev = torch.device("cuda")
-    torch.backends.cudnn.allow_tf32 = False  # the reference in fp32 (or float64), never TF32
-    torch.backends.cuda.matmul.allow_tf32 = False
     check(ch03.versions().startswith("forward v"), "this GPU runs: %s" % ch03.versions())
 
     # ---- the parameters, after the same seed: names, order, shapes, values
-    for seed in (0, 5):
-        pairs = []
-        for cls in (Model, ch03.ModelNew):
-            torch.manual_seed(seed)
-            pairs.append(list(cls(*ARGS).named_parameters()))
-        names = [[name for name, _ in p] for p in pairs]
-        values_equal = all(torch.equal(p, q) for (_, p), (_, q) in zip(*pairs))
-        check(names[0] == names[1] and values_equal, "seed %d: ModelNew's parameters are "
-              "Model's, in its order (%s)" % (seed, ", ".join(names[1])))
+    common.same_parameters(Model, ch03.ModelNew, ARGS)
 
     for i, (shape, tie) in enumerate((((1, 3, 3, 4, 5), False), ((1, 3, 5, 7, 11), False),
                                       ((2, 3, 7, 11, 13), False), ((3, 3, 6, 9, 10), False),
                                       ((2, 3, 6, 9, 10), True), ((1, 3, 32, 34, 34), False),
                                       ((128, 3, 16, 32, 32), False))):
-        try:
-            grads_case(torch, F, ch03, Model, dev, shape, 100 + i, tie)
-        except Exception as e:  # noqa: BLE001
-            check(False, "%s: raised %s: %s" % (shape, type(e).__name__, e))
-    for name, fn in (("a side stream", side_stream), ("SGD", sgd_checks),
-                     ("torch.compile(ModelNew)", compile_checks)):
-        try:
-            fn(torch, ch03, Model, dev)
-        except Exception as e:  # noqa: BLE001
-            check(False, "%s: raised %s: %s" % (name, type(e).__name__, e))
+        common.guarded(str(shape), grads_case, torch, F, ch03, Model, dev, shape, 100 + i, tie)
+    common.guarded("a side stream", side_stream, torch, ch03, dev)
+    common.guarded("SGD", sgd_checks, ch03, Model)
+    # ---- torch.compile: a graph break around the library call, the same results as eager
+    torch.manual_seed(4)
+    common.compile_same(ch03.ModelNew(*ARGS).to(dev), torch.rand((2, 3, 6, 9, 10), device=dev))
     bad_inputs(torch, ch03, dev)
     readme_example()
 
@@ -257,113 +215,31 @@ def grads_case(torch, F, ch03, Model, dev, shape, seed, tie):
               "its sum (ratio %.1e)" % (tag, ratio))
 
 
-def side_stream(torch, ch03, Model, dev):
+def side_stream(torch, ch03, dev):
     """the same results on a side stream as on the default stream (dx within cuDNN's noise)"""
     torch.manual_seed(3)
     new = ch03.ModelNew(*ARGS).to(dev)
     x = torch.rand((3, 3, 6, 9, 10), device=dev)
-    g = torch.randn((3, 4, 7, 8), device=dev)
-
-    def run():
-        """both forwards and every gradient: y (no_grad), y, dx, dw, dbias, dm"""
-        new.zero_grad()
-        with torch.no_grad():
-            y_inf = new(x)
-        xg = x.clone().requires_grad_()
-        y = new(xg)
-        y.backward(g)
-        return [y_inf, y, xg.grad] + [p.grad.clone() for p in new.parameters()]
-
-    home = run()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        away = run()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    dx_rel = ((home[2] - away[2]).norm() / home[2].norm()).item()
-    bits = [torch.equal(a, b) for k, (a, b) in enumerate(zip(home, away)) if k != 2]
-    check(all(bits) and dx_rel <= 1e-6, "a side stream: both forwards' y, dw, dbias, dm the same "
+    runs = common.step_on_two_streams(new, x, torch.randn((3, 4, 7, 8), device=dev))
+    same = all(torch.equal(a, b) for k, (a, b) in enumerate(zip(*runs)) if k != 1)
+    dx_rel = ((runs[0][1] - runs[1][1]).norm() / runs[0][1].norm()).item()
+    check(same and dx_rel <= 1e-6, "a side stream: both forwards' y, dw, dbias, dm the same "
           "bits as on the default stream, dx within %.1e" % dx_rel)
 
 
-def sgd_checks(torch, ch03, Model, dev):
-    steps, lr, shape = 20, 0.1, (2, 3, 6, 7, 8)
-    torch.manual_seed(7)
-    ref = Model(*ARGS).to(dev)
-    torch.manual_seed(7)
-    new = ch03.ModelNew(*ARGS).to(dev)
-    p0 = [p.detach().clone() for p in ref.parameters()]
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(11)
-    data = [(torch.rand(shape, device=dev, generator=gen),
-             2 * torch.rand((2, 4, 5, 6), device=dev, generator=gen) - 1) for _ in range(steps)]
-
-    def train(model):
-        """the losses of the 20 steps"""
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-
-        def step(x, target):
-            opt.zero_grad()
-            loss = (model(x) - target).square().mean()
-            loss.backward()
-            opt.step()
-            return loss.item()
-        return [step(x, target) for x, target in data]
-    losses = {"Model": train(ref), "ModelNew": train(new)}
-    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["Model"], losses["ModelNew"]))
-    check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
-          "%.1e relative" % (steps, lr, losses["Model"][0], losses["Model"][-1], worst))
-    for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
-        moved, off = (p - s).norm().item(), (q - p).norm().item()
-        if name == "conv.bias":
-            # the instance norm removes any per-channel constant: its gradient is zero up to
-            # rounding (reference.cu), so the bias stays where it started in both
-            check(moved <= 1e-5 * s.norm().item() and off <= 1e-5 * s.norm().item(),
-                  "SGD: conv.bias stays put (its gradient is zero up to rounding): moved %.1e, "
-                  "ModelNew's differs by %.1e" % (moved, off))
-            continue
-        check(moved > 1e-3 * s.norm().item() and off <= 1e-3 * moved,
-              "SGD: %s moved %.2e (%.1f%% of its norm); ModelNew's differs from Model's by %.1e "
-              "of that move" % (name, moved, 100 * moved / s.norm().item(),
-                                off / max(moved, 1e-300)))
-
-
-def compile_checks(torch, ch03, Model, dev):
-    """a graph break around the library call, the same results as eager"""
-    torch.manual_seed(4)
-    new = ch03.ModelNew(*ARGS).to(dev)
-    x = torch.rand((2, 3, 6, 9, 10), device=dev)
-
-    def results(model):
-        """y under no_grad, then the parameters' gradients of sum(y^2) (an upstream gradient
-        computed on the way)"""
-        with torch.no_grad():
-            y = model(x)
-        new.zero_grad()
-        model(x).square().sum().backward()
-        return [y] + [p.grad.clone() for p in new.parameters()]
-
-    same = [torch.equal(a, b) for a, b in zip(results(new), results(torch.compile(new)))]
-    check(all(same), "torch.compile(ModelNew): forward and gradients the same bits as eager")
+def sgd_checks(ch03, Model):
+    ref, new = common.same_seed(Model, ch03.ModelNew, ARGS, 7)
+    # the instance norm removes any per-channel constant: conv.bias's gradient is zero up to
+    # rounding (reference.cu), so the bias stays where it started in both
+    common.sgd_compare(ref, new, common.sgd_data((2, 3, 6, 7, 8), (2, 4, 5, 6), 20), 0.1,
+                       fixed=("conv.bias",))
 
 
 def bad_inputs(torch, ch03, dev):
     new = ch03.ModelNew(*ARGS).to(dev)
     ok_x = torch.rand((1, 3, 4, 5, 6), device=dev)
-    cases = (("float64 x", lambda: new(ok_x.double()), TypeError, "float32"),
-             ("x on the CPU", lambda: new(ok_x.cpu()), ValueError, "CUDA"),
-             ("non-contiguous x", lambda: new(ok_x.transpose(3, 4)), ValueError, "contiguous"),
-             ("x with 4 channels", lambda: new(torch.rand((1, 4, 4, 5, 6), device=dev)),
-              ValueError, "3 channels"),
-             ("4-D x", lambda: new(ok_x[0]), ValueError, "5-D"),
-             ("a depth of 2", lambda: new(torch.rand((1, 3, 2, 5, 6), device=dev)), ValueError,
-              "at least 3"))
-    for grad, (what, fn, exc, word) in itertools.product((True, False), cases):
-        with torch.set_grad_enabled(grad):  # the training forward's checks, then inference's
-            expect_error("%s, %s" % (what, "with autograd" if grad else "under no_grad"), fn,
-                         exc, word)
+    common.bad_inputs(new, ok_x, torch.rand((1, 4, 4, 5, 6), device=dev), "3 channels",
+                      torch.rand((1, 3, 2, 5, 6), device=dev), "at least 3")
     expect_error("a batch of 65536", lambda: new(torch.rand((65536, 3, 3, 3, 4), device=dev)),
                  ValueError, "65535")
     expect_error("a conv output past 2^31 elements (an input of 1.8 GB)",
@@ -375,14 +251,7 @@ def bad_inputs(torch, ch03, dev):
     expect_error("a multiplier of 1 element", lambda: ch03.ModelNew(3, 16, 3, (1, 1, 1, 1),
                                                                     -1.0, 1.0),
                  ValueError, "multiplier_shape")
-    expect_error("float64 parameters", lambda: ch03.ModelNew(*ARGS).to(dev).double()(ok_x),
-                 TypeError, "float32")
-    with torch.no_grad():
-        y = new(ok_x)
-    check(y.shape == (1, 2, 3, 4) and bool(torch.isfinite(y).all()),
-          "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
-
+    common.still_runs(new, ok_x, (1, 2, 3, 4))
 
 if __name__ == "__main__":
-    main()
-    sys.exit(1 if common.failed else 0)
+    common.main(3, library_checks, gpu_checks)

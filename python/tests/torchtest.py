@@ -168,12 +168,13 @@ def compile_same(new, x):
         check(False, "torch.compile(ModelNew): raised %s: %s" % (type(e).__name__, e))
 
 
-def sgd_compare(ref, new, data, lr, moved_min=1e-3, norm_floor=0.0):
+def sgd_compare(ref, new, data, lr, moved_min=1e-3, norm_floor=0.0, fixed=()):
     """SGD on the mean squared error to the targets, one step per (x, target) of data, for
     Model (ref) and ModelNew (new) from the same parameters: the losses within 1e-4 relative,
     each parameter moved by more than moved_min of its norm at the start (of norm_floor where
     that is larger: a parameter that starts at zero), and ModelNew's within 1e-3 of that move of
-    Model's."""
+    Model's. The parameters named in fixed have a gradient that is zero up to rounding (the
+    model removes them): they stay within 1e-5 of their norm, in both."""
     import torch
     p0 = [p.detach().clone() for p in ref.parameters()]
     losses = {}
@@ -192,6 +193,11 @@ def sgd_compare(ref, new, data, lr, moved_min=1e-3, norm_floor=0.0):
     for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
         moved, norm = (p - s).norm().item(), s.norm().item()
         off = (q - p).norm().item()
+        if name in fixed:
+            check(moved <= 1e-5 * norm and off <= 1e-5 * norm, "SGD: %s stays put (its gradient "
+                  "is zero up to rounding): moved %.1e, ModelNew's differs by %.1e"
+                  % (name, moved, off))
+            continue
         check(moved > moved_min * max(norm, norm_floor) and off <= 1e-3 * moved,
               "SGD: %s moved %.2e (norm at the start %.2e); ModelNew's differs from Model's by "
               "%.1e of that move" % (name, moved, norm, off / max(moved, 1e-300)))
