@@ -4,6 +4,8 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
 
     handfused.ch01   KernelBench level 2 #58: ConvTranspose3d -> LogSumExp -> x sigmoid(x+3)/6
                      -> -bias -> clamp
+    handfused.ch05   KernelBench level 2 #38: AvgPool3d -> ConvTranspose3d -> clamp -> softmax
+                     over each channel's positions -> x scale
 
 Each module holds a ModelNew with the constructor and parameters of KernelBench's Model for that
 problem, its forward and backward in the chapter's kernels. This package imports without

@@ -25,6 +25,16 @@ SIGNATURES = {
         "ch01_backward": (_i, [_p] * 11 + [_i] * 4 + [_p]),
         "ch01_release": (None, []),
     },
+    5: {
+        "ch05_last_error": (ctypes.c_char_p, []),
+        "ch05_check_shape": (_i, [_ll] * 5),
+        "ch05_workspace_floats": (ctypes.c_size_t, [_i] * 4),
+        "ch05_clusters": (_i, []),
+        "ch05_forward": (_i, [_p] * 7 + [_i] * 4 + [_p]),
+        "ch05_train_forward": (_i, [_p] * 9 + [_i] * 4 + [_p]),
+        "ch05_backward": (_i, [_p] * 12 + [_i] * 4 + [_p]),
+        "ch05_release": (None, []),
+    },
 }
 
 EINVAL, ENOMEM, ECUDA = 1, 2, 3

@@ -17,81 +17,25 @@ terms' magnitudes (the chapter's own bound is 1e-6; float32's unit roundoff is 2
 """
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from handfused import _lib  # noqa: E402 (after the path)
+from _checks import (bad_inputs, check, compiled_as_eager, expect_error,  # noqa: E402
+                     guarded, on_both_streams, run, same_parameters, sgd, shape_limits,
+                     sum_close, sum_ratio)
 
-failed = 0
-
-
-def check(ok, msg):
-    global failed
-    print(("PASS  " if ok else "FAIL  ") + msg, flush=True)
-    failed += not ok
-    return ok
-
-
-def skip(msg):
-    print("SKIP  " + msg, flush=True)
-
-
-def expect_error(what, fn, exc, *words):
-    """fn() must raise exc whose message holds every word."""
-    try:
-        fn()
-    except exc as e:
-        msg = str(e)
-        return check(all(w in msg for w in words), "%s: %s: %s" % (what, type(e).__name__, msg))
-    except Exception as e:  # noqa: BLE001 (the wrong exception is the failure reported)
-        return check(False, "%s: raised %s (%s), not %s" % (what, type(e).__name__, e,
-                                                             exc.__name__))
-    return check(False, "%s: no error raised" % what)
 
 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch01_check_shape's verdicts and messages,
     the workspace size, and a missing library's message."""
-    with tempfile.TemporaryDirectory() as empty:
-        expect_error("a missing library", lambda: _lib.load(1, empty), FileNotFoundError,
-                     "make lib CH=1")
-    try:
-        lib = _lib.load(1)
-    except FileNotFoundError as e:
-        skip("the library's checks: %s" % e)
-        return
-    err = lambda: lib.ch01_last_error().decode()  # noqa: E731
-    for shape in ((1, 3, 1, 1, 1), (128, 3, 16, 32, 32), (65535, 3, 1, 1, 1)):
-        check(lib.ch01_check_shape(*shape) == 0, "ch01_check_shape accepts %s" % (shape,))
-    for shape, words in (((1, 4, 2, 2, 2), "3 channels"), ((0, 3, 2, 2, 2), "at least 1"),
-                         ((65536, 3, 1, 1, 1), "65535"), ((1, 3, 65536, 1, 1), "65535"),
-                         ((8, 3, 129, 129, 129), "2^31")):
-        code = lib.ch01_check_shape(*shape)
-        check(code == _lib.EINVAL and words in err(),
-              "ch01_check_shape rejects %s (code %d): %s" % (shape, code, err()))
-    n = lib.ch01_workspace_floats(128, 16, 32, 32)
-    check(n >= 16 * 81 * 64, "ch01_workspace_floats(128 x 3 x 16 x 32 x 32) = %d floats" % n)
-
-
-def main():
-    library_checks()
-    try:
-        import torch
-    except ImportError:
-        skip("handfused.ch01 on the GPU (output, gradients, SGD, torch.compile, bad inputs): "
-             "PyTorch is not installed")
-        return
-    if not torch.cuda.is_available():
-        skip("handfused.ch01 on the GPU (output, gradients, SGD, torch.compile, bad inputs): "
-             "no CUDA device")
-        return
-    try:
-        from handfused import ch01
-        ch01._library()
-    except (ImportError, FileNotFoundError) as e:
-        check(False, "import handfused.ch01 and its library: %s" % e)
-        return
-    gpu_checks(torch, ch01)
+    lib = shape_limits(1, ((1, 3, 1, 1, 1), (128, 3, 16, 32, 32), (65535, 3, 1, 1, 1)),
+                       (((1, 4, 2, 2, 2), "3 channels"), ((0, 3, 2, 2, 2), "at least 1"),
+                        ((65536, 3, 1, 1, 1), "65535"), ((1, 3, 65536, 1, 1), "65535"),
+                        ((8, 3, 129, 129, 129), "2^31")))
+    if lib:
+        n = lib.ch01_workspace_floats(128, 16, 32, 32)
+        check(n >= 16 * 81 * 64, "ch01_workspace_floats(128 x 3 x 16 x 32 x 32) = %d floats" % n)
 
 
 def gpu_checks(torch, ch01):
@@ -118,17 +62,7 @@ def gpu_checks(torch, ch01):
     torch.backends.cudnn.allow_tf32 = False  # the reference in fp32 (or float64), never TF32
     torch.backends.cuda.matmul.allow_tf32 = False
 
-    # ---- the parameters, after the same seed
-    for seed in (0, 5):
-        torch.manual_seed(seed)
-        ref = Model(*ARGS)
-        torch.manual_seed(seed)
-        new = ch01.ModelNew(*ARGS)
-        a, b = list(ref.named_parameters()), list(new.named_parameters())
-        same = [n for n, _ in a] == [n for n, _ in b] and all(
-            p.shape == q.shape and torch.equal(p, q) for (_, p), (_, q) in zip(a, b))
-        check(same, "seed %d: ModelNew's parameters are Model's, in its order (%s)"
-              % (seed, ", ".join(n for n, _ in b)))
+    same_parameters(torch, Model, ch01.ModelNew, ARGS)
 
     # ---- the output and every gradient against float64
     def out_close(what, got, ref):
@@ -138,18 +72,6 @@ def gpu_checks(torch, ch01):
         worst = err.max().item() if err.numel() else 0.0
         ok = bool(torch.isfinite(got).all()) and rel <= 1e-5 and worst <= 1e-4
         return check(ok, "%s: rel_l2 %.1e, max_abs %.1e" % (what, rel, worst))
-
-    def sum_ratio(got, ref, abs_sum):
-        """the largest error over the sum of its terms' magnitudes; inf where got has a NaN"""
-        if not bool(torch.isfinite(got).all()):
-            return float("inf")
-        return ((got.double() - ref).abs() / abs_sum.clamp_min(1e-300)).max().item()
-
-    def sum_close(what, got, ref, abs_sum, tol=1e-5):
-        """a sum: every element within tol of the sum of its terms' magnitudes"""
-        ratio = sum_ratio(got, ref, abs_sum)
-        return check(ratio <= tol, "%s: max error / sum of |terms| %.1e (at most %.0e)"
-                     % (what, ratio, tol))
 
     def grads_case(shape, seed, b_value=0.1):
         n, _, d, h, w = shape
@@ -226,88 +148,53 @@ def gpu_checks(torch, ch01):
                                           ((2, 3, 3, 7, 11), 0.1), ((3, 3, 5, 13, 17), 0.1),
                                           ((3, 3, 5, 13, 17), None), ((1, 3, 4, 16, 33), 0.1),
                                           ((2, 3, 7, 5, 64), 0.1), ((128, 3, 16, 32, 32), 0.1))):
-        try:
-            grads_case(shape, 100 + i, b_value)
-        except Exception as e:  # noqa: BLE001
-            check(False, "%s, b %s: raised %s: %s" % (shape, b_value, type(e).__name__, e))
+        guarded("%s, b %s" % (shape, b_value), grads_case, shape, 100 + i, b_value)
 
     # ---- a side stream: the same results as the default stream's (dx within cuDNN's noise)
-    try:
+    def side_stream():
         torch.manual_seed(3)
         new = ch01.ModelNew(*ARGS).to(dev)
         x = torch.rand((2, 3, 5, 6, 7), device=dev)
         g = torch.randn((2, 1, 9, 11, 13), device=dev)
-        runs = []
-        for side in (False, True):
+
+        def step():
             new.zero_grad()
             xg = x.clone().requires_grad_()
-            st = torch.cuda.Stream() if side else torch.cuda.current_stream()
-            st.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(st):
-                y = new(xg)
-                y.backward(g)
-                out = [y, xg.grad] + [p.grad.clone() for p in new.parameters()]
-            torch.cuda.current_stream().wait_stream(st)
-            torch.cuda.synchronize()
-            runs.append(out)
+            y = new(xg)
+            y.backward(g)
+            return [y, xg.grad] + [p.grad.clone() for p in new.parameters()]
+
+        runs = on_both_streams(torch, step)
         same = all(torch.equal(a, b) for i, (a, b) in enumerate(zip(*runs)) if i != 1)
         dx_rel = ((runs[0][1] - runs[1][1]).norm() / runs[0][1].norm()).item()
         check(same and dx_rel <= 1e-6, "a side stream: y, dw, dbias, db the same bits as on the "
               "default stream, dx within %.1e" % dx_rel)
-    except Exception as e:  # noqa: BLE001
-        check(False, "a side stream: raised %s: %s" % (type(e).__name__, e))
+
+    guarded("a side stream", side_stream)
 
     # ---- 20 steps of SGD, ModelNew and Model (fp32) from the same seed
-    try:
-        sgd_checks(torch, ch01, Model, ARGS, dev)
-    except Exception as e:  # noqa: BLE001
-        check(False, "SGD: raised %s: %s" % (type(e).__name__, e))
+    guarded("SGD", sgd_checks, torch, ch01, Model, ARGS, dev)
 
     # ---- torch.compile: a graph break around the library call, the same results as eager
-    try:
-        torch.manual_seed(4)
-        new = ch01.ModelNew(*ARGS).to(dev)
-        compiled = torch.compile(new)
-        x = torch.rand((2, 3, 5, 6, 7), device=dev)
-        with torch.no_grad():
-            same_fwd = torch.equal(compiled(x), new(x))
-        grads = []
-        for m in (new, compiled):
-            new.zero_grad()
-            m(x).square().sum().backward()  # an expanded upstream gradient on the way
-            grads.append([p.grad.clone() for p in new.parameters()])
-        same_bwd = all(torch.equal(a, b) for a, b in zip(*grads))
-        check(same_fwd and same_bwd, "torch.compile(ModelNew): forward and gradients the same "
-              "bits as eager")
-    except Exception as e:  # noqa: BLE001
-        check(False, "torch.compile(ModelNew): raised %s: %s" % (type(e).__name__, e))
+    torch.manual_seed(4)
+    compiled_as_eager(torch, ch01.ModelNew(*ARGS).to(dev), torch.rand((2, 3, 5, 6, 7), device=dev),
+                      0)
 
     # ---- bad inputs
     torch.manual_seed(0)
     new = ch01.ModelNew(*ARGS).to(dev)
     ok_x = torch.rand((1, 3, 4, 5, 6), device=dev)
-    for grad in (True, False):
-        mode = "with autograd" if grad else "under no_grad"
-        with torch.set_grad_enabled(grad):
-            expect_error("float64 x, " + mode, lambda: new(ok_x.double()), TypeError, "float32")
-            expect_error("x on the CPU, " + mode, lambda: new(ok_x.cpu()), ValueError, "CUDA")
-            expect_error("non-contiguous x, " + mode, lambda: new(ok_x.transpose(3, 4)),
-                         ValueError, "contiguous")
-            expect_error("x with 4 channels, " + mode,
-                         lambda: new(torch.rand((1, 4, 4, 5, 6), device=dev)), ValueError,
-                         "3 channels")
-            expect_error("4-D x, " + mode, lambda: new(ok_x[0]), ValueError, "5-D")
+    bad_inputs(torch, new, ARGS, ok_x,
+               (("x with 4 channels", torch.rand((1, 4, 4, 5, 6), device=dev), "3 channels"),))
     expect_error("a batch of 65536", lambda: new(torch.rand((65536, 3, 1, 1, 1), device=dev)),
                  ValueError, "65535")
     big = torch.empty((8, 3, 129, 129, 129), device=dev)
-    expect_error("a conv output past 2^31 elements", lambda: new(big), ValueError, "2^31")
+    expect_error("a conv output past 2^31 elements", lambda b=big: new(b), ValueError, "2^31")
     del big
     expect_error("stride 1", lambda: ch01.ModelNew(3, 16, 3, 1, 1, (1, 1, 1, 1)), ValueError,
                  "stride=2")
     expect_error("a bias of 16 elements", lambda: ch01.ModelNew(3, 16, 3, 2, 1, (16, 1, 1, 1)),
                  ValueError, "one element")
-    expect_error("float64 parameters", lambda: ch01.ModelNew(*ARGS).to(dev).double()(ok_x),
-                 TypeError, "float32")
     with torch.no_grad():
         y = new(ok_x)
     check(y.shape == (1, 1, 7, 9, 11) and bool(torch.isfinite(y).all()),
@@ -326,7 +213,7 @@ def gpu_checks(torch, ch01):
 
 
 def sgd_checks(torch, ch01, Model, ARGS, dev):
-    steps, lr, shape = 20, 0.1, (2, 3, 5, 6, 7)
+    shape = (2, 3, 5, 6, 7)
     torch.manual_seed(7)
     ref = Model(*ARGS).to(dev)
     torch.manual_seed(7)
@@ -334,34 +221,13 @@ def sgd_checks(torch, ch01, Model, ARGS, dev):
     with torch.no_grad():  # inside the clamp's band, for both
         ref.bias.fill_(0.1)
         new.bias.fill_(0.1)
-    p0 = [p.detach().clone() for p in ref.parameters()]
     gen = torch.Generator(device=dev)
     gen.manual_seed(11)
     data = [(torch.rand(shape, device=dev, generator=gen),
              2 * torch.rand((2, 1, 9, 11, 13), device=dev, generator=gen) - 1)
-            for _ in range(steps)]
-    losses = {}
-    for name, m in (("Model", ref), ("ModelNew", new)):
-        opt = torch.optim.SGD(m.parameters(), lr=lr)
-        losses[name] = []
-        for x, t in data:
-            opt.zero_grad()
-            loss = (m(x) - t).square().mean()
-            loss.backward()
-            opt.step()
-            losses[name].append(loss.item())
-    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["Model"], losses["ModelNew"]))
-    check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
-          "%.1e relative" % (steps, lr, losses["Model"][0], losses["Model"][-1], worst))
-    for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
-        moved = (p - s).norm().item()
-        off = (q - p).norm().item()
-        check(moved > 1e-3 * s.norm().item() and off <= 1e-3 * moved,
-              "SGD: %s moved %.2e (%.1f%% of its norm); ModelNew's differs from Model's by %.1e "
-              "of that move" % (name, moved, 100 * moved / s.norm().item(),
-                                off / max(moved, 1e-300)))
+            for _ in range(20)]
+    sgd(torch, ref, new, data, 0.1, lambda y, t: (y - t).square().mean())
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(1 if failed else 0)
+    run(1, library_checks, gpu_checks)

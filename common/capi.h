@@ -1,0 +1,201 @@
+/*
+ * capi.h: what a chapter's C library (its api.cu, `make lib CH=N`) needs besides its kernels:
+ * an error message per thread instead of an exit, the library conv (conv.h) ordered into the
+ * caller's stream, and the library conv set up once per device and shape. Host code, included
+ * by one api.cu per library: each library keeps its own messages and setups.
+ *
+ *   capi_fail(code, fmt, ...)    keep the message, return code
+ *   capi_last_error()            the calling thread's last message ("" if none)
+ *   capi_launched(code, what)    code if the launches just queued failed (cudaGetLastError),
+ *                                else 0
+ *   capi_check_pointers          every pointer given, 16-byte aligned (the kernels load float4s)
+ *   capi_check_channels          an input's channels (dim 1) are the model's
+ *   capi_on_default_stream       run(arg) queued on the default stream (the library conv's
+ *                                calls): after the caller's stream's earlier work, and the
+ *                                caller's later work after it (CUDA events), so the caller sees
+ *                                one stream
+ *   capi_conv_get                the library conv for a shape on the current device, set up on
+ *                                the first call (4 shapes kept, round robin)
+ *   capi_conv_release            frees every setup, each after its device's work
+ */
+#ifndef CAPI_H
+#define CAPI_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "conv.h"
+
+static thread_local char capi_message[512];
+
+static inline const char *capi_last_error(void) { return capi_message; }
+
+static inline int capi_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(capi_message, sizeof capi_message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* the launches just queued: a configuration error, or a fault of an earlier kernel */
+static inline int capi_launched(int code, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return capi_fail(code, "%s: CUDA error: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+/* 0, or code and the first of ptrs[0 .. count - 1] that is NULL or not 16-byte aligned, named */
+static inline int capi_check_pointers(const void *const *ptrs, const char *const *names, int count,
+                                      int code)
+{
+    for (int i = 0; i < count; i++) {
+        if (!ptrs[i])
+            return capi_fail(code, "%s is NULL", names[i]);
+        if ((uintptr_t)ptrs[i] % 16)
+            return capi_fail(code, "%s is not 16-byte aligned (the kernels load float4s)",
+                             names[i]);
+    }
+    return 0;
+}
+
+/* 0, or code and the message when x's c_in channels are not the model's `want` */
+static inline int capi_check_channels(long long c_in, int want, int code)
+{
+    if (c_in != want)
+        return capi_fail(code, "x must have %d channels (dim 1), not %lld", want, c_in);
+    return 0;
+}
+
+/* run(arg) queues work on the default stream; `stream`'s work before it runs first, and its
+ * work after waits for it. 0, or code with what failed. */
+static inline int capi_on_default_stream(cudaStream_t stream, void (*run)(const void *),
+                                         const void *arg, int code, const char *what)
+{
+    if (stream == 0 || stream == cudaStreamLegacy) { /* the default stream itself */
+        run(arg);
+        return capi_launched(code, what);
+    }
+    cudaEvent_t before = NULL, after = NULL;
+    if (cudaEventCreateWithFlags(&before, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&after, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(before, stream) != cudaSuccess ||
+        cudaStreamWaitEvent(cudaStreamLegacy, before, 0) != cudaSuccess)
+        return capi_launched(code, "ordering the default stream after the caller's");
+    run(arg);
+    int err = capi_launched(code, what);
+    if (cudaEventRecord(after, cudaStreamLegacy) != cudaSuccess ||
+        cudaStreamWaitEvent(stream, after, 0) != cudaSuccess)
+        err = err ? err : capi_launched(code, "ordering the caller's stream after the default "
+                                        "stream");
+    cudaEventDestroy(before); /* released once the work it marks is done */
+    cudaEventDestroy(after);
+    return err;
+}
+
+/* ---- the library conv, set up once per device and shape */
+
+#define CAPI_SETUPS 4
+/* what cuDNN's engine search may allocate: a workspace of at most 2 GiB (conv.cu's
+ * WORKSPACE_BUDGET), and room for its handle and the bias sums */
+#define CAPI_SETUP_BYTES ((size_t)9 << 28) /* 2.25 GiB */
+
+typedef struct {
+    int used, device, dims[5];
+    lib_conv3d conv;
+} capi_setup;
+
+static capi_setup capi_setups[CAPI_SETUPS];
+static int capi_next_setup; /* the slot the next new shape takes */
+/* held by the caller from capi_conv_get until its last use of the conv is queued, so that no
+ * other thread (PyTorch runs each device's backward on its own thread) replaces that setup in
+ * between: capi_conv_lock / capi_conv_unlock */
+static pthread_mutex_t capi_setups_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline void capi_conv_lock(void) { pthread_mutex_lock(&capi_setups_lock); }
+static inline void capi_conv_unlock(void) { pthread_mutex_unlock(&capi_setups_lock); }
+
+/* frees slot k's setup on its own device, after that device's work */
+static inline void capi_drop(int k)
+{
+    int current = 0;
+    cudaGetDevice(&current);
+    cudaSetDevice(capi_setups[k].device);
+    cudaDeviceSynchronize();
+    lib_conv3d_destroy(&capi_setups[k].conv);
+    capi_setups[k].used = 0;
+    cudaSetDevice(current);
+}
+
+/* The Conv3d on x_dims (N, C_in, D, H, W: the transposed conv's output) with c_out channels,
+ * kernel k, padding pad, stride, on the current device: the kept setup, or a new one whose
+ * engine search (cuDNN) runs on the default stream after `stream`'s work and writes the buffers
+ * lib_conv3d_setup names: x (zeroed here), y, dy, dx and dw. NULL with *err set (enomem: less
+ * free device memory than the search may want; ecuda: a CUDA error). Call with capi_conv_lock
+ * held. */
+static inline lib_conv3d *capi_conv_get(const int x_dims[5], int c_out, int k, int pad,
+                                        int stride, float *x, const float *w, float *y,
+                                        float *dy, float *dx, float *dw, cudaStream_t stream,
+                                        int enomem, int ecuda, int *err)
+{
+    int device = 0;
+    *err = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        *err = capi_fail(ecuda, "cudaGetDevice failed");
+        return NULL;
+    }
+    for (int i = 0; i < CAPI_SETUPS; i++)
+        if (capi_setups[i].used && capi_setups[i].device == device &&
+            !memcmp(capi_setups[i].dims, x_dims, sizeof capi_setups[i].dims))
+            return &capi_setups[i].conv;
+    /* the search writes the caller's buffers: wait for its work on them first, and for any use
+     * of the slot's old setup */
+    if (cudaStreamSynchronize(stream) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        *err = capi_launched(ecuda, "before the library conv's setup");
+        return NULL;
+    }
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        *err = capi_launched(ecuda, "cudaMemGetInfo");
+        return NULL;
+    }
+    if (HAVE_CUDNN && free_bytes < CAPI_SETUP_BYTES) {
+        *err = capi_fail(enomem, "the library conv's one-time setup (cuDNN's engine search) "
+                         "needs about %.2f GB of free device memory, %.2f GB are free",
+                         CAPI_SETUP_BYTES / 1e9, free_bytes / 1e9);
+        return NULL;
+    }
+    int slot = capi_next_setup;
+    capi_next_setup = (capi_next_setup + 1) % CAPI_SETUPS;
+    if (capi_setups[slot].used)
+        capi_drop(slot);
+    size_t xn = (size_t)x_dims[0] * x_dims[1] * x_dims[2] * x_dims[3] * x_dims[4];
+    if (cudaMemset(x, 0, sizeof(float) * xn) != cudaSuccess) {
+        *err = capi_launched(ecuda, "zeroing a buffer for the library conv's setup");
+        return NULL;
+    }
+    lib_conv3d_setup(&capi_setups[slot].conv, x_dims, c_out, k, pad, stride, x, w, y, dy, dx, dw);
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        *err = capi_launched(ecuda, "the library conv's setup");
+        return NULL;
+    }
+    capi_setups[slot].used = 1, capi_setups[slot].device = device;
+    memcpy(capi_setups[slot].dims, x_dims, sizeof capi_setups[slot].dims);
+    return &capi_setups[slot].conv;
+}
+
+static inline void capi_conv_release(void)
+{
+    capi_conv_lock();
+    for (int i = 0; i < CAPI_SETUPS; i++)
+        if (capi_setups[i].used)
+            capi_drop(i);
+    capi_conv_unlock();
+}
+
+#endif
