@@ -3,14 +3,12 @@
 
     python3 python/tests/test_ch05.py      (make torch-test; make test runs it too)
 
-Prints PASS / FAIL / SKIP lines as the chapters' checks do (common/run-tests.sh counts them);
-exits 1 if any check failed.
-  - Without PyTorch or a GPU: the library's own shape checks through ctypes, and the message a
-    missing library gives; then one SKIP line for the rest.
-  - On a GPU: the parameters ModelNew creates after a seed, against Model's; the output (both
-    forwards) and every gradient against Model in float64 on awkward shapes and rows of the
-    KernelBench length; 20 steps of SGD from the same seed against Model in fp32; a side stream;
-    torch.compile; bad inputs rejected with their messages.
+Output lines, exit status and the run without PyTorch or a GPU (one SKIP line after the
+library's own shape checks) are _checks.py's, as for every chapter. On a GPU, beside the checks
+every chapter's test makes there (parameters after a seed, a side stream, 20 SGD steps against
+Model in fp32, torch.compile, bad inputs): y of both forwards and dx, dw, dbias, dscale against
+Model in float64 on batch 1, prime and odd extents (the pool drops a last slice), and rows of the
+KernelBench length (131072 values, more than a cluster's shared memory holds).
 Tolerances are the chapter's (problem.cu): every softmax row's outputs are far below 1, so each
 row's error is judged against that row's largest value (1e-5, plus 4 times the conv's own float32
 error where the conv ran in float32), and the whole output within 1e-5 relative L2; a gradient
