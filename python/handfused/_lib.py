@@ -25,15 +25,6 @@ SIGNATURES = {
         "ch01_backward": (_i, [_p] * 11 + [_i] * 4 + [_p]),
         "ch01_release": (None, []),
     },
-    4: {
-        "ch04_last_error": (ctypes.c_char_p, []),
-        "ch04_check_shape": (_i, [_ll] * 4),
-        "ch04_workspace_floats": (ctypes.c_size_t, [_i] * 3),
-        "ch04_forward": (_i, [_p] * 8 + [_i] * 3 + [_p]),
-        "ch04_train_forward": (_i, [_p] * 9 + [_i] * 3 + [_p]),
-        "ch04_backward": (_i, [_p] * 15 + [_i] * 3 + [_p]),
-        "ch04_release": (None, []),
-    },
     2: {
         "ch02_last_error": (ctypes.c_char_p, []),
         "ch02_check_shape": (_i, [_ll] * 5),
@@ -51,6 +42,25 @@ SIGNATURES = {
         "ch03_train_forward": (_i, [_p] * 10 + [_i] * 4 + [_p]),
         "ch03_backward": (_i, [_p] * 15 + [_i] * 4 + [_p]),
         "ch03_release": (None, []),
+    },
+    4: {
+        "ch04_last_error": (ctypes.c_char_p, []),
+        "ch04_check_shape": (_i, [_ll] * 4),
+        "ch04_workspace_floats": (ctypes.c_size_t, [_i] * 3),
+        "ch04_forward": (_i, [_p] * 8 + [_i] * 3 + [_p]),
+        "ch04_train_forward": (_i, [_p] * 9 + [_i] * 3 + [_p]),
+        "ch04_backward": (_i, [_p] * 15 + [_i] * 3 + [_p]),
+        "ch04_release": (None, []),
+    },
+    5: {
+        "ch05_last_error": (ctypes.c_char_p, []),
+        "ch05_check_shape": (_i, [_ll] * 5),
+        "ch05_workspace_floats": (ctypes.c_size_t, [_i] * 4),
+        "ch05_clusters": (_i, []),
+        "ch05_forward": (_i, [_p] * 7 + [_i] * 4 + [_p]),
+        "ch05_train_forward": (_i, [_p] * 9 + [_i] * 4 + [_p]),
+        "ch05_backward": (_i, [_p] * 12 + [_i] * 4 + [_p]),
+        "ch05_release": (None, []),
     },
 }
 

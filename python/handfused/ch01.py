@@ -16,13 +16,11 @@ chapter's kernels (chapters/01-convtranspose-lse/api.h) through build/libch01.so
 Everything is float32 (fp32 arithmetic: no TF32). Under torch.compile the call into the library
 is a graph break (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """
-try:
-    import torch
-    import torch.nn as nn
-except ImportError as e:  # the package imports without PyTorch; this module needs it
-    raise ImportError("handfused.ch01 needs PyTorch (import torch failed: %s)" % e) from e
-
 from . import _lib
+from ._torch import aligned, call_on, check_shape, check_tensor, model_forward, ptr, triple
+
+import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
+import torch.nn as nn  # noqa: E402
 
 CHAPTER = 1
 IN_CHANNELS, OUT_CHANNELS, KERNEL_SIZE, STRIDE, PADDING = 3, 16, 3, 2, 1
@@ -32,49 +30,13 @@ def _library():
     return _lib.load(CHAPTER)
 
 
-def _call(name, *args):
-    _lib.call(_library(), CHAPTER, name, *args)
-
-
-def _ptr(t):
-    return None if t is None else t.data_ptr()
-
-
-def _check_tensor(name, t, device=None):
-    """float32, CUDA, contiguous: what the kernels read. TypeError or ValueError otherwise."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
-    if t.dtype != torch.float32:
-        raise TypeError("%s must be float32, not %s: the chapter's kernels are fp32 (call "
-                        ".float())" % (name, t.dtype))
-    if t.device.type != "cuda":
-        raise ValueError("%s must be on a CUDA device, not %s" % (name, t.device))
-    if device is not None and t.device != device:
-        raise ValueError("%s is on %s, the input x on %s" % (name, t.device, device))
-    if not t.is_contiguous():
-        raise ValueError("%s must be contiguous (call .contiguous()); its strides are %s"
-                         % (name, tuple(t.stride())))
-
-
-def _aligned(t):
-    """t, or a copy of it when its data does not start 16-byte aligned (a view into the middle
-    of a storage): the kernels load float4s."""
-    return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
 def _check_inputs(x, weight, conv_bias, bias):
     """The checks of every call; returns (n, d, h, w)."""
-    _check_tensor("x", x)
-    if x.dim() != 5:
-        raise ValueError("x must be 5-D (N x 3 x D x H x W), not of shape %s" % (tuple(x.shape),))
-    lib = _library()
-    code = lib.ch01_check_shape(*x.shape)
-    if code:
-        raise ValueError("x of shape %s: %s" % (tuple(x.shape),
-                                                 lib.ch01_last_error().decode("utf-8", "replace")))
+    check_tensor("x", x)
+    check_shape(_library(), CHAPTER, x, IN_CHANNELS)
     for name, t, shape in (("conv_transpose.weight", weight, (3, 16, 3, 3, 3)),
                            ("conv_transpose.bias", conv_bias, (16,)), ("bias", bias, None)):
-        _check_tensor(name, t, x.device)
+        check_tensor(name, t, x.device)
         if (shape is not None and tuple(t.shape) != shape) or (shape is None and t.numel() != 1):
             raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape),
                                                           shape or "one element"))
@@ -86,18 +48,13 @@ def _out_shape(n, d, h, w):
     return (n, 1, 2 * d - 1, 2 * h - 1, 2 * w - 1)
 
 
-def _stream(device):
-    return torch.cuda.current_stream(device).cuda_stream
-
-
 def forward_inference(x, weight, conv_bias, bias):
     """y without autograd: the chapter's fastest forward (v8)."""
     n, d, h, w = _check_inputs(x, weight, conv_bias, bias)
-    x = _aligned(x)
+    x = aligned(x)
     y = torch.empty(_out_shape(n, d, h, w), device=x.device, dtype=torch.float32)
-    with torch.cuda.device(x.device):
-        _call("ch01_forward", _ptr(x), _ptr(weight), _ptr(conv_bias), _ptr(bias), _ptr(y),
-              n, d, h, w, _stream(x.device))
+    call_on(x.device, _library(), CHAPTER, "ch01_forward", ptr(x), ptr(weight), ptr(conv_bias),
+            ptr(bias), ptr(y), n, d, h, w)
     return y
 
 
@@ -107,13 +64,12 @@ class Ch01Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, conv_bias, bias):
         n, d, h, w = _check_inputs(x, weight, conv_bias, bias)
-        x = _aligned(x)
+        x = aligned(x)
         od, oh, ow = 2 * d - 1, 2 * h - 1, 2 * w - 1
         c = torch.empty((n, OUT_CHANNELS, od, oh, ow), device=x.device, dtype=torch.float32)
         y = torch.empty(_out_shape(n, d, h, w), device=x.device, dtype=torch.float32)
-        with torch.cuda.device(x.device):
-            _call("ch01_train_forward", _ptr(x), _ptr(weight), _ptr(conv_bias), _ptr(bias),
-                  _ptr(c), _ptr(y), n, d, h, w, _stream(x.device))
+        call_on(x.device, _library(), CHAPTER, "ch01_train_forward", ptr(x), ptr(weight),
+                ptr(conv_bias), ptr(bias), ptr(c), ptr(y), n, d, h, w)
         ctx.save_for_backward(x, weight, bias, c)
         ctx.shape = (n, d, h, w)
         return y
@@ -123,7 +79,7 @@ class Ch01Function(torch.autograd.Function):
     def backward(ctx, g):
         x, weight, bias, c = ctx.saved_tensors
         n, d, h, w = ctx.shape
-        g = _aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
+        g = aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
         dev = x.device
         dc = torch.empty_like(c)
         dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
@@ -132,32 +88,10 @@ class Ch01Function(torch.autograd.Function):
         db = torch.empty_like(bias)
         lib = _library()
         ws = torch.empty(lib.ch01_workspace_floats(n, d, h, w), device=dev, dtype=torch.float32)
-        args = (_ptr(x), _ptr(weight), _ptr(bias), _ptr(c), _ptr(g), _ptr(dc), _ptr(dx), _ptr(dw),
-                _ptr(dbias), _ptr(db), _ptr(ws), n, d, h, w)
-        with torch.cuda.device(dev):
-            try:
-                _call("ch01_backward", *args, _stream(dev))
-            except MemoryError:
-                # the conv's one-time setup for dx found too little free memory: PyTorch's
-                # cache may hold it
-                torch.cuda.empty_cache()
-                _call("ch01_backward", *args, _stream(dev))
+        # a MemoryError from the conv's one-time setup for dx frees PyTorch's cache, once
+        call_on(dev, lib, CHAPTER, "ch01_backward", ptr(x), ptr(weight), ptr(bias), ptr(c), ptr(g),
+                ptr(dc), ptr(dx), ptr(dw), ptr(dbias), ptr(db), ptr(ws), n, d, h, w)
         return dx, dw, dbias, db
-
-
-@torch.compiler.disable
-def model_forward(x, weight, conv_bias, bias):
-    """The model's forward on explicit tensors: with autograd when a gradient is wanted."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, conv_bias, bias)):
-        return Ch01Function.apply(x, weight, conv_bias, bias)
-    return forward_inference(x, weight, conv_bias, bias)
-
-
-def _triple(v, name):
-    t = tuple(v) if isinstance(v, (tuple, list)) else (v, v, v)
-    if len(t) != 3:
-        raise ValueError("%s must be an int or three ints, not %r" % (name, v))
-    return t
 
 
 class ModelNew(nn.Module):
@@ -170,8 +104,8 @@ class ModelNew(nn.Module):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, bias_shape):
         super().__init__()
-        got = (in_channels, out_channels, _triple(kernel_size, "kernel_size"),
-               _triple(stride, "stride"), _triple(padding, "padding"))
+        got = (in_channels, out_channels, triple(kernel_size, "kernel_size"),
+               triple(stride, "stride"), triple(padding, "padding"))
         want = (IN_CHANNELS, OUT_CHANNELS, (KERNEL_SIZE,) * 3, (STRIDE,) * 3, (PADDING,) * 3)
         if got != want:
             raise ValueError("chapter 1's kernels take in_channels=3, out_channels=16, "
@@ -189,4 +123,5 @@ class ModelNew(nn.Module):
         self.bias = nn.Parameter(torch.randn(bias_shape))
 
     def forward(self, x):
-        return model_forward(x, self.conv_transpose.weight, self.conv_transpose.bias, self.bias)
+        return model_forward(Ch01Function, forward_inference, x, self.conv_transpose.weight,
+                             self.conv_transpose.bias, self.bias)

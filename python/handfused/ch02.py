@@ -22,7 +22,7 @@ try:  # the package imports without PyTorch; this module needs it
     import torch
     import torch.nn as nn
     # the checks and conversions of every chapter's module, written once (chapter 1's)
-    from .ch01 import _aligned, _check_tensor, _ptr, _stream, _triple
+    from ._torch import aligned as _aligned, check_tensor as _check_tensor, ptr as _ptr, stream as _stream, triple as _triple
 except ImportError as e:
     raise ImportError("handfused.ch02 needs PyTorch (%s)" % e) from e
 

@@ -27,7 +27,7 @@ except ImportError as e:  # the package imports without PyTorch; this module nee
 
 from . import _lib
 # the checks every chapter's tensors pass, and the stream's handle: chapter 1's
-from .ch01 import _aligned, _check_tensor, _ptr, _stream, _triple
+from ._torch import aligned as _aligned, check_tensor as _check_tensor, ptr as _ptr, stream as _stream, triple as _triple
 
 CHAPTER = 3
 IN_CHANNELS, OUT_CHANNELS, KERNEL_SIZE, CLAMP = 3, 16, 3, (-1.0, 1.0)

@@ -23,7 +23,7 @@ except ImportError as e:  # the package imports without PyTorch; this module nee
 from . import _lib
 # the checks every chapter's module makes of a tensor, and its pointer and stream: chapter 1's,
 # one copy in the package
-from .ch01 import _aligned, _check_tensor, _ptr, _stream
+from ._torch import aligned as _aligned, check_tensor as _check_tensor, ptr as _ptr, stream as _stream
 
 CHAPTER = 4
 IN_CHANNELS, OUT_CHANNELS, KERNEL_SIZE, GROUPS, EPS = 8, 64, 3, 16, 1e-5

@@ -1,0 +1,80 @@
+"""What every chapter module needs to hand PyTorch tensors to its library: the checks of dtype,
+device and layout (clear TypeError / ValueError), pointers, streams, and a call that frees
+PyTorch's cache once when the library conv's one-time setup finds too little free memory."""
+try:
+    import torch
+except ImportError as e:  # the package imports without PyTorch; the chapter modules need it
+    raise ImportError("handfused's chapter modules need PyTorch (import torch failed: %s)"
+                      % e) from e
+
+from . import _lib
+
+
+def ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def check_tensor(name, t, device=None):
+    """float32, CUDA, contiguous: what the kernels read. TypeError or ValueError otherwise."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("%s must be a torch.Tensor, not %s" % (name, type(t).__name__))
+    if t.dtype != torch.float32:
+        raise TypeError("%s must be float32, not %s: the chapter's kernels are fp32 (call "
+                        ".float())" % (name, t.dtype))
+    if t.device.type != "cuda":
+        raise ValueError("%s must be on a CUDA device, not %s" % (name, t.device))
+    if device is not None and t.device != device:
+        raise ValueError("%s is on %s, the input x on %s" % (name, t.device, device))
+    if not t.is_contiguous():
+        raise ValueError("%s must be contiguous (call .contiguous()); its strides are %s"
+                         % (name, tuple(t.stride())))
+
+
+def aligned(t):
+    """t, or a copy of it when its data does not start 16-byte aligned (a view into the middle
+    of a storage): the kernels load float4s."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def check_shape(lib, chapter, x, channels):
+    """x 5-D and a shape the kernels take (the library's chNN_check_shape): ValueError."""
+    if x.dim() != 5:
+        raise ValueError("x must be 5-D (N x %d x D x H x W), not of shape %s"
+                         % (channels, tuple(x.shape)))
+    prefix = "ch%02d_" % chapter
+    if getattr(lib, prefix + "check_shape")(*x.shape):
+        msg = getattr(lib, prefix + "last_error")().decode("utf-8", "replace")
+        raise ValueError("x of shape %s: %s" % (tuple(x.shape), msg))
+
+
+def stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def call_on(device, lib, chapter, name, *args):
+    """lib.name(*args, PyTorch's current stream) on device; after a MemoryError (the library
+    conv's one-time setup found too little free memory: PyTorch's cache may hold it) the cache
+    is emptied and the call made once more."""
+    with torch.cuda.device(device):
+        try:
+            _lib.call(lib, chapter, name, *args, stream(device))
+        except MemoryError:
+            torch.cuda.empty_cache()
+            _lib.call(lib, chapter, name, *args, stream(device))
+
+
+@torch.compiler.disable
+def model_forward(function, inference, *tensors):
+    """A model's forward on explicit tensors: function (a torch.autograd.Function, the training
+    step's forward and backward) when a gradient is wanted, else inference(*tensors). Under
+    torch.compile, a graph break: the library call runs eagerly inside the compiled graph."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return function.apply(*tensors)
+    return inference(*tensors)
+
+
+def triple(v, name):
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v, v, v)
+    if len(t) != 3:
+        raise ValueError("%s must be an int or three ints, not %r" % (name, v))
+    return t
