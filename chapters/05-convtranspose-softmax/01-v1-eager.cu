@@ -41,7 +41,8 @@ __global__ void v1_avg_pool(const float *__restrict__ x, float *__restrict__ xp,
 
 void pool_forward(const run_ctx *r)
 {
-    v1_avg_pool<<<grid_for((long long)pool_elems(&r->sh), 256, r->sm_count), 256>>>(r->x, r->xp, r->sh);
+    v1_avg_pool<<<grid_for((long long)pool_elems(&r->sh), 256, r->sm_count), 256, 0, r->stream>>>(
+        r->x, r->xp, r->sh);
 }
 
 /* the library's ConvTranspose3d + bias (common/conv.h: the input gradient of the Conv3d it

@@ -43,7 +43,7 @@ v4_softmax_no_max(const float *__restrict__ c, const float *__restrict__ scale,
 /* b2's forward */
 void v4_epilogue(const run_ctx *r)
 {
-    v4_softmax_no_max<<<rows(&r->sh), ROW_BLOCK>>>(r->c, r->scale, r->y, r->lse, r->sh.s);
+    v4_softmax_no_max<<<rows(&r->sh), ROW_BLOCK, 0, r->stream>>>(r->c, r->scale, r->y, r->lse, r->sh.s);
 }
 
 void v4_launch(const run_ctx *r, int scope)

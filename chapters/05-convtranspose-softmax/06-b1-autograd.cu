@@ -115,12 +115,24 @@ __global__ void b1_pool_backward(const float *__restrict__ dxp, float *__restric
 
 /* the training step's gradients from dc: the library's (the Conv3d the transposed conv
  * transposes: its forward is dxp, its weight gradient dw; the bias gradient), then the pool's */
-void conv_pool_grads(const run_ctx *r)
+void library_conv_grads(const run_ctx *r)
 {
-    lib_conv3d_forward(r->lib, r->dc, r->weight, NULL, r->dxp);
+    if (r->dxp) /* NULL: the input's gradient is not wanted (api.cu) */
+        lib_conv3d_forward(r->lib, r->dc, r->weight, NULL, r->dxp);
     lib_conv3d_backward_filter(r->lib, r->dc, r->xp, r->dw);
     lib_conv_transpose3d_backward_bias(r->lib, r->dc, r->dbias);
-    b1_pool_backward<<<grid_for((long long)x_elems(&r->sh), 256, r->sm_count), 256>>>(r->dxp, r->dx, r->sh);
+}
+
+void pool_grad(const run_ctx *r)
+{
+    b1_pool_backward<<<grid_for((long long)x_elems(&r->sh), 256, r->sm_count), 256, 0, r->stream>>>(
+        r->dxp, r->dx, r->sh);
+}
+
+void conv_pool_grads(const run_ctx *r)
+{
+    library_conv_grads(r);
+    pool_grad(r);
 }
 
 void b1_launch(const run_ctx *r, int scope)

@@ -76,10 +76,10 @@ __global__ void b2_dscale(const float *__restrict__ dot, float *__restrict__ dsc
 void b2_backward(const run_ctx *r)
 {
     int blocks = rows(&r->sh) * r->split;
-    b2_dot_chunks<<<blocks, V5_BLOCK>>>(r->c, r->g, r->lse, r->bpart, r->sh.s, r->split);
-    b2_dc_chunks<<<blocks, V5_BLOCK>>>(r->c, r->g, r->lse, r->bpart, r->scale, r->dc, r->dot,
+    b2_dot_chunks<<<blocks, V5_BLOCK, 0, r->stream>>>(r->c, r->g, r->lse, r->bpart, r->sh.s, r->split);
+    b2_dc_chunks<<<blocks, V5_BLOCK, 0, r->stream>>>(r->c, r->g, r->lse, r->bpart, r->scale, r->dc, r->dot,
                                        r->sh.s, r->split);
-    b2_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
+    b2_dscale<<<1, C_OUT, 0, r->stream>>>(r->dot, r->dscale, r->sh.n);
 }
 
 void b2_launch(const run_ctx *r, int scope)

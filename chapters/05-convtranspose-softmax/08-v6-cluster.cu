@@ -106,6 +106,7 @@ void v6_epilogue_keep(const run_ctx *r, int keep4)
     cluster_launch L;
     cluster_launch_make(&L, (const void *)v6_softmax_cluster, &opted, r->smem_optin, V6_CL,
                         dim3(V6_CL * rows(&r->sh)), V6_THREADS, 16 * (size_t)keep4);
+    L.cfg.stream = r->stream;
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, v6_softmax_cluster, (const float *)r->c, r->scale, r->y,
                                   r->lse, r->sh.s, keep4));
 }

@@ -168,9 +168,10 @@ void b3_backward_keep(const run_ctx *r, int keep4)
     int cl = b3_cluster_size(r);
     cluster_launch L;
     b3_config(&L, r, cl, keep4);
+    L.cfg.stream = r->stream;
     CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster, (const float *)r->c, r->g,
                                   (const float *)r->lse, r->scale, r->dc, r->dot, r->sh.s, keep4));
-    b2_dscale<<<1, C_OUT>>>(r->dot, r->dscale, r->sh.n);
+    b2_dscale<<<1, C_OUT, 0, r->stream>>>(r->dot, r->dscale, r->sh.n);
 }
 
 int b3_keep4_max(const run_ctx *r) { return b3_keep4(r, b3_cluster_size(r)); }

@@ -222,9 +222,9 @@ void v7_launch(const run_ctx *r, int scope)
         opted = 1;
     }
     int tiles = v7_tiles(&r->sh);
-    v7_weights_tap_major<<<ceil_div(N_WEIGHT, 256), 256>>>(r->weight, r->wt);
-    v7_convt_sums<<<r->sh.n * tiles, V7_THREADS, V7_SMEM>>>(r->x, r->wt, r->bias, r->c,
-                                                         r->tpart, r->sh);
-    v7_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK>>>(r->c, r->tpart, r->scale, r->y,
-                                                                r->lse, r->sh.s, tiles, r->split);
+    v7_weights_tap_major<<<ceil_div(N_WEIGHT, 256), 256, 0, r->stream>>>(r->weight, r->wt);
+    v7_convt_sums<<<r->sh.n * tiles, V7_THREADS, V7_SMEM, r->stream>>>(r->x, r->wt, r->bias,
+                                                                    r->c, r->tpart, r->sh);
+    v7_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK, 0, r->stream>>>(
+        r->c, r->tpart, r->scale, r->y, r->lse, r->sh.s, tiles, r->split);
 }

@@ -184,6 +184,11 @@ struct run_ctx {
     const float *g;                 /* dL/dy */
     float *dc, *dscale, *dxp, *dx, *dw, *dbias; /* the gradients */
     const lib_conv3d *lib;
+    /* the stream the launchers of the pool, v4's, v6's and v7's forwards, b2's and b3's
+     * backwards and the pool's gradient queue their kernels on: 0 (the default stream) in this
+     * program; api.cu, the chapter's C ABI, passes its caller's. The library conv's calls stay
+     * on the default stream. */
+    cudaStream_t stream;
 };
 
 /* the versions' launchers, in reading order */
@@ -216,7 +221,10 @@ void b3_backward_keep(const run_ctx *r, int keep4); /* b3's backward keeping kee
 void b3_backward(const run_ctx *r);
 void b3_launch(const run_ctx *r, int scope);
 void x1_launch(const run_ctx *r, int scope); /* the exercise (x1-online-softmax.cu) */
-/* the training step's gradients from dc: the transposed conv's (library) and the pool's */
+/* the training step's gradients from dc: the transposed conv's (library: dxp, skipped where
+ * dxp is NULL, dw, dbias), then the pool's (dx from dxp), the two halves apart for api.cu */
+void library_conv_grads(const run_ctx *r);
+void pool_grad(const run_ctx *r);
 void conv_pool_grads(const run_ctx *r);
 
 /* problem.cu: the host machinery the harness calls; main.cu adds the version table */

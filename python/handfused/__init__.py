@@ -8,6 +8,8 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
                      -> + the conv's output -> LogSumExp
     handfused.ch03   KernelBench level 2 #79: Conv3d -> x m -> InstanceNorm3d -> clamp -> x m
                      -> max over channels
+    handfused.ch05   KernelBench level 2 #38: AvgPool3d -> ConvTranspose3d -> clamp -> softmax
+                     over each channel's positions -> x scale
 
 Each module holds a ModelNew with the constructor and parameters of KernelBench's Model for that
 problem, its forward and backward in the chapter's kernels. This package imports without

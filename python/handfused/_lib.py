@@ -45,6 +45,8 @@ SIGNATURES = {
                 "forward": "p6 i4 p", "train_forward": "p10 i4 p", "backward": "p15 i4 p"}),
     4: _api(4, {"check_shape": "q4", "workspace_floats": ("z", "i3"), "forward": "p8 i3 p",
                 "train_forward": "p9 i3 p", "backward": "p15 i3 p"}),
+    5: _api(5, {"check_shape": "q5", "workspace_floats": ("z", "i4"), "clusters": "",
+                "forward": "p7 i4 p", "train_forward": "p9 i4 p", "backward": "p12 i4 p"}),
 }
 
 EINVAL, ENOMEM, ECUDA = 1, 2, 3
