@@ -19,11 +19,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchtest  # noqa: E402 (after the path)
-from torchtest import (both_forwards, check, expect_error, guarded,  # noqa: E402
-                       library_shapes, readme_example, same_parameters, same_seed, sgd_compare,
-                       sgd_data, step_on_two_streams, still_runs, sum_close, sum_ratio,
-                       compile_same, bad_inputs)
+import _checks  # noqa: E402 (after the path)
+from _checks import (both_forwards, check, expect_error, guarded,  # noqa: E402
+                     library_shapes, readme_example, same_parameters, same_seed, sgd_compare,
+                     sgd_data, step_on_two_streams, still_runs, sum_close, sum_ratio,
+                     compile_same, bad_inputs)
 
 
 def library_checks():
@@ -184,4 +184,4 @@ def sgd_checks(torch, ch01, Model, ARGS):
 
 
 if __name__ == "__main__":
-    torchtest.main(1, library_checks, gpu_checks)
+    _checks.main(1, library_checks, gpu_checks)

@@ -2,7 +2,7 @@
 """test_ch02.py: handfused.ch02 (KernelBench level 2 #43) against PyTorch's Model.
 
 Run as python3 python/tests/test_ch02.py, or by make torch-test and make test; the PASS, FAIL
-and SKIP lines and the exit status are torchtest.py's. On any machine: the library's shape
+and SKIP lines and the exit status are _checks.py's. On any machine: the library's shape
 limits and their messages through ctypes (no PyTorch needed). On a GPU, beside those: Model's
 parameters after a seed; y from both forwards and dx, dw, dbias against Model in float64 (batch
 1, the smallest volume, odd and prime extents, the KernelBench shape); a side stream; 20 SGD
@@ -22,11 +22,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchtest  # noqa: E402 (after the path)
-from torchtest import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
-                       expect_error, float64_model, guarded, library_shapes, same_parameters,
-                       same_seed, sgd_compare, sgd_data, step_on_two_streams, still_runs,
-                       sum_close, sum_ratio)
+import _checks  # noqa: E402 (after the path)
+from _checks import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
+                     expect_error, float64_model, guarded, library_shapes, same_parameters,
+                     same_seed, sgd_compare, sgd_data, step_on_two_streams, still_runs,
+                     sum_close, sum_ratio)
 
 N_WEIGHT = 64 * 32 * 27
 TOL = 2e-5  # a gradient's, against the sum of its terms' magnitudes (the docstring says why)
@@ -176,4 +176,4 @@ def sgd_checks(torch, ch02, Model, ARGS):
 
 
 if __name__ == "__main__":
-    torchtest.main(2, library_checks, gpu_checks)
+    _checks.main(2, library_checks, gpu_checks)

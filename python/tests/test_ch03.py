@@ -5,7 +5,7 @@
 
 Prints PASS / FAIL / SKIP lines as the chapters' checks do (common/run-tests.sh counts them);
 exits 1 if any check failed. The run, the printing and counting and the checks every chapter
-makes (parameters, side stream, SGD, torch.compile, bad inputs) are torchtest.py's.
+makes (parameters, side stream, SGD, torch.compile, bad inputs) are _checks.py's.
   - Without PyTorch or a GPU: the library's own shape checks through ctypes, and the message a
     missing library gives; then one SKIP line for the rest.
   - On a GPU: the parameters ModelNew creates after a seed, against Model's; the output (both
@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from handfused import _lib  # noqa: E402 (after the path)
-import torchtest as common  # noqa: E402 (after the path)
+import _checks as common  # noqa: E402 (after the path)
 
 check, expect_error = common.check, common.expect_error
 ARGS = (3, 16, 3, (16, 1, 1, 1), -1.0, 1.0)  # KernelBench's get_init_inputs() for #79

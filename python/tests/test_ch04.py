@@ -2,7 +2,7 @@
 """test_ch04.py: handfused.ch04's ModelNew against PyTorch's Model (KernelBench level 2 #92).
 
 Run as python3 python/tests/test_ch04.py, or by make torch-test and make test; the PASS, FAIL
-and SKIP lines and the exit status are torchtest.py's. On any machine: the library's shape
+and SKIP lines and the exit status are _checks.py's. On any machine: the library's shape
 limits and their messages through ctypes (no PyTorch needed). On a GPU, beside those: Model's
 parameters after a seed; y from both forwards and every gradient against Model in float64 on
 awkward shapes and the KernelBench shape; a side stream; 20 SGD steps beside Model in fp32;
@@ -17,11 +17,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchtest  # noqa: E402 (after the path)
-from torchtest import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
-                       expect_error, float64_model, guarded, library_shapes, readme_example,
-                       same_parameters, same_seed, sgd_compare, sgd_data, step_on_two_streams,
-                       still_runs, sum_close, sum_ratio)
+import _checks  # noqa: E402 (after the path)
+from _checks import (bad_inputs, both_forwards, check, compile_same,  # noqa: E402
+                     expect_error, float64_model, guarded, library_shapes, readme_example,
+                     same_parameters, same_seed, sgd_compare, sgd_data, step_on_two_streams,
+                     still_runs, sum_close, sum_ratio)
 
 
 def library_checks():
@@ -189,4 +189,4 @@ def sgd_checks(ch04, Model, ARGS):
 
 
 if __name__ == "__main__":
-    torchtest.main(4, library_checks, gpu_checks)
+    _checks.main(4, library_checks, gpu_checks)

@@ -4,7 +4,7 @@
     python3 python/tests/test_ch05.py      (make torch-test; make test runs it too)
 
 Output lines, exit status and the run without PyTorch or a GPU (one SKIP line after the
-library's own shape checks) are torchtest.py's, as for every chapter. On a GPU, beside the checks
+library's own shape checks) are _checks.py's, as for every chapter. On a GPU, beside the checks
 every chapter's test makes there (parameters after a seed, a side stream, 20 SGD steps against
 Model in fp32, torch.compile, bad inputs): y of both forwards and dx, dw, dbias, dscale against
 Model in float64 on batch 1, prime and odd extents (the pool drops a last slice), and rows of the
@@ -18,10 +18,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchtest  # noqa: E402 (after the path)
-from torchtest import (bad_inputs, check, compile_same, expect_error, guarded,  # noqa: E402
-                       library_shapes, on_two_streams, same_parameters, same_seed, sgd_compare,
-                       still_runs, sum_close, sum_ratio)
+import _checks  # noqa: E402 (after the path)
+from _checks import (bad_inputs, check, compile_same, expect_error, guarded,  # noqa: E402
+                     library_shapes, on_two_streams, same_parameters, same_seed, sgd_compare,
+                     still_runs, sum_close, sum_ratio)
 
 
 def library_checks():
@@ -243,4 +243,4 @@ def sgd_checks(torch, ch05, Model, ARGS, dev):
 
 
 if __name__ == "__main__":
-    torchtest.main(5, library_checks, gpu_checks)
+    _checks.main(5, library_checks, gpu_checks)

@@ -1,4 +1,4 @@
-"""torchtest.py: the checks every chapter's PyTorch test (test_chNN.py) makes the same way.
+"""_checks.py: the checks every chapter's PyTorch test (test_chNN.py) makes the same way.
 
 PASS / FAIL / SKIP lines as the chapters' checks print them (common/run-tests.sh counts them);
 `failed` counts the failures, exit_status() is the test's exit status. The numeric checks:
