@@ -134,6 +134,17 @@ def sum_close(what, got, ref, abs_sum, tol=1e-5):
                  % (what, ratio, tol))
 
 
+def finds_planted(tag, what, got, ref, abs_sum, k, tol=1e-5):
+    """the gradient check can fail: got with its element k (flat) moved by 1e-4 of that
+    element's sum of |terms| must be found (its ratio above tol); what names the error (e.g.
+    "dw with one weight")"""
+    bad = got.clone()
+    bad.view(-1)[k] += 1e-4 * abs_sum.reshape(-1)[k].float()
+    ratio = sum_ratio(bad, ref, abs_sum)
+    check(ratio > tol, "%s: the gradient check finds %s off by 1e-4 of its sum (ratio %.1e)"
+          % (tag, what, ratio))
+
+
 def on_two_streams(run):
     """run() (a list of tensors) on the current stream, then inside a side stream; both lists"""
     import torch
