@@ -49,6 +49,23 @@ def check_shape(lib, chapter, x, channels, spatial="D x H x W"):
         raise ValueError("x of shape %s: %s" % (tuple(x.shape), msg))
 
 
+def check_inputs(lib, chapter, x, channels, params, spatial="D x H x W"):
+    """The checks of every call: x (check_tensor, check_shape), then each (name, tensor, want)
+    of params on x's device and of the shape want (a tuple), or of want elements in any shape
+    (an int): TypeError or ValueError. Returns x's batch and spatial extents, (n, d, h, w) or
+    (n, h, w)."""
+    check_tensor("x", x)
+    check_shape(lib, chapter, x, channels, spatial)
+    for name, t, want in params:
+        check_tensor(name, t, x.device)
+        if isinstance(want, int) and t.numel() != want:
+            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), "one element"
+                                                          if want == 1 else "%d elements" % want))
+        if not isinstance(want, int) and tuple(t.shape) != want:
+            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), want))
+    return (x.shape[0],) + tuple(x.shape[2:])
+
+
 def stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 

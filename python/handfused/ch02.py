@@ -17,7 +17,7 @@ TF32 settings. Under torch.compile the call into the library is a graph break
 (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """
 from . import _lib
-from ._torch import aligned, call_on, check_shape, check_tensor, model_forward, ptr, triple
+from ._torch import aligned, call_on, check_inputs, model_forward, ptr, triple
 
 import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
 import torch.nn as nn  # noqa: E402
@@ -38,14 +38,8 @@ def _call(device, name, *args):
 
 def _check_inputs(x, weight, bias):
     """The checks of every call; returns (n, d, h, w)."""
-    check_tensor("x", x)
-    check_shape(_lib.load(CHAPTER), CHAPTER, x, GEOMETRY["in_channels"])
-    for name, t, shape in (("conv.weight", weight, (64, 32, 3, 3, 3)), ("conv.bias", bias, (64,))):
-        check_tensor(name, t, x.device)
-        if tuple(t.shape) != shape:
-            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), shape))
-    n, _, d, h, w = x.shape
-    return n, d, h, w
+    return check_inputs(_lib.load(CHAPTER), CHAPTER, x, GEOMETRY["in_channels"],
+                        (("conv.weight", weight, (64, 32, 3, 3, 3)), ("conv.bias", bias, (64,))))
 
 
 def _out_shape(n, d, h, w):

@@ -20,7 +20,7 @@ torch.compile the call into the library is a graph break (torch.compiler.disable
 graph runs around it, eagerly inside.
 """
 from . import _lib
-from ._torch import aligned, call_on, check_shape, check_tensor, model_forward, ptr, triple
+from ._torch import aligned, call_on, check_inputs, model_forward, ptr, triple
 
 import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
 import torch.nn as nn  # noqa: E402
@@ -35,17 +35,10 @@ def _library():
 
 def _check_inputs(x, weight, bias, m):
     """The checks of every call; returns (n, d, h, w)."""
-    check_tensor("x", x)
-    check_shape(_library(), CHAPTER, x, IN_CHANNELS)
-    for name, t, numel in (("conv.weight", weight, None), ("conv.bias", bias, OUT_CHANNELS),
-                           ("multiplier", m, OUT_CHANNELS)):
-        check_tensor(name, t, x.device)
-        if numel is None and tuple(t.shape) != (OUT_CHANNELS, IN_CHANNELS) + (KERNEL_SIZE,) * 3:
-            raise ValueError("conv.weight has shape %s, not (16, 3, 3, 3, 3)" % (tuple(t.shape),))
-        if numel is not None and t.numel() != numel:
-            raise ValueError("%s has shape %s, not 16 elements" % (name, tuple(t.shape)))
-    n, _, d, h, w = x.shape
-    return n, d, h, w
+    weight_shape = (OUT_CHANNELS, IN_CHANNELS) + (KERNEL_SIZE,) * 3
+    return check_inputs(_library(), CHAPTER, x, IN_CHANNELS,
+                        (("conv.weight", weight, weight_shape), ("conv.bias", bias, OUT_CHANNELS),
+                         ("multiplier", m, OUT_CHANNELS)))
 
 
 def _workspace(n, d, h, w, device):

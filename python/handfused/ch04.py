@@ -15,7 +15,7 @@ Everything is float32 (fp32 arithmetic: no TF32). Under torch.compile the call i
 is a graph break (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """
 from . import _lib
-from ._torch import aligned, call_on, check_shape, check_tensor, model_forward, ptr
+from ._torch import aligned, call_on, check_inputs, model_forward, ptr
 
 import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
 import torch.nn as nn  # noqa: E402
@@ -35,14 +35,9 @@ PARAM_SHAPES = (("conv.weight", (OUT_CHANNELS, IN_CHANNELS, KERNEL_SIZE, KERNEL_
 
 def _check_inputs(x, params):
     """The checks of every call; returns (n, h, w)."""
-    check_tensor("x", x)
-    check_shape(_library(), CHAPTER, x, IN_CHANNELS, "H x W")
-    for (name, shape), t in zip(PARAM_SHAPES, params):
-        check_tensor(name, t, x.device)
-        if tuple(t.shape) != shape:
-            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), shape))
-    n, _, h, w = x.shape
-    return n, h, w
+    return check_inputs(_library(), CHAPTER, x, IN_CHANNELS,
+                        [(name, t, shape) for (name, shape), t in zip(PARAM_SHAPES, params)],
+                        "H x W")
 
 
 def _empty(shape, device):
