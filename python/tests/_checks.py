@@ -269,6 +269,12 @@ def guarded(what, fn, *args):
         check(False, "%s: raised %s: %s" % (what, type(e).__name__, e))
 
 
+def each_shape(case, shapes, seed=100):
+    """case(shape, seed + i) for the i-th of shapes, an exception a FAIL naming the shape"""
+    for i, shape in enumerate(shapes):
+        guarded(str(shape), case, shape, seed + i)
+
+
 def same_seed(Model, ModelNew, args, seed):
     """Model and ModelNew on the GPU, each built after torch.manual_seed(seed)"""
     import torch

@@ -23,9 +23,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
-from _checks import (bad_inputs, both_forwards, check, compile_same, expect_error,  # noqa: E402
-                     finds_planted, float64_model, guarded, library_shapes, same_parameters,
-                     same_seed, sgd_compare, sgd_data, step_on_two_streams, still_runs, sum_close)
+from _checks import (bad_inputs, both_forwards, check, compile_same, each_shape,  # noqa: E402
+                     expect_error, finds_planted, float64_model, guarded, library_shapes,
+                     same_parameters, same_seed, sgd_compare, sgd_data, step_on_two_streams,
+                     still_runs, sum_close)
 
 N_WEIGHT = 64 * 32 * 27
 TOL = 2e-5  # a gradient's, against the sum of its terms' magnitudes (the docstring says why)
@@ -126,10 +127,9 @@ def gpu_checks(torch, ch02):
 
     # batch 1; the smallest volume; odd and prime extents (the pooling drops a last row, the
     # 2 x 4 x 32 tile cut at every edge); W a multiple of 4 (the 16-byte paths); KernelBench's
-    for i, shape in enumerate(((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 5, 7, 11),
-                               (3, 32, 4, 13, 17), (1, 32, 7, 9, 37), (2, 32, 6, 10, 64),
-                               (4, 32, 32, 128, 128))):
-        guarded(str(shape), grads_case, shape, 100 + i)
+    each_shape(grads_case, ((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 5, 7, 11),
+                            (3, 32, 4, 13, 17), (1, 32, 7, 9, 37), (2, 32, 6, 10, 64),
+                            (4, 32, 32, 128, 128)))
 
     # a side stream: the same bits as on the default stream (every sum in a fixed order)
     def side_stream():

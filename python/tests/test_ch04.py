@@ -18,10 +18,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
-from _checks import (bad_inputs, both_forwards, check, compile_same, expect_error,  # noqa: E402
-                     finds_planted, float64_model, guarded, library_shapes, readme_example,
-                     same_parameters, same_seed, sgd_compare, sgd_data, step_on_two_streams,
-                     still_runs, sum_close)
+from _checks import (bad_inputs, both_forwards, check, compile_same, each_shape,  # noqa: E402
+                     expect_error, finds_planted, float64_model, guarded, library_shapes,
+                     readme_example, same_parameters, same_seed, sgd_compare, sgd_data,
+                     step_on_two_streams, still_runs, sum_close)
 
 
 def library_checks():
@@ -132,10 +132,9 @@ def gpu_checks(torch, ch04):
     # batch 1 and primes; S = 1 (one position); a row of 258 columns (three 128-column tiles);
     # 13 samples of 128 x 128, more than b3's teams (team_plan sizes them by the L2); the
     # KernelBench shape
-    for i, shape in enumerate(((1, 8, 3, 3), (2, 8, 5, 7), (3, 8, 3, 35), (1, 8, 19, 19),
-                               (5, 8, 41, 47), (2, 8, 7, 260), (13, 8, 128, 128),
-                               (128, 8, 128, 128))):
-        guarded(str(shape), grads_case, shape, 100 + i)
+    each_shape(grads_case, ((1, 8, 3, 3), (2, 8, 5, 7), (3, 8, 3, 35), (1, 8, 19, 19),
+                            (5, 8, 41, 47), (2, 8, 7, 260), (13, 8, 128, 128),
+                            (128, 8, 128, 128)))
 
     # ---- a side stream: the same results as the default stream's (dx within cuDNN's noise)
     def side_stream():

@@ -19,9 +19,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
-from _checks import (bad_inputs, check, compile_same, expect_error, finds_planted,  # noqa: E402
-                     guarded, library_shapes, on_two_streams, same_parameters, same_seed,
-                     sgd_compare, still_runs, sum_close)
+from _checks import (bad_inputs, check, compile_same, each_shape, expect_error,  # noqa: E402
+                     finds_planted, guarded, library_shapes, on_two_streams, same_parameters,
+                     same_seed, sgd_compare, still_runs, sum_close)
 
 
 def library_checks():
@@ -169,10 +169,9 @@ def gpu_checks(torch, ch05):
 
     # batch 1, the smallest extents, odd and prime extents (the pool drops their last slice),
     # and rows of the KernelBench length (131072: more than a cluster's shared memory holds)
-    for i, shape in enumerate(((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 4, 6, 10),
-                               (3, 32, 5, 13, 17), (1, 32, 7, 11, 64), (2, 32, 16, 32, 32),
-                               (2, 32, 32, 64, 64))):
-        guarded(str(shape), grads_case, shape, 100 + i)
+    each_shape(grads_case, ((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 4, 6, 10),
+                            (3, 32, 5, 13, 17), (1, 32, 7, 11, 64), (2, 32, 16, 32, 32),
+                            (2, 32, 32, 64, 64)))
 
     # ---- a side stream: the same results as the default stream's (within the library conv's
     # run-to-run noise where it ran: its engine may not be deterministic)
