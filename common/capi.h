@@ -122,9 +122,9 @@ typedef struct {
 
 static capi_setup capi_setups[CAPI_SETUPS];
 static int capi_next_setup; /* the slot the next new shape takes */
-/* held by the caller from capi_conv_get until its last use of the conv is queued, so that no
- * other thread (PyTorch runs each device's backward on its own thread) replaces that setup in
- * between: capi_conv_lock / capi_conv_unlock */
+/* held by the caller from capi_conv_cached (or capi_conv_get) until its last use of the conv is
+ * queued, so that no other thread (PyTorch runs each device's backward on its own thread)
+ * replaces that setup in between: capi_conv_lock / capi_conv_unlock */
 static pthread_mutex_t capi_setups_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void capi_conv_lock(void) { pthread_mutex_lock(&capi_setups_lock); }
