@@ -33,16 +33,6 @@ SIGNATURES = {
         "ch02_train_forward": (_i, [_p] * 6 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
         "ch02_backward": (_i, [_p] * 9 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
     },
-    3: {
-        "ch03_last_error": (ctypes.c_char_p, []),
-        "ch03_check_shape": (_i, [_ll] * 5),
-        "ch03_workspace_bytes": (ctypes.c_size_t, [_i] * 4),
-        "ch03_versions": (ctypes.c_char_p, []),
-        "ch03_forward": (_i, [_p] * 6 + [_i] * 4 + [_p]),
-        "ch03_train_forward": (_i, [_p] * 10 + [_i] * 4 + [_p]),
-        "ch03_backward": (_i, [_p] * 15 + [_i] * 4 + [_p]),
-        "ch03_release": (None, []),
-    },
     4: {
         "ch04_last_error": (ctypes.c_char_p, []),
         "ch04_check_shape": (_i, [_ll] * 4),
