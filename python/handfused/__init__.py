@@ -6,8 +6,6 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
                      -> -bias -> clamp
     handfused.ch04   KernelBench level 2 #92: Conv2d -> GroupNorm -> Tanh -> HardSwish
                      -> + the conv's output -> LogSumExp
-    handfused.ch03   KernelBench level 2 #79: Conv3d -> x m -> InstanceNorm3d -> clamp -> x m
-                     -> max over channels
     handfused.ch05   KernelBench level 2 #38: AvgPool3d -> ConvTranspose3d -> clamp -> softmax
                      over each channel's positions -> x scale
 
