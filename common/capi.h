@@ -14,9 +14,12 @@
  *                                calls): after the caller's stream's earlier work, and the
  *                                caller's later work after it (CUDA events), so the caller sees
  *                                one stream
- *   capi_conv_get                the library conv for a shape on the current device, set up on
- *                                the first call (4 shapes kept, round robin)
+ *   capi_conv_cached             the library conv for a shape on the current device, set up on
+ *                                the first call by the chapter's function (4 shapes kept,
+ *                                round robin), after a free-memory check
+ *   capi_conv_get                capi_conv_cached for a Conv3d set up on the caller's buffers
  *   capi_conv_release            frees every setup, each after its device's work
+ * The codes a library returns: capi-codes.h (a chapter's api.h names them for its callers).
  */
 #ifndef CAPI_H
 #define CAPI_H
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "capi-codes.h"
 #include "conv.h"
 
 static thread_local char capi_message[512];
@@ -85,8 +89,14 @@ static inline int capi_on_default_stream(cudaStream_t stream, void (*run)(const 
     if (cudaEventCreateWithFlags(&before, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&after, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventRecord(before, stream) != cudaSuccess ||
-        cudaStreamWaitEvent(cudaStreamLegacy, before, 0) != cudaSuccess)
-        return capi_launched(code, "ordering the default stream after the caller's");
+        cudaStreamWaitEvent(cudaStreamLegacy, before, 0) != cudaSuccess) {
+        int err = capi_launched(code, "ordering the default stream after the caller's");
+        if (before)
+            cudaEventDestroy(before);
+        if (after)
+            cudaEventDestroy(after);
+        return err;
+    }
     run(arg);
     int err = capi_launched(code, what);
     if (cudaEventRecord(after, cudaStreamLegacy) != cudaSuccess ||
@@ -112,9 +122,9 @@ typedef struct {
 
 static capi_setup capi_setups[CAPI_SETUPS];
 static int capi_next_setup; /* the slot the next new shape takes */
-/* held by the caller from capi_conv_get until its last use of the conv is queued, so that no
- * other thread (PyTorch runs each device's backward on its own thread) replaces that setup in
- * between: capi_conv_lock / capi_conv_unlock */
+/* held by the caller from capi_conv_cached (or capi_conv_get) until its last use of the conv is
+ * queued, so that no other thread (PyTorch runs each device's backward on its own thread)
+ * replaces that setup in between: capi_conv_lock / capi_conv_unlock */
 static pthread_mutex_t capi_setups_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void capi_conv_lock(void) { pthread_mutex_lock(&capi_setups_lock); }
@@ -132,16 +142,21 @@ static inline void capi_drop(int k)
     cudaSetDevice(current);
 }
 
-/* The Conv3d on x_dims (N, C_in, D, H, W: the transposed conv's output) with c_out channels,
- * kernel k, padding pad, stride, on the current device: the kept setup, or a new one whose
- * engine search (cuDNN) runs on the default stream after `stream`'s work and writes the buffers
- * lib_conv3d_setup names: x (zeroed here), y, dy, dx and dw. NULL with *err set (enomem: less
- * free device memory than the search may want; ecuda: a CUDA error). Call with capi_conv_lock
- * held. */
-static inline lib_conv3d *capi_conv_get(const int x_dims[5], int c_out, int k, int pad,
-                                        int stride, float *x, const float *w, float *y,
-                                        float *dy, float *dx, float *dw, cudaStream_t stream,
-                                        int enomem, int ecuda, int *err)
+/* Sets conv up on the shape the setup is kept under (lib_conv3d_setup, lib_conv2d_setup, on the
+ * chapter's geometry and buffers: arg); returns 0, or a code with the message kept (capi_fail,
+ * capi_launched). */
+typedef int (*capi_conv_setup_fn)(lib_conv3d *conv, void *arg);
+
+/* The library conv kept under key (five ints naming the shape: a library sets up one conv, whose
+ * shape is its key) on the current device: the kept setup, or a new one from setup(conv, arg),
+ * whose engine search (cuDNN) runs on the default stream after `stream`'s work and writes the
+ * buffers setup names. scratch_bytes: device memory setup allocates for itself (0 when it times
+ * the engines on the caller's buffers). NULL with *err set (enomem: less free device memory than
+ * scratch_bytes plus what the search may want, CAPI_SETUP_BYTES with cuDNN; ecuda: a CUDA error;
+ * or setup's code). Call with capi_conv_lock held. */
+static inline lib_conv3d *capi_conv_cached(const int key[5], capi_conv_setup_fn setup, void *arg,
+                                           size_t scratch_bytes, cudaStream_t stream, int enomem,
+                                           int ecuda, int *err)
 {
     int device = 0;
     *err = 0;
@@ -151,7 +166,7 @@ static inline lib_conv3d *capi_conv_get(const int x_dims[5], int c_out, int k, i
     }
     for (int i = 0; i < CAPI_SETUPS; i++)
         if (capi_setups[i].used && capi_setups[i].device == device &&
-            !memcmp(capi_setups[i].dims, x_dims, sizeof capi_setups[i].dims))
+            !memcmp(capi_setups[i].dims, key, sizeof capi_setups[i].dims))
             return &capi_setups[i].conv;
     /* the search writes the caller's buffers: wait for its work on them first, and for any use
      * of the slot's old setup */
@@ -164,29 +179,59 @@ static inline lib_conv3d *capi_conv_get(const int x_dims[5], int c_out, int k, i
         *err = capi_launched(ecuda, "cudaMemGetInfo");
         return NULL;
     }
-    if (HAVE_CUDNN && free_bytes < CAPI_SETUP_BYTES) {
+    size_t want = scratch_bytes + (HAVE_CUDNN ? CAPI_SETUP_BYTES : 0);
+    if (free_bytes < want) {
         *err = capi_fail(enomem, "the library conv's one-time setup (cuDNN's engine search) "
                          "needs about %.2f GB of free device memory, %.2f GB are free",
-                         CAPI_SETUP_BYTES / 1e9, free_bytes / 1e9);
+                         want / 1e9, free_bytes / 1e9);
         return NULL;
     }
     int slot = capi_next_setup;
     capi_next_setup = (capi_next_setup + 1) % CAPI_SETUPS;
     if (capi_setups[slot].used)
         capi_drop(slot);
-    size_t xn = (size_t)x_dims[0] * x_dims[1] * x_dims[2] * x_dims[3] * x_dims[4];
-    if (cudaMemset(x, 0, sizeof(float) * xn) != cudaSuccess) {
-        *err = capi_launched(ecuda, "zeroing a buffer for the library conv's setup");
+    if ((*err = setup(&capi_setups[slot].conv, arg)))
         return NULL;
-    }
-    lib_conv3d_setup(&capi_setups[slot].conv, x_dims, c_out, k, pad, stride, x, w, y, dy, dx, dw);
     if (cudaDeviceSynchronize() != cudaSuccess) {
         *err = capi_launched(ecuda, "the library conv's setup");
         return NULL;
     }
     capi_setups[slot].used = 1, capi_setups[slot].device = device;
-    memcpy(capi_setups[slot].dims, x_dims, sizeof capi_setups[slot].dims);
+    memcpy(capi_setups[slot].dims, key, sizeof capi_setups[slot].dims);
     return &capi_setups[slot].conv;
+}
+
+/* capi_conv_get's setup: x zeroed, then lib_conv3d_setup on the buffers */
+typedef struct {
+    const int *x_dims;
+    int c_out, k, pad, stride, ecuda;
+    float *x, *y, *dy, *dx, *dw;
+    const float *w;
+} capi_conv3d_args;
+
+static inline int capi_conv3d_setup(lib_conv3d *conv, void *arg)
+{
+    const capi_conv3d_args *a = (const capi_conv3d_args *)arg;
+    const int *xd = a->x_dims;
+    size_t xn = (size_t)xd[0] * xd[1] * xd[2] * xd[3] * xd[4];
+    if (cudaMemset(a->x, 0, sizeof(float) * xn) != cudaSuccess)
+        return capi_launched(a->ecuda, "zeroing a buffer for the library conv's setup");
+    lib_conv3d_setup(conv, xd, a->c_out, a->k, a->pad, a->stride, a->x, a->w, a->y, a->dy, a->dx,
+                     a->dw);
+    return 0;
+}
+
+/* The Conv3d on x_dims (N, C_in, D, H, W: the transposed conv's output) with c_out channels,
+ * kernel k, padding pad, stride, kept under x_dims (capi_conv_cached): a new setup zeroes x and
+ * times cuDNN's engines on x, w, y, dy, dx and dw (lib_conv3d_setup). NULL with *err set as
+ * capi_conv_cached's. Call with capi_conv_lock held. */
+static inline lib_conv3d *capi_conv_get(const int x_dims[5], int c_out, int k, int pad,
+                                        int stride, float *x, const float *w, float *y,
+                                        float *dy, float *dx, float *dw, cudaStream_t stream,
+                                        int enomem, int ecuda, int *err)
+{
+    capi_conv3d_args a = {x_dims, c_out, k, pad, stride, ecuda, x, y, dy, dx, dw, w};
+    return capi_conv_cached(x_dims, capi_conv3d_setup, &a, 0, stream, enomem, ecuda, err);
 }
 
 static inline void capi_conv_release(void)

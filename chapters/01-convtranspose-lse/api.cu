@@ -9,8 +9,9 @@
  * the process, so this file checks every input before it launches anything and reports a failed
  * launch with cudaGetLastError instead. What still exits: the library conv's one-time setup
  * (common/conv.cu) on a cuDNN failure, or when its allocations fail after the free-memory check
- * below passed (another process took the memory in between); and its later calls on a failed
- * cuDNN call, which valid buffers do not cause.
+ * (common/capi.h's) passed (another process took the memory in between); and its later calls
+ * on a failed cuDNN call, which valid buffers do not cause. The messages, the library conv's
+ * setups and its ordering on the default stream: common/capi.h.
  */
 #include "api.h"
 #include "capi.h"

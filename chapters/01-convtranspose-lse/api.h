@@ -24,15 +24,18 @@
 
 #include <cuda_runtime.h>
 
+#include "capi-codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* the codes every chapter's library returns (common/capi-codes.h says each) */
 enum {
-    CH01_OK = 0,
-    CH01_EINVAL = 1, /* a shape past the kernels' limits, a NULL or misaligned pointer */
-    CH01_ENOMEM = 2, /* not enough free device memory for the conv's one-time setup (dx) */
-    CH01_ECUDA = 3,  /* a CUDA error (a launch failed, or an earlier kernel faulted) */
+    CH01_OK = CAPI_OK,
+    CH01_EINVAL = CAPI_EINVAL,
+    CH01_ENOMEM = CAPI_ENOMEM,
+    CH01_ECUDA = CAPI_ECUDA,
 };
 
 /* The message of the calling thread's last error ("" if none). */

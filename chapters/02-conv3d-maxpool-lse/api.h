@@ -27,15 +27,17 @@
 
 #include <cuda_runtime.h>
 
+#include "capi-codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* the codes every chapter's library returns (common/capi-codes.h says each) */
 enum {
-    CH02_OK = 0,
-    CH02_EINVAL = 1, /* a shape past the kernels' limits, a NULL or misaligned pointer, a
-                      * workspace too small */
-    CH02_ECUDA = 3,  /* a CUDA error (a launch failed, or an earlier kernel faulted) */
+    CH02_OK = CAPI_OK,
+    CH02_EINVAL = CAPI_EINVAL,
+    CH02_ECUDA = CAPI_ECUDA,
 };
 
 /* The message of the calling thread's last error ("" if none). */

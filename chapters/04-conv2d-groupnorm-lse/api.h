@@ -26,15 +26,18 @@
 
 #include <cuda_runtime.h>
 
+#include "capi-codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* the codes every chapter's library returns (common/capi-codes.h says each) */
 enum {
-    CH04_OK = 0,
-    CH04_EINVAL = 1, /* a shape past the kernels' limits, a NULL or misaligned pointer */
-    CH04_ENOMEM = 2, /* not enough free device memory for the conv's one-time setup (dx) */
-    CH04_ECUDA = 3,  /* a CUDA error (a launch failed, or an earlier kernel faulted) */
+    CH04_OK = CAPI_OK,
+    CH04_EINVAL = CAPI_EINVAL,
+    CH04_ENOMEM = CAPI_ENOMEM,
+    CH04_ECUDA = CAPI_ECUDA,
 };
 
 /* The message of the calling thread's last error ("" if none). */

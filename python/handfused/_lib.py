@@ -12,46 +12,39 @@ import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-_p, _i, _ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-# each chapter's functions (api.h in its folder): name -> (restype, argtypes); pointers and
-# cudaStream_t as void *
+# argument and return types by letter: p a pointer (cudaStream_t too), i int, z size_t,
+# q long long, s char *; "p5 i4 p" is five pointers, four ints, a pointer
+_TYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "z": ctypes.c_size_t, "q": ctypes.c_longlong,
+          "s": ctypes.c_char_p}
+
+
+def _types(spec):
+    return [_TYPES[t[0]] for t in spec.split() for _ in range(int(t[1:] or 1))]
+
+
+def _api(chapter, functions, release=True):
+    """chNN's functions (api.h in its folder) as name -> (restype, argtypes): chNN_last_error,
+    then each of functions, suffix -> argument types (an int return) or (return type, argument
+    types), then chNN_release where the library keeps setups to free."""
+    prefix = "ch%02d_" % chapter
+    sigs = {prefix + "last_error": (ctypes.c_char_p, [])}
+    for name, spec in functions.items():
+        ret, args = spec if isinstance(spec, tuple) else ("i", spec)
+        sigs[prefix + name] = (_TYPES[ret], _types(args))
+    if release:
+        sigs[prefix + "release"] = (None, [])
+    return sigs
+
+
 SIGNATURES = {
-    1: {
-        "ch01_last_error": (ctypes.c_char_p, []),
-        "ch01_check_shape": (_i, [_ll] * 5),
-        "ch01_workspace_floats": (ctypes.c_size_t, [_i] * 4),
-        "ch01_forward": (_i, [_p] * 5 + [_i] * 4 + [_p]),
-        "ch01_train_forward": (_i, [_p] * 6 + [_i] * 4 + [_p]),
-        "ch01_backward": (_i, [_p] * 11 + [_i] * 4 + [_p]),
-        "ch01_release": (None, []),
-    },
-    2: {
-        "ch02_last_error": (ctypes.c_char_p, []),
-        "ch02_check_shape": (_i, [_ll] * 5),
-        "ch02_workspace_floats": (ctypes.c_size_t, [_i]),
-        "ch02_forward": (_i, [_p] * 5 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
-        "ch02_train_forward": (_i, [_p] * 6 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
-        "ch02_backward": (_i, [_p] * 9 + [ctypes.c_size_t] + [_i] * 4 + [_p]),
-    },
-    4: {
-        "ch04_last_error": (ctypes.c_char_p, []),
-        "ch04_check_shape": (_i, [_ll] * 4),
-        "ch04_workspace_floats": (ctypes.c_size_t, [_i] * 3),
-        "ch04_forward": (_i, [_p] * 8 + [_i] * 3 + [_p]),
-        "ch04_train_forward": (_i, [_p] * 9 + [_i] * 3 + [_p]),
-        "ch04_backward": (_i, [_p] * 15 + [_i] * 3 + [_p]),
-        "ch04_release": (None, []),
-    },
-    5: {
-        "ch05_last_error": (ctypes.c_char_p, []),
-        "ch05_check_shape": (_i, [_ll] * 5),
-        "ch05_workspace_floats": (ctypes.c_size_t, [_i] * 4),
-        "ch05_clusters": (_i, []),
-        "ch05_forward": (_i, [_p] * 7 + [_i] * 4 + [_p]),
-        "ch05_train_forward": (_i, [_p] * 9 + [_i] * 4 + [_p]),
-        "ch05_backward": (_i, [_p] * 12 + [_i] * 4 + [_p]),
-        "ch05_release": (None, []),
-    },
+    1: _api(1, {"check_shape": "q5", "workspace_floats": ("z", "i4"), "forward": "p5 i4 p",
+                "train_forward": "p6 i4 p", "backward": "p11 i4 p"}),
+    2: _api(2, {"check_shape": "q5", "workspace_floats": ("z", "i"), "forward": "p5 z i4 p",
+                "train_forward": "p6 z i4 p", "backward": "p9 z i4 p"}, release=False),
+    4: _api(4, {"check_shape": "q4", "workspace_floats": ("z", "i3"), "forward": "p8 i3 p",
+                "train_forward": "p9 i3 p", "backward": "p15 i3 p"}),
+    5: _api(5, {"check_shape": "q5", "workspace_floats": ("z", "i4"), "clusters": "",
+                "forward": "p7 i4 p", "train_forward": "p9 i4 p", "backward": "p12 i4 p"}),
 }
 
 EINVAL, ENOMEM, ECUDA = 1, 2, 3

@@ -36,15 +36,34 @@ def aligned(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-def check_shape(lib, chapter, x, channels):
-    """x 5-D and a shape the kernels take (the library's chNN_check_shape): ValueError."""
-    if x.dim() != 5:
-        raise ValueError("x must be 5-D (N x %d x D x H x W), not of shape %s"
-                         % (channels, tuple(x.shape)))
+def check_shape(lib, chapter, x, channels, spatial="D x H x W"):
+    """x N x channels x spatial (its extents named, "D x H x W" or "H x W") and a shape the
+    kernels take (the library's chNN_check_shape): ValueError."""
+    dims = 2 + len(spatial.split(" x "))
+    if x.dim() != dims:
+        raise ValueError("x must be %d-D (N x %d x %s), not of shape %s"
+                         % (dims, channels, spatial, tuple(x.shape)))
     prefix = "ch%02d_" % chapter
     if getattr(lib, prefix + "check_shape")(*x.shape):
         msg = getattr(lib, prefix + "last_error")().decode("utf-8", "replace")
         raise ValueError("x of shape %s: %s" % (tuple(x.shape), msg))
+
+
+def check_inputs(lib, chapter, x, channels, params, spatial="D x H x W"):
+    """The checks of every call: x (check_tensor, check_shape), then each (name, tensor, want)
+    of params on x's device and of the shape want (a tuple), or of want elements in any shape
+    (an int): TypeError or ValueError. Returns x's batch and spatial extents, (n, d, h, w) or
+    (n, h, w)."""
+    check_tensor("x", x)
+    check_shape(lib, chapter, x, channels, spatial)
+    for name, t, want in params:
+        check_tensor(name, t, x.device)
+        if isinstance(want, int) and t.numel() != want:
+            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), "one element"
+                                                          if want == 1 else "%d elements" % want))
+        if not isinstance(want, int) and tuple(t.shape) != want:
+            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), want))
+    return (x.shape[0],) + tuple(x.shape[2:])
 
 
 def stream(device):

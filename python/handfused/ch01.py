@@ -17,7 +17,7 @@ Everything is float32 (fp32 arithmetic: no TF32). Under torch.compile the call i
 is a graph break (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """
 from . import _lib
-from ._torch import aligned, call_on, check_shape, check_tensor, model_forward, ptr, triple
+from ._torch import aligned, call_on, check_inputs, model_forward, ptr, triple
 
 import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
 import torch.nn as nn  # noqa: E402
@@ -32,16 +32,9 @@ def _library():
 
 def _check_inputs(x, weight, conv_bias, bias):
     """The checks of every call; returns (n, d, h, w)."""
-    check_tensor("x", x)
-    check_shape(_library(), CHAPTER, x, IN_CHANNELS)
-    for name, t, shape in (("conv_transpose.weight", weight, (3, 16, 3, 3, 3)),
-                           ("conv_transpose.bias", conv_bias, (16,)), ("bias", bias, None)):
-        check_tensor(name, t, x.device)
-        if (shape is not None and tuple(t.shape) != shape) or (shape is None and t.numel() != 1):
-            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape),
-                                                          shape or "one element"))
-    n, _, d, h, w = x.shape
-    return n, d, h, w
+    return check_inputs(_library(), CHAPTER, x, IN_CHANNELS,
+                        (("conv_transpose.weight", weight, (3, 16, 3, 3, 3)),
+                         ("conv_transpose.bias", conv_bias, (16,)), ("bias", bias, 1)))
 
 
 def _out_shape(n, d, h, w):

@@ -17,14 +17,10 @@ TF32 settings. Under torch.compile the call into the library is a graph break
 (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """
 from . import _lib
+from ._torch import aligned, call_on, check_inputs, model_forward, ptr, triple
 
-try:  # the package imports without PyTorch; this module needs it
-    import torch
-    import torch.nn as nn
-    # the checks and conversions of every chapter's module, written once (chapter 1's)
-    from ._torch import aligned as _aligned, check_tensor as _check_tensor, ptr as _ptr, stream as _stream, triple as _triple
-except ImportError as e:
-    raise ImportError("handfused.ch02 needs PyTorch (%s)" % e) from e
+import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
+import torch.nn as nn  # noqa: E402
 
 CHAPTER = 2
 OUT_CHANNELS = 64
@@ -33,28 +29,17 @@ GEOMETRY = {"in_channels": 32, "out_channels": OUT_CHANNELS, "kernel_size": (3, 
             "stride": (1, 1, 1), "padding": (1, 1, 1)}
 
 
-def _call(name, *args):
-    """build/libch02.so's name(*args) (loaded once; FileNotFoundError naming make lib CH=2), a
-    nonzero return raised with the library's message"""
-    _lib.call(_lib.load(CHAPTER), CHAPTER, name, *args)
+def _call(device, name, *args):
+    """build/libch02.so's name(*args, the current stream) on device (loaded once;
+    FileNotFoundError naming make lib CH=2), a nonzero return raised with the library's
+    message"""
+    call_on(device, _lib.load(CHAPTER), CHAPTER, name, *args)
 
 
 def _check_inputs(x, weight, bias):
     """The checks of every call; returns (n, d, h, w)."""
-    _check_tensor("x", x)
-    if x.dim() != 5:
-        raise ValueError("x must be 5-D (N x 32 x D x H x W), not of shape %s"
-                         % (tuple(x.shape),))
-    lib = _lib.load(CHAPTER)
-    if lib.ch02_check_shape(*x.shape):
-        raise ValueError("x of shape %s: %s" % (tuple(x.shape),
-                                                 lib.ch02_last_error().decode("utf-8", "replace")))
-    for name, t, shape in (("conv.weight", weight, (64, 32, 3, 3, 3)), ("conv.bias", bias, (64,))):
-        _check_tensor(name, t, x.device)
-        if tuple(t.shape) != shape:
-            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), shape))
-    n, _, d, h, w = x.shape
-    return n, d, h, w
+    return check_inputs(_lib.load(CHAPTER), CHAPTER, x, GEOMETRY["in_channels"],
+                        (("conv.weight", weight, (64, 32, 3, 3, 3)), ("conv.bias", bias, (64,))))
 
 
 def _out_shape(n, d, h, w):
@@ -76,15 +61,15 @@ class Ch02Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         n, d, h, w = _check_inputs(x, weight, bias)
-        x, weight, bias = _aligned(x), _aligned(weight), _aligned(bias)
+        x, weight, bias = aligned(x), aligned(weight), aligned(bias)
         c = torch.empty((n, OUT_CHANNELS, d, h, w), device=x.device, dtype=torch.float32)
         y = torch.empty(_out_shape(n, d, h, w), device=x.device, dtype=torch.float32)
         ctx.save_for_backward(x, weight, c)
         ctx.shape = (n, d, h, w)
         with torch.cuda.device(x.device):
             ws = _workspace(x.device, 0)
-            _call("ch02_train_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(c), _ptr(y),
-                  _ptr(ws), ws.numel(), n, d, h, w, _stream(x.device))
+        _call(x.device, "ch02_train_forward", ptr(x), ptr(weight), ptr(bias), ptr(c), ptr(y),
+              ptr(ws), ws.numel(), n, d, h, w)
         return y
 
     @staticmethod
@@ -96,33 +81,25 @@ class Ch02Function(torch.autograd.Function):
         dc, dw = torch.empty_like(c), torch.empty_like(weight)
         dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         dbias = torch.empty(OUT_CHANNELS, device=dev, dtype=torch.float32)
-        g = _aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
+        g = aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
         n, d, h, w = ctx.shape
         with torch.cuda.device(dev):
             ws = _workspace(dev, 1)
-            _call("ch02_backward", _ptr(x), _ptr(weight), _ptr(c), _ptr(g), _ptr(dc), _ptr(dx),
-                  _ptr(dw), _ptr(dbias), _ptr(ws), ws.numel(), n, d, h, w, _stream(dev))
+        _call(dev, "ch02_backward", ptr(x), ptr(weight), ptr(c), ptr(g), ptr(dc), ptr(dx),
+              ptr(dw), ptr(dbias), ptr(ws), ws.numel(), n, d, h, w)
         return dx, dw, dbias
 
 
 def forward_inference(x, weight, bias):
     """y without autograd: the chapter's fastest fp32-accurate forward (v9)."""
     n, d, h, w = _check_inputs(x, weight, bias)
-    x, weight, bias = _aligned(x), _aligned(weight), _aligned(bias)
+    x, weight, bias = aligned(x), aligned(weight), aligned(bias)
     y = torch.empty(_out_shape(n, d, h, w), device=x.device, dtype=torch.float32)
     with torch.cuda.device(x.device):
         ws = _workspace(x.device, 0)
-        _call("ch02_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(y), _ptr(ws), ws.numel(),
-              n, d, h, w, _stream(x.device))
+    _call(x.device, "ch02_forward", ptr(x), ptr(weight), ptr(bias), ptr(y), ptr(ws),
+          ws.numel(), n, d, h, w)
     return y
-
-
-@torch.compiler.disable
-def model_forward(x, weight, bias):
-    """The model's forward on explicit tensors: with autograd when a gradient is wanted."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias)):
-        return Ch02Function.apply(x, weight, bias)
-    return forward_inference(x, weight, bias)
 
 
 class ModelNew(nn.Module):
@@ -136,8 +113,8 @@ class ModelNew(nn.Module):
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding):
         super().__init__()
         got = {"in_channels": in_channels, "out_channels": out_channels,
-               "kernel_size": _triple(kernel_size, "kernel_size"),
-               "stride": _triple(stride, "stride"), "padding": _triple(padding, "padding")}
+               "kernel_size": triple(kernel_size, "kernel_size"),
+               "stride": triple(stride, "stride"), "padding": triple(padding, "padding")}
         bad = ["%s=%r" % (k, v) for k, v in got.items() if v != GEOMETRY[k]]
         if bad:
             raise ValueError("chapter 2's kernels take in_channels=32, out_channels=64, "
@@ -148,4 +125,5 @@ class ModelNew(nn.Module):
                               padding=padding)
 
     def forward(self, x):
-        return model_forward(x, self.conv.weight, self.conv.bias)
+        return model_forward(Ch02Function, forward_inference, x, self.conv.weight,
+                             self.conv.bias)

@@ -14,16 +14,11 @@ chapter's kernels (chapters/04-conv2d-groupnorm-lse/api.h) through build/libch04
 Everything is float32 (fp32 arithmetic: no TF32). Under torch.compile the call into the library
 is a graph break (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """
-try:
-    import torch
-    import torch.nn as nn
-except ImportError as e:  # the package imports without PyTorch; this module needs it
-    raise ImportError("handfused.ch04 needs PyTorch (import torch failed: %s)" % e) from e
-
 from . import _lib
-# the checks every chapter's module makes of a tensor, and its pointer and stream: chapter 1's,
-# one copy in the package
-from ._torch import aligned as _aligned, check_tensor as _check_tensor, ptr as _ptr, stream as _stream
+from ._torch import aligned, call_on, check_inputs, model_forward, ptr
+
+import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
+import torch.nn as nn  # noqa: E402
 
 CHAPTER = 4
 IN_CHANNELS, OUT_CHANNELS, KERNEL_SIZE, GROUPS, EPS = 8, 64, 3, 16, 1e-5
@@ -33,10 +28,6 @@ def _library():
     return _lib.load(CHAPTER)
 
 
-def _call(name, *args):
-    _lib.call(_library(), CHAPTER, name, *args)
-
-
 PARAM_SHAPES = (("conv.weight", (OUT_CHANNELS, IN_CHANNELS, KERNEL_SIZE, KERNEL_SIZE)),
                 ("conv.bias", (OUT_CHANNELS,)), ("group_norm.weight", (OUT_CHANNELS,)),
                 ("group_norm.bias", (OUT_CHANNELS,)))
@@ -44,19 +35,9 @@ PARAM_SHAPES = (("conv.weight", (OUT_CHANNELS, IN_CHANNELS, KERNEL_SIZE, KERNEL_
 
 def _check_inputs(x, params):
     """The checks of every call; returns (n, h, w)."""
-    _check_tensor("x", x)
-    if x.dim() != 4:
-        raise ValueError("x must be 4-D (N x 8 x H x W), not of shape %s" % (tuple(x.shape),))
-    lib = _library()
-    if lib.ch04_check_shape(*x.shape):
-        raise ValueError("x of shape %s: %s" % (tuple(x.shape),
-                                                 lib.ch04_last_error().decode("utf-8", "replace")))
-    for (name, shape), t in zip(PARAM_SHAPES, params):
-        _check_tensor(name, t, x.device)
-        if tuple(t.shape) != shape:
-            raise ValueError("%s has shape %s, not %s" % (name, tuple(t.shape), shape))
-    n, _, h, w = x.shape
-    return n, h, w
+    return check_inputs(_library(), CHAPTER, x, IN_CHANNELS,
+                        [(name, t, shape) for (name, shape), t in zip(PARAM_SHAPES, params)],
+                        "H x W")
 
 
 def _empty(shape, device):
@@ -76,13 +57,13 @@ def _workspace(n, h, w, device):
 def forward_inference(x, weight, bias, gamma, beta):
     """y without autograd: the chapter's fastest forward (v9); c is scratch."""
     n, h, w = _check_inputs(x, (weight, bias, gamma, beta))
-    x, dev = _aligned(x), x.device
+    x, dev = aligned(x), x.device
     c = _empty((n, OUT_CHANNELS, h - 2, w - 2), dev)
     y = _empty((n, 1, h - 2, w - 2), dev)
     with torch.cuda.device(dev):
         ws = _workspace(n, h, w, dev)
-        _call("ch04_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(gamma), _ptr(beta),
-              _ptr(c), _ptr(y), _ptr(ws), n, h, w, _stream(dev))
+    call_on(dev, _library(), CHAPTER, "ch04_forward", ptr(x), ptr(weight), ptr(bias), ptr(gamma),
+            ptr(beta), ptr(c), ptr(y), ptr(ws), n, h, w)
     return y
 
 
@@ -92,14 +73,14 @@ class Ch04Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, gamma, beta):
         n, h, w = _check_inputs(x, (weight, bias, gamma, beta))
-        x, dev = _aligned(x), x.device
+        x, dev = aligned(x), x.device
         c = _empty((n, OUT_CHANNELS, h - 2, w - 2), dev)
         stats = _empty((2, n, GROUPS), dev)
         y = _empty((n, 1, h - 2, w - 2), dev)
         with torch.cuda.device(dev):
             ws = _workspace(n, h, w, dev)
-            _call("ch04_train_forward", _ptr(x), _ptr(weight), _ptr(bias), _ptr(gamma),
-                  _ptr(beta), _ptr(c), _ptr(stats), _ptr(y), _ptr(ws), n, h, w, _stream(dev))
+        call_on(dev, _library(), CHAPTER, "ch04_train_forward", ptr(x), ptr(weight), ptr(bias),
+                ptr(gamma), ptr(beta), ptr(c), ptr(stats), ptr(y), ptr(ws), n, h, w)
         ctx.save_for_backward(x, weight, gamma, beta, c, y, stats)
         ctx.shape = (n, h, w)
         return y
@@ -109,7 +90,7 @@ class Ch04Function(torch.autograd.Function):
     def backward(ctx, g):
         x, weight, gamma, beta, c, y, stats = ctx.saved_tensors
         n, h, w = ctx.shape
-        g = _aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
+        g = aligned(g.to(torch.float32).contiguous())  # autograd may hand an expanded g
         dev = x.device
         dc = torch.empty_like(c)
         dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
@@ -117,25 +98,11 @@ class Ch04Function(torch.autograd.Function):
         dbias, dgamma, dbeta = (_empty(OUT_CHANNELS, dev) for _ in range(3))
         with torch.cuda.device(dev):
             ws = _workspace(n, h, w, dev)
-            args = (_ptr(x), _ptr(weight), _ptr(gamma), _ptr(beta), _ptr(c), _ptr(y),
-                    _ptr(stats), _ptr(g), _ptr(dc), _ptr(dx), _ptr(dw), _ptr(dbias),
-                    _ptr(dgamma), _ptr(dbeta), _ptr(ws), n, h, w)
-            try:
-                _call("ch04_backward", *args, _stream(dev))
-            except MemoryError:
-                # the conv's one-time setup for dx found too little free memory: PyTorch's
-                # cache may hold it
-                torch.cuda.empty_cache()
-                _call("ch04_backward", *args, _stream(dev))
+        # a MemoryError from the conv's one-time setup for dx frees PyTorch's cache, once
+        call_on(dev, _library(), CHAPTER, "ch04_backward", ptr(x), ptr(weight), ptr(gamma),
+                ptr(beta), ptr(c), ptr(y), ptr(stats), ptr(g), ptr(dc), ptr(dx), ptr(dw),
+                ptr(dbias), ptr(dgamma), ptr(dbeta), ptr(ws), n, h, w)
         return dx, dw, dbias, dgamma, dbeta
-
-
-@torch.compiler.disable
-def model_forward(x, weight, bias, gamma, beta):
-    """The model's forward on explicit tensors: with autograd when a gradient is wanted."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias, gamma, beta)):
-        return Ch04Function.apply(x, weight, bias, gamma, beta)
-    return forward_inference(x, weight, bias, gamma, beta)
 
 
 def _pair(v, name):
@@ -166,5 +133,5 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(groups, out_channels, eps=eps)
 
     def forward(self, x):
-        return model_forward(x, self.conv.weight, self.conv.bias, self.group_norm.weight,
-                             self.group_norm.bias)
+        return model_forward(Ch04Function, forward_inference, x, self.conv.weight,
+                             self.conv.bias, self.group_norm.weight, self.group_norm.bias)

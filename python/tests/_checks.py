@@ -1,23 +1,36 @@
-"""_checks.py: what every chapter's test (test_chNN.py) checks the same way.
+"""_checks.py: the checks every chapter's PyTorch test (test_chNN.py) makes the same way.
 
 PASS / FAIL / SKIP lines as the chapters' checks print them (common/run-tests.sh counts them);
-the run of a test (run: the library's own checks, then one SKIP line without PyTorch or a GPU);
-the errors a bad input must raise; a gradient element, a sum, against the sum of its terms'
-magnitudes; ModelNew's parameters after a seed against Model's; SGD with both from one seed.
+`failed` counts the failures, exit_status() is the test's exit status. The numeric checks:
+  out_close    an output of order 1: 1e-5 relative L2, 1e-4 at every element (the chapters'
+               tolerances), no NaN
+  sum_close    a sum (a gradient element): its error within tol of the sum of its terms'
+               magnitudes, computed by the caller in float64
+Only check, skip and expect_error run without PyTorch; the rest import it when called.
 """
+import os
 import sys
+import tempfile
 
-_failed = [0]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from handfused import _lib  # noqa: E402 (after the path)
+
+failed = 0
 
 
 def check(ok, msg):
+    global failed
     print(("PASS  " if ok else "FAIL  ") + msg, flush=True)
-    _failed[0] += not ok
+    failed += not ok
     return ok
 
 
 def skip(msg):
     print("SKIP  " + msg, flush=True)
+
+
+def exit_status():
+    return 1 if failed else 0
 
 
 def expect_error(what, fn, exc, *words):
@@ -33,49 +46,57 @@ def expect_error(what, fn, exc, *words):
     return check(False, "%s: no error raised" % what)
 
 
-def run(chapter, library_checks, gpu_checks):
-    """library_checks(); then, with PyTorch and a GPU, gpu_checks(torch, module) with
-    handfused.chNN imported and its library loaded; one SKIP line otherwise. Exits 1 if any
-    check failed."""
-    library_checks()
-    name = "handfused.ch%02d" % chapter
-    what = "%s on the GPU (output, gradients, SGD, torch.compile, bad inputs)" % name
+def library_shapes(chapter, accepted, rejected):
+    """Without PyTorch or a GPU: a missing library's message, then chNN_check_shape on each
+    accepted shape and each (shape, word of its message) rejected. The library, or None (with a
+    SKIP line) when it is not built."""
+    with tempfile.TemporaryDirectory() as empty:
+        expect_error("a missing library", lambda: _lib.load(chapter, empty), FileNotFoundError,
+                     "make lib CH=%d" % chapter)
+    try:
+        lib = _lib.load(chapter)
+    except FileNotFoundError as e:
+        skip("the library's checks: %s" % e)
+        return None
+    name = "ch%02d_check_shape" % chapter
+    shape_check, last_error = getattr(lib, name), getattr(lib, "ch%02d_last_error" % chapter)
+    for shape in accepted:
+        check(shape_check(*shape) == 0, "%s accepts %s" % (name, shape,))
+    for shape, words in rejected:
+        code = shape_check(*shape)
+        err = last_error().decode()
+        check(code == _lib.EINVAL and words in err,
+              "%s rejects %s (code %d): %s" % (name, shape, code, err))
+    return lib
+
+
+def gpu_module(chapter):
+    """handfused.chNN with its library loaded, or None after one SKIP line (no PyTorch, no CUDA
+    device) or a FAIL (the module or its library missing)."""
+    what = ("handfused.ch%02d on the GPU (output, gradients, SGD, torch.compile, bad inputs)"
+            % chapter)
     try:
         import torch
     except ImportError:
         skip("%s: PyTorch is not installed" % what)
-        torch = None
-    if torch is not None and not torch.cuda.is_available():
+        return None
+    if not torch.cuda.is_available():
         skip("%s: no CUDA device" % what)
-    elif torch is not None:
-        try:
-            import importlib
-            module = importlib.import_module(name)
-            module._library()
-        except (ImportError, FileNotFoundError) as e:
-            check(False, "import %s and its library: %s" % (name, e))
-        else:
-            gpu_checks(torch, module)
-    sys.exit(1 if _failed[0] else 0)
+        return None
+    try:
+        import importlib
+        module = importlib.import_module("handfused.ch%02d" % chapter)
+        _lib.load(chapter)
+    except (ImportError, FileNotFoundError) as e:
+        check(False, "import handfused.ch%02d and its library: %s" % (chapter, e))
+        return None
+    return module
 
 
-def sum_ratio(got, ref, abs_sum):
-    """the largest error over the sum of its terms' magnitudes; inf where got has a NaN"""
-    if not bool(got.isfinite().all()):
-        return float("inf")
-    return ((got.double() - ref).abs() / abs_sum.clamp_min(1e-300)).max().item()
-
-
-def sum_close(what, got, ref, abs_sum, tol=1e-5):
-    """a sum: every element within tol of the sum of its terms' magnitudes"""
-    ratio = sum_ratio(got, ref, abs_sum)
-    return check(ratio <= tol, "%s: max error / sum of |terms| %.1e (at most %.0e)"
-                 % (what, ratio, tol))
-
-
-def same_parameters(torch, Model, ModelNew, args):
-    """after the same seed, ModelNew(*args) holds Model(*args)'s parameters, in its order"""
-    for seed in (0, 5):
+def same_parameters(Model, ModelNew, args, seeds=(0, 5)):
+    """After the same seed, ModelNew's parameters are Model's: names, order, shapes, values."""
+    import torch
+    for seed in seeds:
         torch.manual_seed(seed)
         ref = Model(*args)
         torch.manual_seed(seed)
@@ -87,52 +108,63 @@ def same_parameters(torch, Model, ModelNew, args):
               % (seed, ", ".join(n for n, _ in b)))
 
 
-def sgd(torch, ref, new, data, lr, loss_fn, moved_min=1e-3):
-    """SGD over data ((x, target) pairs) with Model (ref) and ModelNew (new), from the same
-    parameters: each step's loss within 1e-4 relative, and every parameter moved (more than
-    moved_min of its norm) and ending within 1e-3 of Model's move"""
-    p0 = [p.detach().clone() for p in ref.parameters()]
-    losses = {}
-    for name, m in (("Model", ref), ("ModelNew", new)):
-        opt = torch.optim.SGD(m.parameters(), lr=lr)
-        losses[name] = []
-        for x, t in data:
-            opt.zero_grad()
-            loss = loss_fn(m(x), t)
-            loss.backward()
-            opt.step()
-            losses[name].append(loss.item())
-    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["Model"], losses["ModelNew"]))
-    check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
-          "%.1e relative" % (len(data), lr, losses["Model"][0], losses["Model"][-1], worst))
-    for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
-        moved = (p - s).norm().item()
-        off = (q - p).norm().item()
-        check(moved > moved_min * s.norm().item() and off <= 1e-3 * moved,
-              "SGD: %s moved %.2e (%.2g%% of its norm); ModelNew's differs from Model's by %.1e "
-              "of that move" % (name, moved, 100 * moved / s.norm().item(),
-                                off / max(moved, 1e-300)))
+def out_close(what, got, ref):
+    """an output of order 1: 1e-5 relative L2, 1e-4 at every element, no NaN"""
+    import torch
+    err = (got.double() - ref).abs()
+    rel = (err.norm() / ref.norm().clamp_min(1e-300)).item()
+    worst = err.max().item() if err.numel() else 0.0
+    ok = bool(torch.isfinite(got).all()) and got.shape == ref.shape and rel <= 1e-5 \
+        and worst <= 1e-4
+    return check(ok, "%s: rel_l2 %.1e, max_abs %.1e" % (what, rel, worst))
 
 
-def on_both_streams(torch, run_step):
-    """run_step() (it returns a list of tensors) on the current stream, then on a side stream,
-    each after the work before it; the two lists"""
+def sum_ratio(got, ref, abs_sum):
+    """the largest error over the sum of its terms' magnitudes; inf where got has a NaN"""
+    import torch
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return ((got.double() - ref).abs() / abs_sum.clamp_min(1e-300)).max().item()
+
+
+def sum_close(what, got, ref, abs_sum, tol=1e-5):
+    """a sum: every element within tol of the sum of its terms' magnitudes"""
+    ratio = sum_ratio(got, ref, abs_sum)
+    return check(ratio <= tol, "%s: max error / sum of |terms| %.1e (at most %.0e)"
+                 % (what, ratio, tol))
+
+
+def finds_planted(tag, what, got, ref, abs_sum, k, tol=1e-5):
+    """the gradient check can fail: got with its element k (flat) moved by 1e-4 of that
+    element's sum of |terms| must be found (its ratio above tol); what names the error (e.g.
+    "dw with one weight")"""
+    bad = got.clone()
+    bad.view(-1)[k] += 1e-4 * abs_sum.reshape(-1)[k].float()
+    ratio = sum_ratio(bad, ref, abs_sum)
+    check(ratio > tol, "%s: the gradient check finds %s off by 1e-4 of its sum (ratio %.1e)"
+          % (tag, what, ratio))
+
+
+def on_two_streams(run):
+    """run() (a list of tensors) on the current stream, then inside a side stream; both lists"""
+    import torch
     runs = []
     for side in (False, True):
         st = torch.cuda.Stream() if side else torch.cuda.current_stream()
         st.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(st):
-            out = run_step()
+            out = run()
         torch.cuda.current_stream().wait_stream(st)
         torch.cuda.synchronize()
         runs.append(out)
     return runs
 
 
-def compiled_as_eager(torch, new, x, grad_tol):
-    """torch.compile(new) against new itself: the forward the same bits, each parameter's
-    gradient (of the output's sum of squares: an upstream gradient of its own) the same bits
-    (grad_tol 0) or within grad_tol relative"""
+def compile_same(new, x, grad_tol=0.0):
+    """torch.compile(new): its forward the same bits as eager's, and each parameter's gradient
+    (of the output's sum of squares) the same bits (grad_tol 0) or within grad_tol relative
+    (a library conv whose engine is not deterministic)"""
+    import torch
     try:
         compiled = torch.compile(new)
         with torch.no_grad():
@@ -140,67 +172,188 @@ def compiled_as_eager(torch, new, x, grad_tol):
         grads = []
         for m in (new, compiled):
             new.zero_grad()
-            m(x).square().sum().backward()
+            m(x).square().sum().backward()  # an expanded upstream gradient on the way
             grads.append([p.grad.clone() for p in new.parameters()])
         if grad_tol == 0:
-            ok, how = all(torch.equal(a, b) for a, b in zip(*grads)), "the same bits"
-        else:
-            rel = max(((a - b).norm() / a.norm().clamp_min(1e-30)).item() for a, b in zip(*grads))
-            ok, how = rel <= grad_tol, "within %.1e (at most %.0e)" % (rel, grad_tol)
-        check(same_fwd and ok, "torch.compile(ModelNew): forward the same bits as eager, "
-              "gradients %s" % how)
+            same_bwd = all(torch.equal(a, b) for a, b in zip(*grads))
+            check(same_fwd and same_bwd, "torch.compile(ModelNew): forward and gradients the "
+                  "same bits as eager")
+            return
+        rel = max(((a - b).norm() / a.norm().clamp_min(1e-30)).item() for a, b in zip(*grads))
+        check(same_fwd and rel <= grad_tol, "torch.compile(ModelNew): forward the same bits as "
+              "eager, gradients within %.1e (at most %.0e)" % (rel, grad_tol))
     except Exception as e:  # noqa: BLE001
         check(False, "torch.compile(ModelNew): raised %s: %s" % (type(e).__name__, e))
 
 
-def bad_inputs(torch, new, args, ok_x, bad_shapes):
-    """new (a ModelNew(*args) on the GPU) refuses, with autograd and under no_grad, x of the wrong
-    dtype, device, layout or rank, and each (what, x, words) of bad_shapes, with a message
-    holding those words; then the parameters made float64"""
+def sgd_compare(ref, new, data, lr, moved_min=1e-3, norm_floor=0.0, fixed=(), loss_fn=None):
+    """SGD on loss_fn(y, target) (the mean squared error when None), one step per (x, target) of
+    data, for
+    Model (ref) and ModelNew (new) from the same parameters: the losses within 1e-4 relative,
+    each parameter moved by more than moved_min of its norm at the start (of norm_floor where
+    that is larger: a parameter that starts at zero), and ModelNew's within 1e-3 of that move of
+    Model's. The parameters named in fixed have a gradient that is zero up to rounding (the
+    model removes them): they stay within 1e-5 of their norm, in both."""
+    import torch
+    p0 = [p.detach().clone() for p in ref.parameters()]
+    losses = {}
+    for name, m in (("Model", ref), ("ModelNew", new)):
+        opt = torch.optim.SGD(m.parameters(), lr=lr)
+        losses[name] = []
+        for x, t in data:
+            opt.zero_grad()
+            loss = (m(x) - t).square().mean() if loss_fn is None else loss_fn(m(x), t)
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+    worst = max(abs(a - b) / abs(a) for a, b in zip(losses["Model"], losses["ModelNew"]))
+    check(worst <= 1e-4, "SGD, %d steps, lr %g: losses %.6f -> %.6f (Model), ModelNew's within "
+          "%.1e relative" % (len(data), lr, losses["Model"][0], losses["Model"][-1], worst))
+    for (name, p), q, s in zip(ref.named_parameters(), new.parameters(), p0):
+        moved, norm = (p - s).norm().item(), s.norm().item()
+        off = (q - p).norm().item()
+        if name in fixed:
+            check(moved <= 1e-5 * norm and off <= 1e-5 * norm, "SGD: %s stays put (its gradient "
+                  "is zero up to rounding): moved %.1e, ModelNew's differs by %.1e"
+                  % (name, moved, off))
+            continue
+        check(moved > moved_min * max(norm, norm_floor) and off <= 1e-3 * moved,
+              "SGD: %s moved %.2e (norm at the start %.2e); ModelNew's differs from Model's by "
+              "%.1e of that move" % (name, moved, norm, off / max(moved, 1e-300)))
+
+
+def bad_inputs(new, ok_x, channels_x, channels_word, short_x, short_word):
+    """The inputs every chapter rejects, with autograd and under no_grad: float64, on the CPU,
+    non-contiguous (its last two dimensions swapped), the wrong channel count (channels_x), one
+    dimension too few (5-D ok_x) or too many (4-D), and short_x (an extent the kernels do not
+    take; None: none); and float64 parameters (a copy of new's)."""
+    import copy
+    import torch
+    expect_error("float64 parameters", lambda: copy.deepcopy(new).double()(ok_x), TypeError,
+                 "float32")
     for grad in (True, False):
         mode = "with autograd" if grad else "under no_grad"
         with torch.set_grad_enabled(grad):
             expect_error("float64 x, " + mode, lambda: new(ok_x.double()), TypeError, "float32")
             expect_error("x on the CPU, " + mode, lambda: new(ok_x.cpu()), ValueError, "CUDA")
-            expect_error("non-contiguous x, " + mode, lambda: new(ok_x.transpose(3, 4)),
+            expect_error("non-contiguous x, " + mode, lambda: new(ok_x.transpose(-2, -1)),
                          ValueError, "contiguous")
-            expect_error("4-D x, " + mode, lambda: new(ok_x[0]), ValueError, "5-D")
-            for what, x, words in bad_shapes:
-                expect_error("%s, %s" % (what, mode), lambda b=x: new(b), ValueError, words)
-    expect_error("float64 parameters", lambda: type(new)(*args).to(ok_x.device).double()(ok_x),
-                 TypeError, "float32")
+            expect_error("x with %d channels, %s" % (channels_x.shape[1], mode),
+                         lambda: new(channels_x), ValueError, channels_word)
+            wrong = ok_x[0] if ok_x.dim() == 5 else ok_x[None]
+            expect_error("%d-D x, %s" % (wrong.dim(), mode), lambda: new(wrong), ValueError,
+                         "%d-D" % ok_x.dim())
+            if short_x is not None:
+                expect_error("x of shape %s, %s" % (tuple(short_x.shape), mode),
+                             lambda: new(short_x), ValueError, short_word)
+
+
+def main(chapter, library_checks, gpu_checks):
+    """A chapter's test: library_checks() everywhere, gpu_checks(torch, module) where PyTorch
+    and a GPU are (TF32 off: the references run in fp32 or float64), then exit with the status."""
+    library_checks()
+    module = gpu_module(chapter)
+    if module is not None:
+        import torch
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        gpu_checks(torch, module)
+    sys.exit(exit_status())
 
 
 def guarded(what, fn, *args):
-    """fn(*args); an exception it raises is a failed check naming what"""
+    """fn(*args), its checks; an exception is a FAIL naming what raised"""
     try:
         fn(*args)
-    except Exception as e:  # noqa: BLE001 (reported as the failure)
+    except Exception as e:  # noqa: BLE001
         check(False, "%s: raised %s: %s" % (what, type(e).__name__, e))
 
 
-def shape_limits(chapter, accepted, rejected):
-    """The library's chNN_check_shape, without PyTorch or a GPU: each shape of accepted taken,
-    each (shape, words) of rejected refused with a message holding words; before that, a
-    missing library's message names the make command. The library, or None (a SKIP line) when
-    it is not built."""
-    import tempfile
-    from handfused import _lib
-    with tempfile.TemporaryDirectory() as empty:
-        expect_error("a missing library", lambda: _lib.load(chapter, empty), FileNotFoundError,
-                     "make lib CH=%d" % chapter)
-    try:
-        lib = _lib.load(chapter)
-    except FileNotFoundError as e:
-        skip("the library's checks: %s" % e)
-        return None
-    name = "ch%02d_check_shape" % chapter
-    last_error = getattr(lib, "ch%02d_last_error" % chapter)
-    for shape in accepted:
-        check(getattr(lib, name)(*shape) == 0, "%s accepts %s" % (name, shape))
-    for shape, words in rejected:
-        code = getattr(lib, name)(*shape)
-        msg = last_error().decode()
-        check(code == _lib.EINVAL and words in msg, "%s rejects %s (code %d): %s"
-              % (name, shape, code, msg))
-    return lib
+def each_shape(case, shapes, seed=100):
+    """case(shape, seed + i) for the i-th of shapes, an exception a FAIL naming the shape"""
+    for i, shape in enumerate(shapes):
+        guarded(str(shape), case, shape, seed + i)
+
+
+def same_seed(Model, ModelNew, args, seed):
+    """Model and ModelNew on the GPU, each built after torch.manual_seed(seed)"""
+    import torch
+    torch.manual_seed(seed)
+    ref = Model(*args).cuda()
+    torch.manual_seed(seed)
+    return ref, ModelNew(*args).cuda()
+
+
+def sgd_data(x_shape, y_shape, steps, seed=11, low=-1.0, high=1.0):
+    """steps pairs (x ~ U[0, 1), target ~ U[low, high)) from their own generator"""
+    import torch
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    return [(torch.rand(x_shape, device="cuda", generator=gen),
+             (high - low) * torch.rand(y_shape, device="cuda", generator=gen) + low)
+            for _ in range(steps)]
+
+
+def float64_model(Model, args, new, shape):
+    """Model on the GPU in float64 with new's parameters (built after new: it draws its own from
+    the generator first, as before), then x ~ U[0, 1) of shape: (ref, x, x64), x64 being x in
+    float64 and wanting its gradient"""
+    import torch
+    ref = Model(*args).cuda().double()
+    ref.load_state_dict(new.state_dict())
+    x = torch.rand(shape, device="cuda")
+    return ref, x, x.double().requires_grad_()
+
+
+def both_forwards(tag, new, x, y64, inference, training):
+    """new(x) without and with autograd, each against the float64 y64 (inference, training:
+    what runs, for the messages); x's copy that asks for a gradient, and the training y"""
+    import torch
+    with torch.no_grad():
+        out_close("%s: y, inference forward (%s)" % (tag, inference), new(x), y64.detach())
+    xg = x.clone().requires_grad_()
+    y = new(xg)
+    out_close("%s: y, training forward (%s)" % (tag, training), y, y64.detach())
+    return xg, y
+
+
+def step_on_two_streams(new, x, g):
+    """a training step's y, dx and parameter gradients and the inference forward's y, on the
+    current stream and on a side stream: [y, dx, gradients..., y without autograd], twice"""
+    import torch
+
+    def run():
+        new.zero_grad()
+        xg = x.clone().requires_grad_()
+        y = new(xg)
+        y.backward(g)
+        with torch.no_grad():
+            y_inf = new(x)
+        return [y, xg.grad] + [p.grad.clone() for p in new.parameters()] + [y_inf]
+
+    return on_two_streams(run)
+
+
+def still_runs(new, ok_x, shape):
+    """after the errors, a valid input runs"""
+    import torch
+    with torch.no_grad():
+        y = new(ok_x)
+    check(y.shape == shape and bool(torch.isfinite(y).all()),
+          "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+
+
+def readme_example(chapter, label="example"):
+    """python/README.md's one Python block that imports handfused.chNN, run as written from the
+    repository's root"""
+    import re
+    import subprocess
+    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+              if "handfused.ch%02d" % chapter in b]
+    if check(len(blocks) == 1, "python/README.md holds one chapter-%d Python example" % chapter):
+        run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=_lib.REPO,
+                             capture_output=True, text=True)
+        check(run.returncode == 0, "python/README.md's %s runs as written (exit %d)%s"
+              % (label, run.returncode,
+                 ": " + run.stderr.strip()[-300:] if run.returncode else ""))

@@ -18,24 +18,24 @@ terms' magnitudes (the chapter's own bound is 1e-6; float32's unit roundoff is 2
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from handfused import _lib  # noqa: E402 (after the path)
-from _checks import (bad_inputs, check, compiled_as_eager, expect_error,  # noqa: E402
-                     guarded, on_both_streams, run, same_parameters, sgd, shape_limits,
-                     sum_close, sum_ratio)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _checks  # noqa: E402 (after the path)
+from _checks import (bad_inputs, both_forwards, check, compile_same, expect_error,  # noqa: E402
+                     finds_planted, guarded, library_shapes, readme_example, same_parameters,
+                     same_seed, sgd_compare, sgd_data, step_on_two_streams, still_runs, sum_close)
 
 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch01_check_shape's verdicts and messages,
     the workspace size, and a missing library's message."""
-    lib = shape_limits(1, ((1, 3, 1, 1, 1), (128, 3, 16, 32, 32), (65535, 3, 1, 1, 1)),
-                       (((1, 4, 2, 2, 2), "3 channels"), ((0, 3, 2, 2, 2), "at least 1"),
-                        ((65536, 3, 1, 1, 1), "65535"), ((1, 3, 65536, 1, 1), "65535"),
-                        ((8, 3, 129, 129, 129), "2^31")))
-    if lib:
-        n = lib.ch01_workspace_floats(128, 16, 32, 32)
-        check(n >= 16 * 81 * 64, "ch01_workspace_floats(128 x 3 x 16 x 32 x 32) = %d floats" % n)
+    lib = library_shapes(1, ((1, 3, 1, 1, 1), (128, 3, 16, 32, 32), (65535, 3, 1, 1, 1)),
+                         (((1, 4, 2, 2, 2), "3 channels"), ((0, 3, 2, 2, 2), "at least 1"),
+                          ((65536, 3, 1, 1, 1), "65535"), ((1, 3, 65536, 1, 1), "65535"),
+                          ((8, 3, 129, 129, 129), "2^31")))
+    if lib is None:
+        return
+    n = lib.ch01_workspace_floats(128, 16, 32, 32)
+    check(n >= 16 * 81 * 64, "ch01_workspace_floats(128 x 3 x 16 x 32 x 32) = %d floats" % n)
 
 
 def gpu_checks(torch, ch01):
@@ -59,20 +59,11 @@ def gpu_checks(torch, ch01):
 
     ARGS = (3, 16, 3, 2, 1, (1, 1, 1, 1))
     dev = torch.device("cuda")
-    torch.backends.cudnn.allow_tf32 = False  # the reference in fp32 (or float64), never TF32
-    torch.backends.cuda.matmul.allow_tf32 = False
 
-    same_parameters(torch, Model, ch01.ModelNew, ARGS)
+    # ---- the parameters, after the same seed
+    same_parameters(Model, ch01.ModelNew, ARGS)
 
     # ---- the output and every gradient against float64
-    def out_close(what, got, ref):
-        """an output of order 1: 1e-5 relative L2, 1e-4 at every element, no NaN"""
-        err = (got.double() - ref).abs()
-        rel = (err.norm() / ref.norm().clamp_min(1e-300)).item()
-        worst = err.max().item() if err.numel() else 0.0
-        ok = bool(torch.isfinite(got).all()) and rel <= 1e-5 and worst <= 1e-4
-        return check(ok, "%s: rel_l2 %.1e, max_abs %.1e" % (what, rel, worst))
-
     def grads_case(shape, seed, b_value=0.1):
         n, _, d, h, w = shape
         torch.manual_seed(seed)
@@ -113,12 +104,7 @@ def gpu_checks(torch, ch01):
         else:
             check(inside > 0, "%s: %.0f%% of the outputs inside the clamp's band (the gradients "
                   "are not the clamp's alone)" % (tag, 100 * inside))
-        with torch.no_grad():
-            y_inf = new(x)
-        out_close("%s: y, inference forward (v8)" % tag, y_inf, y64.detach())
-        xg = x.clone().requires_grad_()
-        y = new(xg)
-        out_close("%s: y, training forward (b3's conv, v7)" % tag, y, y64.detach())
+        xg, y = both_forwards(tag, new, x, y64, "v8", "b3's conv, v7")
         y.backward(g64.float())
         # the magnitudes of each gradient's terms, in float64
         dc64 = c64.grad
@@ -136,11 +122,8 @@ def gpu_checks(torch, ch01):
         sum_close("%s: db (the subtracted bias)" % tag, new.bias.grad, ref.bias.grad,
                   ds_abs.reshape(1, 1, 1, 1))
         if shape == (2, 3, 3, 7, 11):  # the check can fail: dw with one weight off by 1e-4 of its sum
-            bad = new.conv_transpose.weight.grad.clone()
-            bad.view(-1)[7] += 1e-4 * Wa.grad.view(-1)[7].float()
-            ratio = sum_ratio(bad, W.grad, Wa.grad)
-            check(ratio > 1e-5, "%s: the gradient check finds dw with one weight off by 1e-4 of "
-                  "its sum (ratio %.1e)" % (tag, ratio))
+            finds_planted(tag, "dw with one weight", new.conv_transpose.weight.grad, W.grad,
+                          Wa.grad, 7)
 
     # b = 0.1 puts every output inside the band (z is near log 16); None: b chosen so that the
     # clamp cuts about half (grads_case)
@@ -155,79 +138,46 @@ def gpu_checks(torch, ch01):
         torch.manual_seed(3)
         new = ch01.ModelNew(*ARGS).to(dev)
         x = torch.rand((2, 3, 5, 6, 7), device=dev)
-        g = torch.randn((2, 1, 9, 11, 13), device=dev)
-
-        def step():
-            new.zero_grad()
-            xg = x.clone().requires_grad_()
-            y = new(xg)
-            y.backward(g)
-            return [y, xg.grad] + [p.grad.clone() for p in new.parameters()]
-
-        runs = on_both_streams(torch, step)
+        runs = step_on_two_streams(new, x, torch.randn((2, 1, 9, 11, 13), device=dev))
         same = all(torch.equal(a, b) for i, (a, b) in enumerate(zip(*runs)) if i != 1)
         dx_rel = ((runs[0][1] - runs[1][1]).norm() / runs[0][1].norm()).item()
-        check(same and dx_rel <= 1e-6, "a side stream: y, dw, dbias, db the same bits as on the "
-              "default stream, dx within %.1e" % dx_rel)
+        check(same and dx_rel <= 1e-6, "a side stream: y (both forwards), dw, dbias, db the "
+              "same bits as on the default stream, dx within %.1e" % dx_rel)
 
     guarded("a side stream", side_stream)
-
     # ---- 20 steps of SGD, ModelNew and Model (fp32) from the same seed
-    guarded("SGD", sgd_checks, torch, ch01, Model, ARGS, dev)
-
+    guarded("SGD", sgd_checks, torch, ch01, Model, ARGS)
     # ---- torch.compile: a graph break around the library call, the same results as eager
     torch.manual_seed(4)
-    compiled_as_eager(torch, ch01.ModelNew(*ARGS).to(dev), torch.rand((2, 3, 5, 6, 7), device=dev),
-                      0)
+    compile_same(ch01.ModelNew(*ARGS).to(dev), torch.rand((2, 3, 5, 6, 7), device=dev))
 
     # ---- bad inputs
     torch.manual_seed(0)
     new = ch01.ModelNew(*ARGS).to(dev)
     ok_x = torch.rand((1, 3, 4, 5, 6), device=dev)
-    bad_inputs(torch, new, ARGS, ok_x,
-               (("x with 4 channels", torch.rand((1, 4, 4, 5, 6), device=dev), "3 channels"),))
+    bad_inputs(new, ok_x, torch.rand((1, 4, 4, 5, 6), device=dev), "3 channels", None, None)
     expect_error("a batch of 65536", lambda: new(torch.rand((65536, 3, 1, 1, 1), device=dev)),
                  ValueError, "65535")
     big = torch.empty((8, 3, 129, 129, 129), device=dev)
-    expect_error("a conv output past 2^31 elements", lambda b=big: new(b), ValueError, "2^31")
+    expect_error("a conv output past 2^31 elements", lambda: new(big), ValueError, "2^31")
     del big
     expect_error("stride 1", lambda: ch01.ModelNew(3, 16, 3, 1, 1, (1, 1, 1, 1)), ValueError,
                  "stride=2")
     expect_error("a bias of 16 elements", lambda: ch01.ModelNew(3, 16, 3, 2, 1, (16, 1, 1, 1)),
                  ValueError, "one element")
-    with torch.no_grad():
-        y = new(ok_x)
-    check(y.shape == (1, 1, 7, 9, 11) and bool(torch.isfinite(y).all()),
-          "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+    still_runs(new, ok_x, (1, 1, 7, 9, 11))
 
     # ---- python/README.md's example, as written, from the repository's root
-    import re
-    import subprocess
-    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "handfused.ch01" in b]
-    if check(len(blocks) == 1, "python/README.md holds one chapter-1 Python example"):
-        run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=_lib.REPO,
-                             capture_output=True, text=True)
-        check(run.returncode == 0, "python/README.md's example runs as written (exit %d)%s"
-              % (run.returncode, ": " + run.stderr.strip()[-300:] if run.returncode else ""))
+    readme_example(1)
 
 
-def sgd_checks(torch, ch01, Model, ARGS, dev):
-    shape = (2, 3, 5, 6, 7)
-    torch.manual_seed(7)
-    ref = Model(*ARGS).to(dev)
-    torch.manual_seed(7)
-    new = ch01.ModelNew(*ARGS).to(dev)
+def sgd_checks(torch, ch01, Model, ARGS):
+    ref, new = same_seed(Model, ch01.ModelNew, ARGS, 7)
     with torch.no_grad():  # inside the clamp's band, for both
         ref.bias.fill_(0.1)
         new.bias.fill_(0.1)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(11)
-    data = [(torch.rand(shape, device=dev, generator=gen),
-             2 * torch.rand((2, 1, 9, 11, 13), device=dev, generator=gen) - 1)
-            for _ in range(20)]
-    sgd(torch, ref, new, data, 0.1, lambda y, t: (y - t).square().mean())
+    sgd_compare(ref, new, sgd_data((2, 3, 5, 6, 7), (2, 1, 9, 11, 13), 20), 0.1)
 
 
 if __name__ == "__main__":
-    run(1, library_checks, gpu_checks)
+    _checks.main(1, library_checks, gpu_checks)

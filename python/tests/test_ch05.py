@@ -17,16 +17,17 @@ element, a sum, within 1e-5 of the sum of its terms' magnitudes.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _checks import (bad_inputs, check, compiled_as_eager, expect_error,  # noqa: E402
-                     guarded, on_both_streams, run, same_parameters, sgd, shape_limits,
-                     sum_close, sum_ratio)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _checks  # noqa: E402 (after the path)
+from _checks import (bad_inputs, check, compile_same, each_shape, expect_error,  # noqa: E402
+                     finds_planted, guarded, library_shapes, on_two_streams, same_parameters,
+                     same_seed, sgd_compare, still_runs, sum_close)
 
 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch05_check_shape's verdicts and messages,
     and a missing library's message."""
-    shape_limits(5, ((1, 32, 2, 2, 2), (32, 32, 32, 64, 64), (1, 32, 3, 5, 7),
+    library_shapes(5, ((1, 32, 2, 2, 2), (32, 32, 32, 64, 64), (1, 32, 3, 5, 7),
                      (128, 32, 32, 64, 64)),
                  (((1, 3, 4, 4, 4), "32 channels"), ((0, 32, 4, 4, 4), "at least"),
                   ((1, 32, 1, 4, 4), "at least 2"), ((2, 32, 4, 4, 1), "at least 2"),
@@ -62,11 +63,9 @@ def gpu_checks(torch, ch05):
 
     ARGS = (32, 64, 3, 2, 1, 1, 2, 0.0, 1.0)
     dev = torch.device("cuda")
-    torch.backends.cudnn.allow_tf32 = False  # the reference in fp32 (or float64), never TF32
-    torch.backends.cuda.matmul.allow_tf32 = False
     clusters = ch05._library().ch05_clusters()
 
-    same_parameters(torch, Model, ch05.ModelNew, ARGS)
+    same_parameters(Model, ch05.ModelNew, ARGS)
 
     def row_ratio(got, ref):
         """the largest error of each (n, channel) row over that row's largest |value|; inf
@@ -165,18 +164,14 @@ def gpu_checks(torch, ch05):
         sum_close("%s: dbias (conv)" % tag, new.conv_transpose.bias.grad, db64, db_abs)
         sum_close("%s: dscale" % tag, new.scale.grad, ref.scale.grad, ds_abs)
         if shape == (2, 32, 4, 6, 10):  # the check can fail: one dw off by 1e-4 of its sum
-            bad = new.conv_transpose.weight.grad.clone()
-            bad.view(-1)[7] += 1e-4 * dw_abs.view(-1)[7].float()
-            ratio = sum_ratio(bad, dw64, dw_abs)
-            check(ratio > 1e-5, "%s: the gradient check finds dw with one weight off by 1e-4 of "
-                  "its sum (ratio %.1e)" % (tag, ratio))
+            finds_planted(tag, "dw with one weight", new.conv_transpose.weight.grad, dw64, dw_abs,
+                          7)
 
     # batch 1, the smallest extents, odd and prime extents (the pool drops their last slice),
     # and rows of the KernelBench length (131072: more than a cluster's shared memory holds)
-    for i, shape in enumerate(((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 4, 6, 10),
-                               (3, 32, 5, 13, 17), (1, 32, 7, 11, 64), (2, 32, 16, 32, 32),
-                               (2, 32, 32, 64, 64))):
-        guarded(str(shape), grads_case, shape, 100 + i)
+    each_shape(grads_case, ((1, 32, 2, 2, 2), (1, 32, 3, 5, 7), (2, 32, 4, 6, 10),
+                            (3, 32, 5, 13, 17), (1, 32, 7, 11, 64), (2, 32, 16, 32, 32),
+                            (2, 32, 32, 64, 64)))
 
     # ---- a side stream: the same results as the default stream's (within the library conv's
     # run-to-run noise where it ran: its engine may not be deterministic)
@@ -198,7 +193,7 @@ def gpu_checks(torch, ch05):
             return [y_inf, y, new.scale.grad.clone(), xg.grad,
                     new.conv_transpose.weight.grad.clone(), new.conv_transpose.bias.grad.clone()]
 
-        runs = on_both_streams(torch, step)
+        runs = on_two_streams(step)
         same = torch.equal(runs[0][0], runs[1][0])
         lib_rel = max(((a - b).norm() / a.norm()).item() for a, b in zip(runs[0][1:], runs[1][1:]))
         check(same and lib_rel <= 1e-5, "a side stream: y of the inference forward (v7) the same "
@@ -213,16 +208,14 @@ def gpu_checks(torch, ch05):
     # ---- torch.compile: a graph break around the library call, the same results as eager
     # (within the library conv's run-to-run noise)
     torch.manual_seed(4)
-    compiled_as_eager(torch, ch05.ModelNew(*ARGS).to(dev), torch.rand((2, 32, 5, 6, 7), device=dev),
-                      1e-5)
+    compile_same(ch05.ModelNew(*ARGS).to(dev), torch.rand((2, 32, 5, 6, 7), device=dev), 1e-5)
 
     # ---- bad inputs
     torch.manual_seed(0)
     new = ch05.ModelNew(*ARGS).to(dev)
     ok_x = torch.rand((1, 32, 4, 5, 6), device=dev)
-    bad_inputs(torch, new, ARGS, ok_x,
-               (("x with 3 channels", torch.rand((1, 3, 4, 5, 6), device=dev), "32 channels"),
-                ("x of depth 1", torch.rand((1, 32, 1, 5, 6), device=dev), "at least 2")))
+    bad_inputs(new, ok_x, torch.rand((1, 3, 4, 5, 6), device=dev), "32 channels",
+               torch.rand((1, 32, 1, 5, 6), device=dev), "at least 2")
     big = torch.empty((256, 32, 32, 64, 64), device=dev)  # 4.3 GB; the conv output 2^31
     expect_error("a conv output past 2^31 elements", lambda b=big: new(b), ValueError, "2^31")
     del big
@@ -230,26 +223,20 @@ def gpu_checks(torch, ch05):
                  "stride=2")
     expect_error("clamp_max 2", lambda: ch05.ModelNew(32, 64, 3, 2, 1, 1, 2, 0.0, 2.0),
                  ValueError, "clamp_max=1")
-    with torch.no_grad():
-        y = new(ok_x)
-    check(y.shape == (1, 64, 4, 4, 6) and bool(torch.isfinite(y).all()),
-          "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
+    still_runs(new, ok_x, (1, 64, 4, 4, 6))
 
 
 def sgd_checks(torch, ch05, Model, ARGS, dev):
     shape = (2, 32, 5, 6, 7)
-    torch.manual_seed(7)
-    ref = Model(*ARGS).to(dev)
-    torch.manual_seed(7)
-    new = ch05.ModelNew(*ARGS).to(dev)
+    ref, new = same_seed(Model, ch05.ModelNew, ARGS, 7)
     gen = torch.Generator(device=dev)
     gen.manual_seed(11)
     # targets of the output's size: a softmax row of 144 positions sums to 1 (times the scale)
     data = [(torch.rand(shape, device=dev, generator=gen),
              torch.rand((2, 64, 4, 6, 6), device=dev, generator=gen) / 72)
             for _ in range(20)]
-    sgd(torch, ref, new, data, 0.5, lambda y, t: (y - t).square().sum(), moved_min=1e-4)
+    sgd_compare(ref, new, data, 0.5, moved_min=1e-4, loss_fn=lambda y, t: (y - t).square().sum())
 
 
 if __name__ == "__main__":
-    run(5, library_checks, gpu_checks)
+    _checks.main(5, library_checks, gpu_checks)
