@@ -331,7 +331,7 @@ peers-sweep: $(if $(filter peers peers-kb,$(MAKECMDGOALS)),peers-kb)
 # KernelBench's protocol on every chapter with a ModelNew and a built library, or chapter CH's
 # alone; PRECISIONS as peers', SCOPES=forward,forward_no_grad,train_step (all when unset). Each
 # precision compiles Model afresh, once per scope (torch.compile's first calls, their time printed)
-kernelbench:
+kernelbench: $(if $(filter command line environment,$(origin CH)),$(filter build/libch0$(CH).so,$(TORCH_LIBS)),$(TORCH_LIBS))
 	$(PYTHON) data/kernelbench.py$(if $(filter command line environment,$(origin CH)), --chapter $(CH))$(if $(SCOPES), --scopes $(SCOPES)) $(PEER_PREC)
 check-pytorch: build/ch0$(CH)
 	@rm -rf build/dump-ch0$(CH)

@@ -61,6 +61,10 @@
 #              without re-recording the others)
 #   kb         every version of each chapter at its KernelBench shape into data/<gpu>/chNN.csv
 #              (record without the sweep)
+#   torch      make torch-test: every chapter library's PyTorch tests (python/tests/)
+#   kernelbench  make kernelbench CH=N for every chapter (KernelBench's protocol on ModelNew, into
+#              data/<gpu>/kernelbench.csv, RECORD=1); SCOPES=forward,train_step limits the scopes,
+#              KB_TIMEOUT (seconds, default 560) stops one chapter's run
 #   (none given: test record check sanitize sm80)
 # ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers (and its
 # parts), ops, record, sweep, sanitize and nocudnn's chapter runs to those chapters; test always
@@ -137,6 +141,9 @@ for s in $stages; do
     kb) d=$(RECORD=1 sh common/datadir.sh)
         for c in $CHAPTER_NUMBERS; do
             step kb$c build/ch0$c $(args_of $c) --csv $d/ch0$c.csv; done ;;
+    torch) step torch make -s torch-test ARCH=sm_90 ;;
+    kernelbench) for c in $CHAPTER_NUMBERS; do step kernelbench$c env RECORD=1 timeout ${KB_TIMEOUT:-560} \
+                     make -s kernelbench CH=$c ${SCOPES:+SCOPES=$SCOPES}; done ;;
     ncu2) for v in v6 v7 v8 v9 b3; do n=1; [ $v = b3 ] && n=2 # b3: dx, then dw
           step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
               --kernel-name regex:'(v6_conv_ffma|v7_conv_mma|v9_fused|b3_dw_3xtf32)' --launch-count $n build/ch02 \
