@@ -5,6 +5,8 @@
 #   sh data/readme-table.sh glance 01   the top README's summary: per scope, the fastest fp32
 #                                       version, its % of the floor, and PyTorch's times beside it
 #                                       in both precisions
+#   sh data/readme-table.sh kernelbench [h100]  the top README's KernelBench-protocol table
+#                                       (data/<gpu>/kernelbench.csv beside the published means)
 #   sh data/readme-table.sh --check     compare every table block of README.md and
 #                                       chapters/*/README.md with its CSVs (make test); exit 1 on
 #                                       a difference
@@ -207,9 +209,58 @@ glance() {  # $1 chapter, $2 gpu
     errtable "$1" "$2"
 }
 
+# kernelbench: data/<gpu>/kernelbench.csv (make kernelbench, KernelBench's protocol) as one table,
+# chapter by chapter: per scope (forward, train_step) and PyTorch precision, Model eager and
+# torch.compile against ModelNew (means of the trials, ms), the speedups, ModelNew's correctness
+# trials; beside the forward in PyTorch's default precision, KernelBench's published means
+# (data/kernelbench-published.csv, PyTorch 2.5)
+kbtable() {  # $1 gpu
+    kb=data/$1/kernelbench.csv pub=data/kernelbench-published.csv
+    [ -f "$kb" ] || { echo "no $kb" >&2; return 2; }
+    grep -v '^#' "$pub" | awk -F, '
+    FNR == 1 { split("", c); for (i = 1; i <= NF; i++) c[$i] = i; f++; next }
+    f == 1 { pe[$c["problem"]] = $c["eager_mean_ms"]; pc[$c["problem"]] = $c["compile_mean_ms"]; next }
+    {
+        k = $c["chapter"] SUBSEP $c["scope"] SUBSEP $c["precision"]
+        m[k, $c["model"]] = $c["mean_ms"]
+        if ($c["model"] == "ModelNew") ok[k] = $c["correct"]
+        prob[$c["chapter"]] = $c["problem"]; sh[$c["chapter"]] = $c["shape"]; gpu = $c["gpu"]
+    }
+    function ms(x) { return x == "" ? "-" : sprintf("%#.4g", x) }
+    function sp(a, b,   r) {
+        if (a == "" || b == "" || b + 0 <= 0) return "-"
+        r = sprintf("%.2f", a / b); return r "x" (r + 0 < 1 ? " (behind)" : "")
+    }
+    END {
+        print "| chapter (KernelBench level 2) | scope | PyTorch precision | Model eager | " \
+              "torch.compile | ModelNew | vs eager | vs compile | ModelNew correct | " \
+              "published eager / compile |"
+        print "|---|---|---|---|---|---|---|---|---|---|"
+        for (ch = 1; ch <= 5; ch++) {
+            key = sprintf("%02d", ch)
+            if (!(key in prob)) continue
+            split(prob[key], pn, "_"); first = 1
+            ns = split("forward train_step", scopes, " ")
+            for (i = 1; i <= ns; i++) for (j = 1; j <= 2; j++) {
+                pr = j == 1 ? "fp32" : "default"; k = key SUBSEP scopes[i] SUBSEP pr
+                if (!((k, "ModelNew") in m)) continue
+                pubcell = (scopes[i] == "forward" && pr == "default" && (prob[key] in pe)) ? \
+                    pe[prob[key]] " / " pc[prob[key]] : "-"
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", \
+                    first ? sprintf("%d (#%s, %s)", ch, pn[1], sh[key]) : "", scopes[i], \
+                    pr == "fp32" ? "fp32 (TF32 off)" : "default (TF32 convs)", \
+                    ms(m[k, "eager"]), ms(m[k, "compile"]), ms(m[k, "ModelNew"]), \
+                    sp(m[k, "eager"], m[k, "ModelNew"]), sp(m[k, "compile"], m[k, "ModelNew"]), \
+                    ok[k], pubcell
+                first = 0
+            }
+        }
+    }' - "$kb"
+}
+
 # blocks FILE: one line per table block, "NN GPU FIRST LAST" (the marker lines; LAST is - when
 # the block has no end marker)
-marker='^<!-- table: sh data/readme-table[.]sh (glance )?[0-9]+( [A-Za-z0-9._-]+)? -->[ \t]*$'
+marker='^<!-- table: sh data/readme-table[.]sh ((glance )?[0-9]+|kernelbench)( [A-Za-z0-9._-]+)? -->[ \t]*$'
 blocks() {
     awk -v re="$marker" '{ sub(/\r$/, "") }
     $0 ~ re {
@@ -239,12 +290,14 @@ readmes() {
             if [ "$last" = - ]; then
                 echo "FAIL  $what: no <!-- end table --> after it"; bad=1 broken=1; continue
             fi
-            case $ch in glance:*) ch=${ch#glance:} mode=glance ;; *) mode=table ;; esac
-            if ! $mode "$ch" "$gpu" > "$tmp/want.$k" 2> "$tmp/err"; then
+            case $ch in glance:*) ch=${ch#glance:} mode=glance ;; kernelbench) mode=kbtable ;;
+                *) mode=table ;; esac
+            if ! { if [ $mode = kbtable ]; then kbtable "$gpu"; else $mode "$ch" "$gpu"; fi; } > "$tmp/want.$k" 2> "$tmp/err"; then
                 echo "FAIL  $what: cannot be made: $(cat "$tmp/err")"; bad=1 broken=1; continue
             fi
             case $ch in [0-9]) ch=0$ch ;; esac
             src="data/$gpu/ch$ch.csv, pytorch-ch$ch*.csv"
+            [ $mode = kbtable ] && src="data/$gpu/kernelbench.csv, data/kernelbench-published.csv"
             awk -v a="$first" -v b="$last" 'NR > a && NR < b { sub(/\r$/, ""); if (NF) print }' \
                 "$f" > "$tmp/have"
             awk 'NF' "$tmp/want.$k" > "$tmp/want"   # blank lines are ignored on both sides
@@ -279,5 +332,7 @@ case $1 in
     --update) readmes update ;;
     [0-9]|[0-9][0-9]) table "$1" "${2:-h100}" ;;
     glance) glance "$2" "${3:-h100}" ;;
-    *) echo "usage: sh data/readme-table.sh [glance] NN [gpu] | --check | --update" >&2; exit 2 ;;
+    kernelbench) kbtable "${2:-h100}" ;;
+    *) echo "usage: sh data/readme-table.sh [glance] NN [gpu] | kernelbench [gpu] | --check | --update" >&2
+       exit 2 ;;
 esac

@@ -343,17 +343,17 @@ def still_runs(new, ok_x, shape):
           "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
 
 
-def readme_example(chapter, label="example"):
-    """python/README.md's one Python block that imports handfused.chNN, run as written from the
-    repository's root"""
+def readme_example(chapter, label="example", readme="python/README.md"):
+    """readme's (a path from the repository's root) one Python block that imports
+    handfused.chNN, run as written from the repository's root"""
     import re
     import subprocess
-    readme = open(os.path.join(_lib.REPO, "python", "README.md"), encoding="utf-8").read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+    text = open(os.path.join(_lib.REPO, readme), encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
               if "handfused.ch%02d" % chapter in b]
-    if check(len(blocks) == 1, "python/README.md holds one chapter-%d Python example" % chapter):
+    if check(len(blocks) == 1, "%s holds one chapter-%d Python example" % (readme, chapter)):
         run = subprocess.run([sys.executable, "-c", blocks[0]], cwd=_lib.REPO,
                              capture_output=True, text=True)
-        check(run.returncode == 0, "python/README.md's %s runs as written (exit %d)%s"
-              % (label, run.returncode,
+        check(run.returncode == 0, "%s's %s runs as written (exit %d)%s"
+              % (readme, label, run.returncode,
                  ": " + run.stderr.strip()[-300:] if run.returncode else ""))

@@ -173,6 +173,7 @@ def gpu_checks(torch, ch04):
 
     # ---- python/README.md's chapter-4 example, as written, from the repository's root
     readme_example(4, "chapter-4 example")
+    readme_example(4, "training loop", readme="README.md")
 
 
 def sgd_checks(ch04, Model, ARGS):
