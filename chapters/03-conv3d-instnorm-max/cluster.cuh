@@ -116,20 +116,28 @@ __device__ static inline void stagger_start(int n, int clusters, int wave, int s
 
 /* stagger_start's span: the environment variable `name` (V10SPAN, B3SPAN), an integer in ns,
  * when set, so that a reader can time the wait's effect (0: no wait) or tune it for another
- * GPU; else dflt. Not a number, or negative: an error, exit 2. */
-static inline int span_env(const char *name, int dflt)
+ * GPU; else dflt. -1 when it is set to anything else than an integer from 0 to 1e8. */
+static inline int span_parse(const char *name, int dflt)
 {
     const char *e = getenv(name);
     if (!e)
         return dflt;
     char *end;
     long v = strtol(e, &end, 10);
-    if (end == e || *end || v < 0 || v > 100000000) {
+    return end == e || *end || v < 0 || v > 100000000 ? -1 : (int)v;
+}
+
+/* span_parse's value; not a number, or negative: an error, exit 2 (the library checks it first:
+ * api.cu) */
+static inline int span_env(const char *name, int dflt)
+{
+    int v = span_parse(name, dflt);
+    if (v < 0) {
         fprintf(stderr, "error: %s=%s: the span must be an integer number of ns, 0 to 1e8\n",
-                name, e);
+                name, getenv(name));
         exit(2);
     }
-    return (int)v;
+    return v;
 }
 
 /* thread 0 (v10, b3; S a multiple of 4, so that each row is whole 16-byte units at 16-byte

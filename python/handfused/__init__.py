@@ -4,6 +4,8 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
 
     handfused.ch01   KernelBench level 2 #58: ConvTranspose3d -> LogSumExp -> x sigmoid(x+3)/6
                      -> -bias -> clamp
+    handfused.ch03   KernelBench level 2 #79: Conv3d -> x multiplier -> InstanceNorm3d -> clamp
+                     -> x multiplier -> max over channels
     handfused.ch04   KernelBench level 2 #92: Conv2d -> GroupNorm -> Tanh -> HardSwish
                      -> + the conv's output -> LogSumExp
     handfused.ch05   KernelBench level 2 #38: AvgPool3d -> ConvTranspose3d -> clamp -> softmax

@@ -41,6 +41,8 @@ SIGNATURES = {
                 "train_forward": "p6 i4 p", "backward": "p11 i4 p"}),
     2: _api(2, {"check_shape": "q5", "workspace_floats": ("z", "i"), "forward": "p5 z i4 p",
                 "train_forward": "p6 z i4 p", "backward": "p9 z i4 p"}, release=False),
+    3: _api(3, {"check_shape": "q5", "workspace_bytes": ("z", "i4"), "versions": ("s", ""),
+                "forward": "p6 i4 p", "train_forward": "p10 i4 p", "backward": "p15 i4 p"}),
     4: _api(4, {"check_shape": "q4", "workspace_floats": ("z", "i3"), "forward": "p8 i3 p",
                 "train_forward": "p9 i3 p", "backward": "p15 i3 p"}),
     5: _api(5, {"check_shape": "q5", "workspace_floats": ("z", "i4"), "clusters": "",

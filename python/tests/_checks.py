@@ -334,6 +334,18 @@ def step_on_two_streams(new, x, g):
     return on_two_streams(run)
 
 
+def same_on_side_stream(new, x, g, grads):
+    """step_on_two_streams: y of both forwards and the parameters' gradients (grads names them,
+    e.g. "dw, dbias") the same bits on a side stream as on the default stream; dx, through the
+    library conv (cuDNN's chosen engine may not be deterministic), within 1e-6 relative"""
+    import torch
+    runs = step_on_two_streams(new, x, g)
+    same = all(torch.equal(a, b) for i, (a, b) in enumerate(zip(*runs)) if i != 1)
+    dx_rel = ((runs[0][1] - runs[1][1]).norm() / runs[0][1].norm()).item()
+    check(same and dx_rel <= 1e-6, "a side stream: y (both forwards), %s the same bits as on "
+          "the default stream, dx within %.1e" % (grads, dx_rel))
+
+
 def still_runs(new, ok_x, shape):
     """after the errors, a valid input runs"""
     import torch
