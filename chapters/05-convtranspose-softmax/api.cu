@@ -3,9 +3,9 @@
  *
  * Each function fills a run_ctx (model.h) with the caller's buffers and stream, on the stack, and
  * calls the launchers the chapter's versions use: v7_launch for the inference forward;
- * pool_forward, conv_forward and v6_epilogue (v4_epilogue without clusters) for the training
- * forward; b3_backward (b2_backward), library_conv_grads and pool_grad for the backward: b3's
- * training step (b2's) piece by piece. The harness's checks (CUDA_CHECK, die) exit the process,
+ * pool_forward and v7_launch for the training forward (v7 writes c and lse, what the backward
+ * reads, on its way to y); b3_backward (b2_backward), library_conv_grads and pool_grad for the
+ * backward: b3's (b2's) piece by piece. The harness's checks (CUDA_CHECK, die) exit the process,
  * so this file checks every input before it launches anything and reports a failed launch with
  * cudaGetLastError instead. What still exits: the library conv's one-time setup (common/conv.cu)
  * on a cuDNN failure, or when its allocations fail after the free-memory check passed (another
@@ -59,10 +59,8 @@ size_t ch05_workspace_floats(int n, int d, int h, int w)
     shape s = make_shape(n, d, h, w);
     int split = v5_split(&s, sm_count());
     size_t fwd = f4((size_t)rows(&s) * v7_tiles(&s)) + f4(N_WEIGHT) + f4(rows(&s));
-    size_t train = f4(N_WEIGHT);
     size_t bwd = f4(rows(&s)) + f4(bpart_floats(&s, split)) + f4(pool_elems(&s));
-    size_t most = fwd > bwd ? fwd : bwd;
-    return most > train ? most : train;
+    return fwd > bwd ? fwd : bwd;
 }
 
 int ch05_clusters(void)
@@ -104,8 +102,7 @@ static int begin(run_ctx *r, int *clusters, int n, int d, int h, int w, cudaStre
     return CAPI_OK;
 }
 
-/* the library conv's calls, as capi_on_default_stream runs them */
-static void run_conv_forward(const void *r) { conv_forward((const run_ctx *)r); }
+/* the library conv's call, as capi_on_default_stream runs it */
 static void run_conv_grads(const void *r) { library_conv_grads((const run_ctx *)r); }
 
 /* The library conv's part of a step: its setup for r's shape (a new one's engine search writes
@@ -159,16 +156,11 @@ int ch05_train_forward(const float *x, const float *weight, const float *conv_bi
         return err;
     r.x = x, r.weight = weight, r.bias = conv_bias, r.scale = scale;
     r.xp = xp, r.c = c, r.lse = lse, r.y = y;
-    /* a new setup's engine search writes y (zeroed: the Conv3d's input), xp, c and the
-     * workspace (as dw): each is written again below */
-    if ((err = with_library_conv(&r, y, xp, c, workspace, pool_forward, "the pool",
-                                 run_conv_forward, "the transposed conv (the library conv)")))
-        return err;
-    if (clusters)
-        v6_epilogue(&r);
-    else
-        v4_epilogue(&r);
-    return capi_launched(CAPI_ECUDA, clusters ? "the epilogue (v6)" : "the epilogue (v4)");
+    r.tpart = workspace;
+    r.wt = r.tpart + f4((size_t)rows(&r.sh) * v7_tiles(&r.sh));
+    pool_forward(&r); /* xp: the conv's input, for dw in the backward */
+    v7_launch(&r, SCOPE_MODEL_FWD); /* c, lse and y, as the inference forward */
+    return capi_launched(CAPI_ECUDA, "the training forward (the pool, then v7)");
 }
 
 int ch05_backward(const float *weight, const float *scale, const float *xp, const float *c,

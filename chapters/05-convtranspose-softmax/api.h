@@ -60,16 +60,10 @@ int ch05_forward(const float *x, const float *weight, const float *conv_bias, co
                  float *c, float *y, float *workspace, int n, int d, int h, int w,
                  cudaStream_t stream);
 
-/* The training forward (the chapter's training step: b3's on Hopper, else b2's): xp =
- * AvgPool3d(x), c = ConvTranspose3d(xp) + conv_bias by the library conv (common/conv.h: cuDNN,
- * or the direct kernels in a build without it), then y and lse from c (v6's cluster epilogue, or
- * v4's). xp, c and lse are what ch05_backward needs; keep them until then.
- * The library conv runs on the default stream, ordered after `stream`'s work and `stream` after
- * it with events, so the caller sees one stream. The first call for a shape sets the conv up
- * (cuDNN times its engines, writing y, xp and c before they are computed): it waits for
- * `stream`, takes a while, and wants 2.25 GiB of free device memory, else it returns
- * CAPI_ENOMEM (a PyTorch caller may free its cache and call again). Up to 4 shapes stay set up.
- * workspace: ch05_workspace_floats floats. */
+/* The training forward: xp = AvgPool3d(x) (the conv's input, which the backward's dw reads),
+ * then v7 as ch05_forward runs it, which writes c (the conv's output) and lse on its way to y.
+ * xp, c and lse are what ch05_backward needs; keep them until then. workspace:
+ * ch05_workspace_floats floats. */
 int ch05_train_forward(const float *x, const float *weight, const float *conv_bias,
                        const float *scale, float *xp, float *c, float *lse, float *y,
                        float *workspace, int n, int d, int h, int w, cudaStream_t stream);
@@ -77,10 +71,14 @@ int ch05_train_forward(const float *x, const float *weight, const float *conv_bi
 /* The backward (b3's on Hopper, else b2's): from c, lse and g, dc (like c, scratch the caller
  * provides) and dscale (64); then the conv's gradients dw (32 x 64 x 3 x 3 x 3) and dbias (64)
  * by the library conv, and dx (like x) through the library conv and the pool's backward. dx NULL:
- * dx is skipped. The library conv runs as ch05_train_forward's does; its setup (the first call
- * for a shape, or one evicted since) writes dc, dx's scratch and dw first. workspace:
- * ch05_workspace_floats floats. dscale's sums are in a fixed order: the same bits every run;
- * dx, dw and dbias are the library's (cuDNN's chosen engines may not be deterministic). */
+ * dx is skipped. The library conv runs on the default stream, ordered after `stream`'s work and
+ * `stream` after it with events, so the caller sees one stream. The first call for a shape sets
+ * the conv up (cuDNN times its engines, writing dc, dx's scratch and dw before they are
+ * computed): it waits for `stream`, takes a while, and wants 2.25 GiB of free device memory,
+ * else it returns CAPI_ENOMEM (a PyTorch caller may free its cache and call again). Up to 4
+ * shapes stay set up. workspace: ch05_workspace_floats floats. dscale's sums are in a fixed
+ * order: the same bits every run; dx, dw and dbias are the library's (cuDNN's chosen engines may
+ * not be deterministic). */
 int ch05_backward(const float *weight, const float *scale, const float *xp, const float *c,
                   const float *lse, const float *g, float *dc, float *dx, float *dw,
                   float *dbias, float *dscale, float *workspace, int n, int d, int h, int w,

@@ -10,11 +10,11 @@ run the chapter's kernels (chapters/05-convtranspose-softmax/api.h) through buil
 (`make lib CH=5`) on PyTorch's current stream:
   - without autograd (torch.no_grad(), or no input needing a gradient): v7, the pool in the
     loads of the chapter's own transposed conv, the row sums in its epilogue;
-  - with autograd: the chapter's training step, b3's on Hopper (b2's elsewhere): the pool, the
-    library transposed conv (cuDNN) writing c, then v6's cluster epilogue (v4's) writing y and
-    each row's lse (xp, c and lse kept for the backward); backward: b3's (b2's) dc and the
-    scale's gradient, then the conv's gradients by the library conv, and dx (the library conv
-    and the pool's backward) only when x needs a gradient.
+  - with autograd: the pool writing xp (the conv's input, which dw needs), then v7 as without
+    autograd, which writes c and each row's lse on its way to y (xp, c and lse kept for the
+    backward); backward: b3's (b2's) dc and the scale's gradient, then the conv's gradients
+    by the library conv, and dx (the library conv and the pool's backward) only when x needs a
+    gradient.
 Everything is float32 (fp32 arithmetic: no TF32). Under torch.compile the call into the library
 is a graph break (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
 """

@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
-from _checks import (_lib, bad_inputs, both_forwards, check, compile_same,  # noqa: E402
+from _checks import (_lib, bad_inputs, both_forwards, check, compile_same, out_close,  # noqa: E402
                      each_shape, expect_error, finds_planted, float64_model, guarded,
                      library_shapes, readme_example, same_on_side_stream, same_parameters,
                      same_seed, sgd_compare, sgd_data, still_runs, sum_close)
@@ -110,7 +110,11 @@ def gpu_checks(torch, ch03):
         if tie:
             check(int(amb.sum()) > 0, "%s: the tied factors tie the channel max somewhere" % tag)
         xg, y = both_forwards(tag, new, x, y64, versions.split(",")[0],
-                              "the library conv, then b5's or b2's epilogue")
+                              "the same; the backward recomputes")
+        # the training forward the backward runs first: its y, from the library conv's c
+        out_close("%s: y, the backward's training forward (the library conv, then b5's or b2's "
+                  "epilogue)" % tag, ch03.train_forward(x, new.conv.weight, new.conv.bias,
+                                                        new.multiplier)[1], y64.detach())
         y.backward(g64.float())
         # the magnitudes of each gradient's terms, in float64: dxh = g m at the winner inside
         # the clamp; da = rstd (dxh - mean dxh - xh mean(dxh xh)), each term by its magnitude
