@@ -21,6 +21,10 @@
 #                    make lib CH=N first) checked and timed against the problem's Model, eager and
 #                    torch.compile, in both precisions, forward and training step:
 #                    data/<gpu>/kernelbench.csv (data/kernelbench.py)
+#   make kernelbench-export CH=N   chapter N's ModelNew as one file in KernelBench's submission
+#                    format: its library's sources merged into one CUDA source, compiled by
+#                    load_inline, build/kernelbench/NN_<problem>.py (python/export_kernelbench.py;
+#                    data/kernelbench.py --export checks and times it on a GPU)
 #   make check-pytorch CH=N   dump chapter N at an odd shape, compare with PyTorch
 #   make all, make clean
 #
@@ -90,7 +94,8 @@ CFLAGS ?= -O2 -std=c11 -Wall -Wextra
 # header rebuilds exactly the objects that include it, directly or not
 DEPFLAGS := -MMD -MP
 NVFLAGS ?= -O3 -std=c++17 $(ARCH_FLAGS) -lineinfo -Icommon -Xcompiler -Wall,-Wno-unknown-pragmas,-fopenmp
-NVFLAGS += $(CUDNN_FLAGS) -DHAVE_SM90A=$(if $(filter sm_90a,$(ARCH_TAG)),1,0)
+SM90A_FLAG := -DHAVE_SM90A=$(if $(filter sm_90a,$(ARCH_TAG)),1,0)
+NVFLAGS += $(CUDNN_FLAGS) $(SM90A_FLAG)
 LDLIBS := $(CUDNN_LDLIBS) -lgomp -lm
 
 CHAPTERS := 01 02 03 04 05
@@ -205,7 +210,8 @@ diff: build/ch0$(CH)
 # program) nor the exercises. python/handfused loads it (python/README.md).
 PIC := -Xcompiler -fPIC
 lib_srcs = $(filter-out %/main.cu %/problem.cu $(call ch_xsrcs,$(1)),$(wildcard chapters/$(1)-*/*.cu))
-LIB_COMMON := build/pic/common.o build/pic/conv_ref.o build/pic/gpu.o build/pic/conv.o
+LIB_COMMON_SRCS := common/common.c common/conv_ref.c common/gpu.cu common/conv.cu
+LIB_COMMON := $(patsubst common/%,build/pic/%.o,$(basename $(LIB_COMMON_SRCS)))
 build/pic/common.o build/pic/conv_ref.o: build/pic/%.o: common/%.c
 	@mkdir -p build/pic
 	$(CC) $(CFLAGS) $(DEPFLAGS) -fPIC -fopenmp -c -o $@ $<
@@ -226,6 +232,19 @@ lib: $(if $(wildcard chapters/0$(CH)-*/api.cu),build/libch0$(CH).so,lib-missing)
 .PHONY: lib-missing
 lib-missing:
 	@echo "error: chapter $(CH) has no C library yet (no api.cu in its folder)"; exit 2
+
+# make kernelbench-export CH=N: the library's sources (lib_srcs, LIB_COMMON_SRCS) as one file in
+# KernelBench's submission format, build/kernelbench/NN_<problem>.py; make test checks each
+# chapter's on the CPU (python/tests/test_export.py: it compiles the merged source with nvcc and
+# these flags, the export's own but the arch, which the export takes from its GPU)
+LIB_CHAPTERS := $(foreach c,$(CHAPTERS),$(if $(wildcard chapters/$(c)-*/api.cu),$(c)))
+EXPORT_NVFLAGS := -O3 -std=c++17 $(ARCH_FLAGS) $(CUDNN_FLAGS) $(SM90A_FLAG)
+space := $(subst ,, )
+export_srcs = $(subst $(space),$(comma),$(strip $(call lib_srcs,$(1)) $(LIB_COMMON_SRCS)))
+.PHONY: kernelbench-export
+kernelbench-export: $(if $(wildcard chapters/0$(CH)-*/api.cu),,lib-missing)
+	$(PYTHON) python/export_kernelbench.py --chapter $(CH) --out build/kernelbench \
+	    $(call lib_srcs,0$(CH)) $(LIB_COMMON_SRCS)
 
 # make torch-test: the PyTorch package's tests (python/tests/), each chapter with a library;
 # one SKIP line and exit 0 where PyTorch or a GPU is missing
@@ -253,7 +272,8 @@ test: all $(SOLVED) $(TORCH_LIBS)
 	    'python3 common/test-layout.py build "$(foreach c,$(CHAPTERS),$(foreach vk,$(MANY_RUNS_$(c)),$(c):$(vk)))"' \
 	    'sh data/readme-table.sh --check' 'sh data/figures.sh --check' 'sh data/test-figures.sh' \
 	    'sh common/test-deps.sh $(MAKE) --no-print-directory ARCH=$(ARCH) CUDNN=$(CUDNN)' \
-	    '$(PYTHON) data/kernelbench.py --self-test' $(foreach t,$(TORCH_TESTS),'$(PYTHON) $(t)')
+	    '$(PYTHON) data/kernelbench.py --self-test' $(foreach t,$(TORCH_TESTS),'$(PYTHON) $(t)') \
+	    '$(PYTHON) python/tests/test_export.py --nvcc "$(NVCC) $(EXPORT_NVFLAGS)" --ldlibs "$(CUDNN_LDLIBS)" $(foreach c,$(LIB_CHAPTERS),--chapter $(c) $(call export_srcs,$(c)))'
 
 # one line per size: each version's median per scope, from the table
 bench: $(BINS) build/gpu-tag
@@ -330,9 +350,10 @@ peers-sweep: $(if $(filter peers peers-kb,$(MAKECMDGOALS)),peers-kb)
 	$(PYTHON) data/pytorch_peer.py bench --chapter $(CH) --batches $(or $(BATCHES),sweep) $(PEER_PREC)
 # KernelBench's protocol on every chapter with a ModelNew and a built library, or chapter CH's
 # alone; PRECISIONS as peers', SCOPES=forward,forward_no_grad,train_step (all when unset). Each
-# precision compiles Model afresh, once per scope (torch.compile's first calls, their time printed)
+# precision compiles Model afresh, once per scope (torch.compile's first calls, their time printed);
+# EXPORT=1 adds each chapter's export (make kernelbench-export CH=N first) as the model "export"
 kernelbench: $(if $(filter command line environment,$(origin CH)),$(filter build/libch0$(CH).so,$(TORCH_LIBS)),$(TORCH_LIBS))
-	$(PYTHON) data/kernelbench.py$(if $(filter command line environment,$(origin CH)), --chapter $(CH))$(if $(SCOPES), --scopes $(SCOPES)) $(PEER_PREC)
+	$(PYTHON) data/kernelbench.py$(if $(filter command line environment,$(origin CH)), --chapter $(CH))$(if $(SCOPES), --scopes $(SCOPES))$(if $(EXPORT), --export) $(PEER_PREC)
 check-pytorch: build/ch0$(CH)
 	@rm -rf build/dump-ch0$(CH)
 	build/ch0$(CH) --shape $(CHECK_SHAPE_0$(CH)) $(ARGS_0$(CH)) --reps 3 --dump build/dump-ch0$(CH) > build/dump-ch0$(CH).log

@@ -1,5 +1,7 @@
 /* common.c: the host half of the shared library. See common.h for what each function promises. */
+#ifndef _GNU_SOURCE /* g++ (and nvcc's host pass, compiling this file in the export) define it */
 #define _GNU_SOURCE
+#endif
 #include "common.h"
 
 #include <ctype.h>
@@ -503,7 +505,9 @@ float *npy_read_f32(const char *path, int *ndim, int64_t shape[8])
     unsigned char pre[12];
     char *hdr = NULL;
     float *x = NULL;
-    size_t hlen;
+    char *p;
+    size_t hlen, count = 1; /* declared before the first goto: C++ (the export) forbids jumping
+                               past an initialisation */
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0)
         goto bad;
     if (pre[6] == 1) {
@@ -524,11 +528,10 @@ float *npy_read_f32(const char *path, int *ndim, int64_t shape[8])
         fprintf(stderr, "error: %s: only float32 ('<f4') C-order arrays are supported\n", path);
         goto fail;
     }
-    char *p = strstr(hdr, "'shape': (");
+    p = strstr(hdr, "'shape': (");
     if (!p)
         goto bad;
     p += strlen("'shape': (");
-    size_t count = 1;
     *ndim = 0;
     while (*p && *p != ')') {
         char *end;

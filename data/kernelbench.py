@@ -3,6 +3,7 @@
 against the problem's Model, eager and torch.compile, into data/<gpu>/kernelbench.csv.
 
   kernelbench.py [--chapter N] [--scopes S,...] [--precisions P,...] [--seed S] [--csv PATH]
+                 [--export]
   kernelbench.py --self-test     the parts that need no PyTorch (arguments, statistics, CSV rows)
 
 Every chapter (or --chapter N's alone) whose handfused.chNN imports and whose library is built
@@ -32,6 +33,11 @@ Every chapter (or --chapter N's alone) whose handfused.chNN imports and whose li
              afresh in each precision, caches off: see pytorch_peer.compiled), ModelNew
   speedup    Model's mean over ModelNew's, against eager and against compile, same scope and
              precision.
+  --export   also the chapter's export in the benchmark's submission format
+             (build/kernelbench/NN_<problem>.py, make kernelbench-export CH=N): its source run
+             in a namespace of its own, as the benchmark loads a submission (load_inline
+             compiles it then: its time is printed), its ModelNew checked and timed as the
+             model "export", beside the package's ModelNew.
 Rows replace those of the same gpu, chapter, scope, model and precision (pytorch_peer's CsvFile),
 in data/<gpu>/kernelbench.csv, or data/<gpu>-mine/ where data/<gpu>/ holds the recorded runs and
 RECORD is not set (common/datadir.sh's rule). The first call of each compiled model includes its
@@ -60,6 +66,7 @@ torch = peer.torch
 
 SCOPES = ("forward", "forward_no_grad", "train_step")
 MODELS = ("eager", "compile", "ModelNew")
+EXPORT_DIR = os.path.join(REPO, "build", "kernelbench")
 TRIALS, CHECK_TRIALS, SEED, ATOL, RTOL = 100, 5, 42, 1e-4, 1e-4  # the benchmark's values
 COLUMNS = ("gpu,chapter,problem,shape,scope,model,precision,correct,mean_ms,median_ms,min_ms,"
            "max_ms,std_ms,trials,speedup_eager,speedup_compile,date,torch_version").split(",")
@@ -200,6 +207,9 @@ def parse_args(argv):
                     help="timed trials kept (default %d)" % TRIALS)
     ap.add_argument("--csv", help="replaces rows of the same gpu, chapter, scope, model and "
                     "precision, keeps the others (default: data/<gpu>/kernelbench.csv)")
+    ap.add_argument("--export", action="store_true",
+                    help="also check and time build/kernelbench/NN_<problem>.py's ModelNew "
+                    "(make kernelbench-export CH=N) as the model \"export\"")
     ap.add_argument("--self-test", action="store_true",
                     help="check the argument parsing, statistics and CSV rows; needs no PyTorch")
     args = ap.parse_args(argv)
@@ -290,6 +300,29 @@ def load_modelnew(key):
     return module.ModelNew, None
 
 
+def load_export(key):
+    """(the export's ModelNew, None), or (None, why not): its file's source run in a fresh
+    namespace, as the benchmark runs a submission; load_inline compiles it there."""
+    path = os.path.join(EXPORT_DIR, "%s_%s.py" % (key, PROBLEMS[key]["problem"]))
+    if not os.path.isfile(path):
+        return None, "%s is not there (make kernelbench-export CH=%d)" % (
+            os.path.relpath(path, REPO), int(key))
+    with open(path) as f:
+        source = f.read()
+    namespace = {"__name__": "kernelbench_export_ch" + key}
+    t0 = time.perf_counter()
+    try:
+        exec(compile(source, path, "exec"), namespace)  # noqa: S102 (the benchmark's way)
+    except Exception as e:  # noqa: BLE001 (a build that fails: its reason shown)
+        return None, "%s did not load: %s: %s" % (os.path.relpath(path, REPO),
+                                                   type(e).__name__, e)
+    print("chapter %s: export %s loaded (load_inline) in %.1f s"
+          % (key, os.path.relpath(path, REPO), time.perf_counter() - t0), flush=True)
+    if "ModelNew" not in namespace:
+        return None, "%s defines no ModelNew" % os.path.relpath(path, REPO)
+    return namespace["ModelNew"], None
+
+
 def same_parameters(model, new):
     """None when ModelNew holds Model's parameters in Model's order, shapes and values; else
     what differs."""
@@ -350,8 +383,9 @@ def scope_run(scope, model, x, xg, g):
     return run, reset
 
 
-def run_chapter(key, args, ModelNew, timer, out, gpu):
-    """Checks and times one chapter; returns the number of ModelNew failures."""
+def run_chapter(key, args, ModelNew, timer, out, gpu, Export=None):
+    """Checks and times one chapter (Export: the export's ModelNew, or None); returns the
+    number of ModelNew (and export) failures."""
     spec, t_chapter, failures = PROBLEMS[key], time.perf_counter(), 0
     shape_s = "x".join(map(str, spec["shape"]))
     date = datetime.date.today().isoformat()
@@ -370,6 +404,21 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
     print("  parameters after the same seed: %s"
           % ("Model's, in its order" if differs is None else "DIFFER: " + differs))
     failures += differs is not None
+    exported = None
+    if Export is not None:
+        set_seed(args.seed)
+        try:
+            exported = Export(*spec["init"]).cuda()
+        except Exception as e:  # noqa: BLE001
+            print("chapter %s: the export's ModelNew(%s) raised %s: %s"
+                  % (key, spec["init"], type(e).__name__, e))
+            failures += 1
+        if exported is not None:
+            differs = same_parameters(model, exported)
+            print("  export: parameters after the same seed: %s"
+                  % ("Model's, in its order" if differs is None else "DIFFER: " + differs))
+            failures += differs is not None
+    names = MODELS + (("export",) if exported is not None else ())
     gen = torch.Generator().manual_seed(args.seed)
     seeds = [int(s) for s in torch.randint(0, 2 ** 31 - 1, (CHECK_TRIALS,), generator=gen)]
     xs = []
@@ -384,7 +433,8 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
     for prec in args.precisions:
         peer.set_precision(prec)
         torch._dynamo.reset()
-        models = {"eager": model, "compile": torch.compile(model), "ModelNew": new}
+        models = {"eager": model, "compile": torch.compile(model), "ModelNew": new,
+                  "export": exported}
         with torch.no_grad():  # the reference: Model eager in this precision
             ref = [model(t) for t in xs]
         for t in ref:
@@ -394,7 +444,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
                 break
         verdict = {}
         for no_grad in modes:
-            for name in ("compile", "ModelNew"):
+            for name in ("compile",) + names[2:]:
                 n, worst, first, err = check_outputs(ref, models[name], xs, not no_grad)
                 verdict[(no_grad, name)] = "%d/%d" % (n, len(xs)) if err is None else "error"
                 print("  %-7s %-8s %-9s check (%s): %d/%d trials allclose, max |diff| %.3g%s%s"
@@ -403,7 +453,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
                          "" if err is None else ", " + err,
                          ", first call %.1f s (compiling)" % first
                          if name == "compile" and first is not None else ""), flush=True)
-                if name == "ModelNew" and (err is not None or n < len(xs)):
+                if name in ("ModelNew", "export") and (err is not None or n < len(xs)):
                     failures += 1
         del ref
         g = None
@@ -413,7 +463,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
                     shape = model(x).shape
                 gg = torch.Generator(device="cuda").manual_seed(args.seed + 1)
                 g = torch.randn(shape, device="cuda", generator=gg)
-            for name in MODELS:
+            for name in names:
                 correct = "reference" if name == "eager" else \
                     verdict[(scope == "forward_no_grad", name)]
                 if correct == "error":
@@ -426,7 +476,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
                 except Exception as e:  # noqa: BLE001 (a backward the check did not run)
                     print("  %-7s %-16s %-8s raised %s: %s" % (prec, scope, name,
                                                                type(e).__name__, e))
-                    failures += name == "ModelNew"
+                    failures += name in ("ModelNew", "export")
                     reset()
                     continue
                 reset()
@@ -438,7 +488,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
                            min_ms="%.6g" % st["min"], max_ms="%.6g" % st["max"],
                            std_ms="%.4g" % st["std"], trials=st["trials"], speedup_eager="",
                            speedup_compile="", date=date, torch_version=torch.__version__)
-                if name == "ModelNew":
+                if name in ("ModelNew", "export"):
                     for m in ("eager", "compile"):
                         if (scope, prec, m) in results:
                             row["speedup_" + m] = "%.4g" % speedup(
@@ -452,8 +502,17 @@ def run_chapter(key, args, ModelNew, timer, out, gpu):
         torch._dynamo.reset()
         torch.cuda.empty_cache()
     print_table(key, args, results, verdicts)
+    if exported is not None:
+        for scope in args.scopes:
+            for prec in args.precisions:
+                a, b = (results.get((scope, prec, m)) for m in ("ModelNew", "export"))
+                if a and b:
+                    print("export  %-16s %-8s mean %9.4f ms, ModelNew's %9.4f (%.3fx), correct %s"
+                          % (scope, prec, b["mean"], a["mean"], b["mean"] / a["mean"],
+                             verdicts.get((scope, prec, "export"), "-")))
+        print()
     print("chapter %s: %.0f s; rows -> %s" % (key, time.perf_counter() - t_chapter, out.path))
-    del model, new, xs, x, xg
+    del model, new, exported, xs, x, xg
     torch.cuda.empty_cache()
     return failures
 
@@ -501,7 +560,13 @@ def main(argv=None):
     out = KbCsv(args.csv or os.path.join(peer.data_dir(gpu), "kernelbench.csv"), COLUMNS)
     timer, t0, failures = KbTimer(args.trials), time.perf_counter(), 0
     for key, cls in runnable:
-        failures += run_chapter(key, args, cls, timer, out, gpu)
+        export = None
+        if args.export:
+            export, why = load_export(key)
+            if export is None:
+                print("chapter %s: export: %s" % (key, why))
+                failures += 1
+        failures += run_chapter(key, args, cls, timer, out, gpu, export)
     print("kernelbench: %d chapter(s) in %.0f s, rows in %s%s" % (
         len(runnable), time.perf_counter() - t0, out.path,
         "; %d ModelNew check(s) FAILED" % failures if failures else ""))
@@ -535,6 +600,8 @@ def self_test():
           and a.precisions == ["fp32"], "--chapter 3 --scopes train_step,forward --precisions "
           "fp32: chapter 03, the scopes in their order, fp32 alone")
     check(parse_args(["--chapter", "05"]).chapters == ["05"], "--chapter 05 is chapter 5")
+    check(not a.export and parse_args(["--export"]).export,
+          "--export adds the export's ModelNew (off without it)")
     for bad in (["--chapter", "6"], ["--chapter", "x"], ["--scopes", "forward,backward"],
                 ["--scopes", ","], ["--precisions", "tf32"], ["--trials", "1"], ["--bogus"]):
         check(exit_code(bad) == 2, "%s rejected with exit 2" % " ".join(bad))

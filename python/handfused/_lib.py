@@ -77,7 +77,11 @@ def load(chapter, directory=None):
 
 def call(lib, chapter, name, *args):
     """lib.name(*args); a nonzero return raised with the library's message."""
-    code = getattr(lib, name)(*args)
+    check(lib, chapter, name, getattr(lib, name)(*args))
+
+
+def check(lib, chapter, name, code):
+    """Nothing for code 0; else the exception of lib.name's code, with the library's message."""
     if code == 0:
         return
     msg = getattr(lib, "ch%02d_last_error" % chapter)().decode("utf-8", "replace")

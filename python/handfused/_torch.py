@@ -71,15 +71,15 @@ def stream(device):
 
 
 def call_on(device, lib, chapter, name, *args):
-    """lib.name(*args, PyTorch's current stream) on device; after a MemoryError (the library
-    conv's one-time setup found too little free memory: PyTorch's cache may hold it) the cache
-    is emptied and the call made once more."""
+    """lib.name(*args, PyTorch's current stream) on device; after ENOMEM (the library conv's
+    one-time setup found too little free memory: PyTorch's cache may hold it) the cache is
+    emptied and the call made once more; a code still nonzero is raised (_lib.check)."""
     with torch.cuda.device(device):
-        try:
-            _lib.call(lib, chapter, name, *args, stream(device))
-        except MemoryError:
+        code = getattr(lib, name)(*args, stream(device))
+        if code == _lib.ENOMEM:
             torch.cuda.empty_cache()
-            _lib.call(lib, chapter, name, *args, stream(device))
+            code = getattr(lib, name)(*args, stream(device))
+        _lib.check(lib, chapter, name, code)
 
 
 @torch.compiler.disable

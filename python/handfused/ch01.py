@@ -81,7 +81,7 @@ class Ch01Function(torch.autograd.Function):
         db = torch.empty_like(bias)
         lib = _library()
         ws = torch.empty(lib.ch01_workspace_floats(n, d, h, w), device=dev, dtype=torch.float32)
-        # a MemoryError from the conv's one-time setup for dx frees PyTorch's cache, once
+        # the conv's one-time setup for dx short of memory: call_on frees PyTorch's cache, once
         call_on(dev, lib, CHAPTER, "ch01_backward", ptr(x), ptr(weight), ptr(bias), ptr(c), ptr(g),
                 ptr(dc), ptr(dx), ptr(dw), ptr(dbias), ptr(db), ptr(ws), n, d, h, w)
         return dx, dw, dbias, db

@@ -98,7 +98,7 @@ class Ch04Function(torch.autograd.Function):
         dbias, dgamma, dbeta = (_empty(OUT_CHANNELS, dev) for _ in range(3))
         with torch.cuda.device(dev):
             ws = _workspace(n, h, w, dev)
-        # a MemoryError from the conv's one-time setup for dx frees PyTorch's cache, once
+        # the conv's one-time setup for dx short of memory: call_on frees PyTorch's cache, once
         call_on(dev, _library(), CHAPTER, "ch04_backward", ptr(x), ptr(weight), ptr(gamma),
                 ptr(beta), ptr(c), ptr(y), ptr(stats), ptr(g), ptr(dc), ptr(dx), ptr(dw),
                 ptr(dbias), ptr(dgamma), ptr(dbeta), ptr(ws), n, h, w)
