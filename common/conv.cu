@@ -86,6 +86,8 @@ static void forward_only(const lib_conv3d *cc, const char *what)
     if (cc->nhwc)
         die(1, "conv: %s of a channels-last conv: lib_conv2d_setup_nhwc sets up the forward only",
             what);
+    if (cc->tf32)
+        die(1, "conv: %s of a TF32 conv: lib_conv3d_setup_tf32 sets up the forward only", what);
 }
 
 #if HAVE_CUDNN
@@ -260,8 +262,10 @@ typedef struct {
 /* an engine configuration's engine number, whether it is deterministic and its numerical notes
  * (names, for the log); 0 when it is fp32 as PyTorch runs it with allow_tf32 = False, -1 when it
  * uses tensor cores or down-converts its inputs (PyTorch's filter, filterEngineConfigs in
- * aten/src/ATen/native/cudnn/Conv_v8.cpp, which keeps reduced-precision reductions too) */
-static int engine_info(bdesc cfg, int64_t *engine, int *det, char *names, size_t size)
+ * aten/src/ATen/native/cudnn/Conv_v8.cpp, which keeps reduced-precision reductions too); with
+ * tf32 (lib_conv3d_setup_tf32), 1 when it uses tensor cores, -2 when it reduces in reduced
+ * precision, else 0 */
+static int engine_info(bdesc cfg, int tf32, int64_t *engine, int *det, char *names, size_t size)
 {
     static const char *const note_name[CUDNN_NUMERICAL_NOTE_TYPE_COUNT] = {
         "tensor cores", "down-converted inputs", "reduced-precision reduction", "FFT",
@@ -283,9 +287,13 @@ static int engine_info(bdesc cfg, int64_t *engine, int *det, char *names, size_t
     *det = 1;
     names[0] = '\0';
     for (int64_t i = 0; i < n; i++) {
-        if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
-            notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+        if (!tf32 && (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+                      notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
             ok = -1;
+        if (tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+            ok = -2;
+        if (tf32 && notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && ok == 0)
+            ok = 1;
         if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
             *det = 0;
         if ((int)notes[i] >= 0 && notes[i] < CUDNN_NUMERICAL_NOTE_TYPE_COUNT && used < size)
@@ -317,10 +325,11 @@ static int candidates(const lib_conv3d *cc, bdesc graph, int dir, candidate *out
         for (int64_t i = 0; i < count; i++) {
             candidate c = {0};
             char notes[160];
-            int fp32 = engine_info(cfg[i], &c.engine, &c.det, notes, sizeof notes);
+            int fp32 = engine_info(cfg[i], cc->tf32, &c.engine, &c.det, notes, sizeof notes);
             const char *why = NULL;
-            if (fp32 < 0)
-                why = "tensor cores or down-converted inputs";
+            if (fp32 < 0 || (cc->tf32 && fp32 != 1))
+                why = !cc->tf32 ? "tensor cores or down-converted inputs"
+                      : fp32 < 0 ? "reduced-precision reduction" : "no tensor cores";
             if (!why) {
                 c.plan = bd_make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
                 cudnnHandle_t h = cc->handle;
@@ -432,6 +441,10 @@ static void search(lib_conv3d *cc, int dirs, const void *const ptrs[3][3])
         }
         found[d] = candidates(cc, graph, d, cand[d]);
         cudnnBackendDestroyDescriptor(graph);
+        if (!found[d] && cc->tf32) { /* lib_conv3d_setup_tf32 says so to its caller */
+            free(cand[d]);
+            return;
+        }
         if (!found[d])
             die(1, "cuDNN has no fp32 (non-tensor-core) engine for %s", what[d]);
         for (int i = 0; i < found[d]; i++)
@@ -551,6 +564,27 @@ static void setup(lib_conv3d *cc, const int x_dims[5], int c_out, const int k[3]
     const void *const ptrs[3][3] = {{x, w, y}, {dx, w, dy}, {x, dw, dy}};
     search(cc, 3, ptrs);
     sums_alloc(cc);
+}
+
+/* The forward in TF32 (conv.h): the same search over the engines with tensor cores, less those
+ * with reduced-precision reductions (PyTorch's filter with allow_tf32 = True, as above) */
+int lib_conv3d_setup_tf32(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad,
+                          int stride, const float *x, const float *w, float *y)
+{
+    int kk[3] = {k, k, k}, pp[3] = {pad, pad, pad};
+    geometry(cc, x_dims, c_out, kk, pp, stride);
+    cc->backend = "cuDNN";
+    cc->tf32 = 1;
+    const int *yd = cc->y_dims;
+    int ys[5] = {yd[1] * yd[2] * yd[3] * yd[4], yd[2] * yd[3] * yd[4], yd[3] * yd[4], yd[4], 1};
+    int bd[5] = {1, c_out, 1, 1, 1}, bs[5] = {c_out, 1, 1, 1, 1};
+    create_descriptors(cc);
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->y_desc, CUDNN_DATA_FLOAT, 5, yd, ys));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(cc->b_desc, CUDNN_DATA_FLOAT, 5, bd, bs));
+    const void *const ptrs[3][3] = {{x, w, y}, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
+    search(cc, 1, ptrs);
+    cc->dx_algo = cc->dw_algo = -1;
+    return cc->plan[0] != NULL;
 }
 
 /* A true 2-D conv, channels last: x, y NHWC and the filter KRSC (dims_for's strides). The bias

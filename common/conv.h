@@ -77,6 +77,7 @@ typedef struct {
     int dw_split;             /* blocks a (co, ci) pair's weight gradient is split over */
     int sm_count;             /* the direct kernels' grids */
     int nhwc;                 /* 1: lib_conv2d_setup_nhwc's (channels last, forward only) */
+    int tf32;                 /* 1: lib_conv3d_setup_tf32's (TF32 allowed, forward only) */
 #if HAVE_CUDNN
     cudnnHandle_t handle;
     /* the bias adds' (cudnnAddTensor) descriptors: input, output, bias 1 x C_out x 1 x 1 x 1 */
@@ -101,6 +102,16 @@ void lib_conv3d_setup(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int
  * 1 x k x k kernel: the same functions below then serve it (weights C_out x C_in x k x k). */
 void lib_conv2d_setup(lib_conv3d *cc, const int x_dims[4], int c_out, int k, int pad, int stride,
                       const float *x, const float *w, float *y, float *dy, float *dx, float *dw);
+#if HAVE_CUDNN
+/* The same Conv3d forward on cuDNN's TF32 tensor-core engines, as PyTorch's default precision
+ * (cudnn.allow_tf32 = True) runs it where it picks one: only engines with tensor cores, less
+ * those with reduced-precision reductions; the fastest on x, w and y (overwritten) is kept. The
+ * accuracy peer of TF32 kernels. Returns 0 when cuDNN has no such engine for the shape (then
+ * only lib_conv3d_destroy may be called), else 1: lib_conv3d_forward runs it; the backward
+ * functions exit on it. cuDNN builds only. */
+int lib_conv3d_setup_tf32(lib_conv3d *cc, const int x_dims[5], int c_out, int k, int pad,
+                          int stride, const float *x, const float *w, float *y);
+#endif
 /* The same Conv2d, channels last and forward only (see the top): x_dims is N, C_in, H, W as
  * above (PyTorch's shape), but x is stored N x H x W x C_in, y N x OH x OW x c_out, and the
  * weights w C_out x k x k x C_in. x and w must hold finite values; y is overwritten while cuDNN's

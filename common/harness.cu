@@ -225,6 +225,14 @@ static const char *unavailable(const hx_version *v)
     return NULL;
 }
 
+const char *hx_needs_problem(unsigned needs)
+{
+    hx_version v;
+    memset(&v, 0, sizeof v);
+    v.needs = needs;
+    return unavailable(&v);
+}
+
 static void list_versions(const hx_chapter *ch)
 {
     printf("chapter %s: %s\n", ch->number, ch->title);

@@ -149,6 +149,10 @@ verify_result hx_check_stats(hx_verdict *out, const float *mean, const float *rs
  * elements must be indexable with 32-bit ints, as the chapters' kernels do. */
 const char *hx_channels_problem(const int64_t *dims, int c_in);
 const char *hx_index_problem(double elems, const char *what);
+/* NULL if code that needs `needs` (NEEDS_SM90, NEEDS_SM90A, NEEDS_CUDNN) runs on this GPU and
+ * build, else the one line that says why not, as the version table's skips say it: for a
+ * chapter's checks that call such code outside a version (device 0 must exist) */
+const char *hx_needs_problem(unsigned needs);
 
 /* A chapter's extreme-value case (hx_chapter.cases): what it is, where it applies. */
 typedef struct {

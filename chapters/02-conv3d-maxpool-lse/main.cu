@@ -38,16 +38,20 @@
  *   12-b3-own-gradients.cu   b3  the training step's dx and dw on our tensor cores in 3xTF32:
  *                                dx as v8's conv with the channels swapped, dw as a GEMM over
  *                                positions
+ * and the forward on Hopper's warpgroup MMA:
+ *   common/wgmma.cuh         wgmma: operands in shared memory through descriptors, asynchronous
+ *   13-v10-wgmma.cu          v10 v9's full fusion on wgmma in TF32 (sm_90a: H100, H200): every
+ *                                tap a descriptor into one patch, the next chunk loaded meanwhile
  * And the exercise (README, "Exercises"):
  *   x1-fused-epilogue.cu     x1  the fused epilogue, c read once, for you to write
  *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1 .. v5 run on the conv output (epilogue_fwd) and as the whole model, cuDNN's conv
- * plus their epilogue (model_fwd); v6 .. v9, whose subject is the conv, as the whole model only;
+ * plus their epilogue (model_fwd); v6 .. v10, whose subject is the conv, as the whole model only;
  * b1 and b2 as epilogue forward + backward and as a training step (conv, epilogue, its backward,
  * dx, dw, dbias), b3, whose subject is dx and dw, as the training step only. After the table,
  * the library conv's ops alone beside PyTorch's; each forward conv alone (cuDNN's, v6's, v7's,
- * v8's) and each gradient (cuDNN's and b3's dx and dw): time, TFLOP/s and the error against
+ * v8's, v10's) and each gradient (cuDNN's and b3's dx and dw): time, TFLOP/s and the error against
  * the double reference.
  *
  *   make chapter-2                 verify and time every version at the KernelBench shape
@@ -82,6 +86,8 @@ static const hx_version versions[] = {
      b2_launch, 0, HX_FP32, "11-b2-fused-backward.cu"},
     {"b3", SC(SCOPE_TRAIN), "b2, then our dx and dw: tensor cores, 3xTF32",
      b3_launch, 0, HX_3XTF32, "12-b3-own-gradients.cu"},
+    {"v10", SC(SCOPE_MODEL_FWD), "full fusion on wgmma in TF32 (sm_90a)",
+     v10_launch, NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "13-v10-wgmma.cu"},
     {"x1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "exercise: the fused epilogue, c read once",
      x1_launch, 0, HX_FP32, "x1-fused-epilogue.cu"},
 };

@@ -78,6 +78,8 @@ typedef struct {
 #if HAVE_CUDNN
     cudnnTensorDescriptor_t p_desc; /* the pooled tensor */
     cudnnPoolingDescriptor_t pool_desc;
+    lib_conv3d conv_tf32; /* the conv on cuDNN's TF32 engines: v10's accuracy peer (--test) */
+    int tf32_state;       /* 0: not set up yet; 1: set up; -1: cuDNN has no TF32 engine here */
 #endif
 } lib_ctx;
 
@@ -94,7 +96,8 @@ struct run_ctx {
     const float *g;                 /* dL/dy */
     float *dc, *dx, *dw, *dbias;    /* the gradients */
     float *partials;                /* the deterministic bias sum's stage-1 partials */
-    float *w_k;                     /* v6 .. v9: the weights in the tiles' order (igemm.cuh) */
+    float *w_k;                     /* v6 .. v10: the weights in the tiles' order (igemm.cuh;
+                                     * v10's its own) */
     float *c_own;                   /* v6 .. v8's conv output (c stays cuDNN's, the epilogue
                                      * scopes' input, which the references were made from) */
     float *dw_part;                 /* b3's partial dw, one per position share */
@@ -148,6 +151,8 @@ void lib_dx(const run_ctx *r);       /* the training step's conv gradients */
 void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);
 void own_dbias(const run_ctx *r);
+void v10_launch(const run_ctx *r, int scope); /* the advanced forward: wgmma (sm_90a) */
+void conv_wgmma(const run_ctx *r, float *c);  /* v10's conv alone, c = conv(x) + bias, TF32 */
 void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-fused-epilogue.cu */
 #define DBIAS_BLOCKS 64
 

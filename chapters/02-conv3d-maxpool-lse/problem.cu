@@ -158,6 +158,8 @@ static void problem_destroy(problem *pb)
 #if HAVE_CUDNN
     cudnnDestroyTensorDescriptor(pb->lib.p_desc);
     cudnnDestroyPoolingDescriptor(pb->lib.pool_desc);
+    if (pb->lib.tf32_state)
+        lib_conv3d_destroy(&pb->lib.conv_tf32);
 #endif
     lib_conv3d_destroy(&pb->lib.conv);
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->c, r->y, r->p, r->dp, r->idx, r->z,
@@ -451,6 +453,63 @@ static verify_result own_conv_error(problem *pb, conv_fn fn, float *host)
     return verify_f32(host, pb->ref_c, n, TOL_REL_L2, TOL_ABS);
 }
 
+#if HAVE_CUDNN
+/* cuDNN's conv on its TF32 tensor-core engines (PyTorch's default precision), set up at the
+ * first call, into c_own, against the double conv; *ok = 0 (and nothing run) when cuDNN has no
+ * such engine for this shape. host is n floats of scratch. */
+static verify_result cudnn_tf32_error(problem *pb, float *host, int *ok)
+{
+    lib_ctx *L = &pb->lib;
+    const shape *s = &pb->sh;
+    verify_result e = {0};
+    if (!L->tf32_state) {
+        int xd[5] = {s->n, C_IN, s->d, s->h, s->w};
+        L->tf32_state = lib_conv3d_setup_tf32(&L->conv_tf32, xd, C_OUT, KS, 1, 1, pb->r.x,
+                                              pb->r.weight, pb->r.c_own) ? 1 : -1;
+    }
+    *ok = L->tf32_state > 0;
+    if (!*ok)
+        return e;
+    size_t n = conv_elems(s);
+    gpu_poison(pb->r.c_own, n);
+    lib_conv3d_forward(&L->conv_tf32, pb->r.x, pb->r.weight, pb->r.bias, pb->r.c_own);
+    CUDA_CHECK(cudaMemcpy(host, pb->r.c_own, 4 * n, cudaMemcpyDeviceToHost));
+    return verify_f32(host, pb->ref_c, n, TOL_REL_L2, TOL_ABS);
+}
+#endif
+
+/* v10's conv (wgmma, TF32) on every test shape where it runs: over fp32's tolerance and within
+ * TF32's, as v7's; and within 2x of cuDNN's TF32 conv's relative L2 and largest errors on the
+ * same tensors (the issue of precision is TF32's rounding, which both share: a kernel whose
+ * products or sums lost more, or that truncated instead of rounding, would fail it). */
+static void v10_conv_checks(problem *pb)
+{
+    const shape *s = &pb->sh;
+    const char *no = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A);
+    if (no) {
+        skip("v10 wgmma TF32 conv on %dx32x%dx%dx%d: %s", s->n, s->d, s->h, s->w, no);
+        return;
+    }
+    verify_result t = own_conv_error(pb, conv_wgmma, pb->host_dc);
+    check(!t.pass && t.rel_l2 > TOL_REL_L2 && t.rel_l2 < HX_TF32_TOL * TOL_REL_L2,
+          "v10 wgmma TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
+          TOL_REL_L2, t.rel_l2, t.max_abs);
+#if HAVE_CUDNN
+    int ok = 0;
+    verify_result c = cudnn_tf32_error(pb, pb->host_dc, &ok);
+    if (!ok)
+        skip("v10 against cuDNN's TF32 conv: cuDNN has no TF32 engine for %dx32x%dx%dx%d", s->n,
+             s->d, s->h, s->w);
+    else
+        check(t.rel_l2 <= 2.0 * c.rel_l2 && t.max_abs <= 2.0 * c.max_abs,
+              "v10 wgmma TF32 conv within 2x cuDNN's TF32 error (engine %d): rel_l2 %.1e (%.1e) "
+              "max_abs %.1e (%.1e)", pb->lib.conv_tf32.fwd_algo, t.rel_l2, c.rel_l2, t.max_abs,
+              c.max_abs);
+#else
+    skip("v10 against cuDNN's TF32 conv: " NO_CUDNN);
+#endif
+}
+
 /* The conv's gradients from the GPU's dc (b2's backward on cuDNN's c), each against the double
  * backward of that dc (conv_grad_refs): e[0], e[1] = dx by cuDNN, by b3 (verify_f32_scaled, as
  * the table checks dx);
@@ -511,6 +570,7 @@ static void shape_checks(problem *pb, int t)
     check(t3.pass && t3.rel_l2 <= 2.0 * vc.rel_l2 && t3.max_abs <= 2.0 * vc.max_abs,
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
+    v10_conv_checks(pb);
     /* b3's gradients in 3xTF32 against cuDNN's fp32 ones, both from the same dc and judged
      * against the double backward of that dc (grad_errors): within B3_PEER_RATIO of cuDNN's
      * errors. Without cuDNN, the fp32 tolerances alone (which TF32's 2^-10 would fail): the
@@ -582,13 +642,22 @@ static void time_own_conv(const void *p)
     j->fn(j->r, j->r->c_own);
 }
 
+#if HAVE_CUDNN
+static void time_tf32_conv(const void *p)
+{
+    const problem *pb = (const problem *)p;
+    lib_conv3d_forward(&pb->lib.conv_tf32, pb->r.x, pb->r.weight, pb->r.bias, pb->r.c_own);
+}
+#endif
+
 typedef struct {
     void (*fn)(const run_ctx *r);
     const run_ctx *r;
 } grad_job;
 
-/* Each conv alone (cuDNN's fp32, v6's, v7's, v8's): time, TFLOP/s, and its error against the
- * double conv, the numbers behind the README's precision table. lib_ms: cuDNN's time from the
+/* Each conv alone (cuDNN's fp32 and TF32, v6's, v7's, v8's, v10's where it runs): time,
+ * TFLOP/s, and its error against the double conv, the numbers behind the README's precision
+ * table. lib_ms: cuDNN's time from the
  * per-op table (hx_conv_ops), not measured twice; -1 if it did not run. */
 static void conv_table(problem *pb, int reps, double lib_ms)
 {
@@ -610,8 +679,23 @@ static void conv_table(problem *pb, int reps, double lib_ms)
         conv_fn fn;
     } own[] = {{"v6: implicit GEMM, FMA", conv_ffma},
                {"v7: tensor cores, TF32", conv_tf32},
-               {"v8: tensor cores, 3xTF32", conv_3xtf32}};
-    for (int i = 0; i < 3; i++) {
+               {"v8: tensor cores, 3xTF32", conv_3xtf32},
+               {"v10: wgmma, TF32", conv_wgmma}};
+    int n_own = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A) ? 3 : 4;
+#if HAVE_CUDNN
+    {
+        int ok = 0;
+        verify_result c = cudnn_tf32_error(pb, pb->host_dc, &ok);
+        if (ok) {
+            char name[48];
+            snprintf(name, sizeof name, "cuDNN TF32 (engine %d)", pb->lib.conv_tf32.fwd_algo);
+            timing t = gpu_time(time_tf32_conv, pb, reps);
+            printf("  %-34s %9.4f %8.1f %10.1e %10.1e\n", name, t.median_ms, gflop / t.median_ms,
+                   c.rel_l2, c.max_abs);
+        }
+    }
+#endif
+    for (int i = 0; i < n_own; i++) {
         verify_result e = own_conv_error(pb, own[i].fn, pb->host_dc);
         conv_job j = {own[i].fn, r};
         timing t = gpu_time(time_own_conv, &j, reps);
@@ -660,7 +744,11 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
                       conv_flops(&pb->sh)};
     double lib_ms[4];
     int grads = hx_conv_ops(&pb->lib.conv, &b, dev, reps, lib_ms);
-    if (!only || strstr("v6 v7 v8 v9", only))
+    static const char *const own_convs[] = {"v6", "v7", "v8", "v9", "v10"};
+    int conv_version = !only;
+    for (int i = 0; i < 5; i++)
+        conv_version |= only && !strcmp(only, own_convs[i]);
+    if (conv_version)
         conv_table(pb, reps, lib_ms[0]);
     if (grads)
         grad_table(pb, reps, lib_ms);

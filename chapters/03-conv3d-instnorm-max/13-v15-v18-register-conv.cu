@@ -106,6 +106,7 @@
 #include "conv.cuh"
 #include "model.h"
 #include "tf32.cuh"
+#include "wgmma.cuh"
 
 #define V15_KSTEPS ((C_IN * KVOL + 7) / 8) /* steps of 8 over the GEMM's k (81 taps): 11 */
 #define V15_K (8 * V15_KSTEPS)             /* k padded to whole steps: 88 */
@@ -343,30 +344,12 @@ __device__ static inline void conv_mma_sync(float acc[V15_TILES][2][4], const v1
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* v16's helpers: sm_90a code only */
-/* the descriptor of a B tile in shared memory (PTX ISA, "Matrix Descriptor Format"): the
- * address, the leading byte offset (128: columns 4 .. 7's core matrices after 0 .. 3's) and the
- * stride byte offset (256: channels 8 .. 15's after 0 .. 7's), in 16-byte units; no swizzle */
-__device__ static inline uint64_t wgmma_desc(const void *p)
-{
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3ffffu) >> 4) | (uint64_t)(128 >> 4) << 16 |
-           (uint64_t)(256 >> 4) << 32;
-}
-
-/* d (the warpgroup's 64 x 16) += a (64 x 8, registers) b (8 x 16, shared memory, desc) in TF32,
- * with fp32 accumulation (PTX ISA, "wgmma.mma_async"). Each warp of the warpgroup holds 16 of
- * the 64 rows, in mma.sync's layouts: a as m16n8k8's A fragment, d as two m16n8 accumulators
- * side by side (d[4 h + e]: channels 8 h .. 8 h + 7). Asynchronous: the tensor cores read a and
- * write d after the instruction issues, until a wgmma_wait says its group is done. */
-__device__ static inline void wgmma_tf32(float d[8], const uint32_t a[4], uint64_t desc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
+/* The warpgroup MMA's primitives are common/wgmma.cuh's: the descriptor of a B tile (v15_smem's
+ * layout: core matrices of columns 4 .. 7 128 bytes after those of 0 .. 3, the leading byte
+ * offset; channels 8 .. 15's 256 bytes after 0 .. 7's, the stride byte offset), the RS m64n16k8
+ * (A, each warp's 16 rows in mma.sync's layout, from registers; d as two m16n8 accumulators side
+ * by side, d[4 h + e]: channels 8 h .. 8 h + 7), commit and wait. */
+__device__ static inline uint64_t v16_desc(const void *p) { return wgmma_desc(p, 128, 256); }
 
 /* wgmma.fence: the registers written before it (here A's hi and lo, named so that the compiler
  * computes them first) are what the following wgmma reads */
@@ -375,13 +358,6 @@ __device__ static inline void wgmma_fence(uint32_t hi[4], uint32_t lo[4])
     asm volatile("wgmma.fence.sync.aligned;"
                  : "+r"(hi[0]), "+r"(hi[1]), "+r"(hi[2]), "+r"(hi[3]), "+r"(lo[0]), "+r"(lo[1]),
                    "+r"(lo[2]), "+r"(lo[3]));
-}
-
-/* the wgmmas issued since the last commit form a group; wait until at most N groups are pending */
-__device__ static inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;"); }
-template <int N> __device__ static inline void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N));
 }
 
 /* keeps the compiler from moving a definition or use of v across this point (asm volatile
@@ -412,9 +388,9 @@ __device__ static inline void wgmma_step(float acc[V15_TILES][2][4], uint32_t a_
         for (int e = 0; e < 4; e++)
             split_trunc(a[e], &a_hi[b][e], &a_lo[b][e]);
         wgmma_fence(a_hi[b], a_lo[b]);
-        wgmma_tf32(&acc[r][0][0], a_lo[b], dhi);
-        wgmma_tf32(&acc[r][0][0], a_hi[b], dlo);
-        wgmma_tf32(&acc[r][0][0], a_hi[b], dhi);
+        wgmma_m64n16k8_tf32_rs(&acc[r][0][0], a_lo[b], dhi);
+        wgmma_m64n16k8_tf32_rs(&acc[r][0][0], a_hi[b], dlo);
+        wgmma_m64n16k8_tf32_rs(&acc[r][0][0], a_hi[b], dhi);
         wgmma_commit();
     }
 }
@@ -426,7 +402,7 @@ template <int NST, int TS = 256>
 __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_smem &sw,
                                          const float *xb, int t)
 {
-    uint64_t dhi = wgmma_desc(sw.b_hi[0]), dlo = wgmma_desc(sw.b_lo[0]);
+    uint64_t dhi = v16_desc(sw.b_hi[0]), dlo = v16_desc(sw.b_lo[0]);
     uint32_t a_hi[2][4], a_lo[2][4];
 #pragma unroll
     for (int r = 0; r < V15_TILES; r++)

@@ -1,0 +1,290 @@
+/*
+ * v10: v9's full fusion at v7's precision (TF32) on Hopper's warpgroup MMA (wgmma; sm_90a
+ * code: H100, H200; read common/wgmma.cuh first)
+ *
+ * Defect of v7 .. v9: mma.sync. Every product's operands pass through the warp's registers: per
+ * tap a warp loads 24 values from shared memory and converts them, for 16 products of 2048
+ * FLOP, and the tensor pipe waits on those loads (v7: 27% busy, Nsight Compute).
+ * Change: wgmma reads both operands from shared memory itself, through descriptors, 64 positions
+ * x 64 channels x 8 k an instruction, asynchronously. The patch is stored so that every tap
+ * is a descriptor, no copy: [input channel / 4][position][4 channels], 16 bytes a position,
+ * the 2 x 4 x 64 tile's 4 x 6 x 66 patch; a row of 64 positions at tap (kd, kh, kw) starts
+ * (kd 6 + kh) 66 + kw positions, 16 bytes each, after the tap (0, 0, 0)'s (the descriptor's
+ * start address counts 16 bytes). A block (4 warpgroups, 512 threads, one an SM, persistent
+ * over the tiles) keeps two chunks of 8 input channels (the patch, 50.7 KB, and their weights,
+ * 55.3 KB, TF32-rounded): while the tensor cores run one chunk's 27 x 8 wgmmas, the same
+ * threads load the next (x in registers, rounded to TF32, stored 16 bytes a position; the
+ * weights by cp.async). Pooling and logsumexp as v9's, in the epilogue of a tile's last chunk.
+ * Prediction: 232 GFLOP at the tensor cores' 495 TFLOP/s (datasheet) is 0.47 ms. Each
+ * m64n64k8 reads 4 KB of shared memory for 32 cycles of the SM's tensor cores (1024 TF32 FMA a
+ * cycle), what its 128 bytes a cycle deliver: at most about 90% of that peak with the chunks'
+ * stores. The pipeline stops at each chunk (a barrier, then 54 wgmmas to issue a warpgroup),
+ * and L2 delivers 1.7 GB (each tile's patch and all the weights, 828 bytes a position); at half
+ * the peak 0.94 ms, under torch.compile's 2.28 ms [compile model_fwd default] in TF32.
+ * Measured: (to be filled from data/h100/ch02.csv)
+ */
+#include <cuda_pipeline.h>
+
+#include "hopper.cuh"
+#include "igemm.cuh"
+#include "lse.cuh"
+#include "tf32.cuh"
+#include "wgmma.cuh"
+
+#define V10_TD 2                             /* the tile: planes, rows, columns of conv outputs */
+#define V10_TH 4
+#define V10_TW 64                            /* one wgmma's M */
+#define V10_PH (V10_TH + 2)                  /* the patch: 4 x 6 x 66 positions */
+#define V10_PW (V10_TW + 2)
+#define V10_PATCH ((V10_TD + 2) * V10_PH * V10_PW) /* 1584 */
+#define V10_CI 8                             /* input channels a chunk: one wgmma's k */
+#define V10_CHUNKS (C_IN / V10_CI)
+#define V10_PATCH_BYTES (2 * V10_PATCH * 16) /* two groups of 4 channels: 50688 */
+#define V10_W_BYTES (KVOL * 2 * C_OUT * 16)  /* a chunk's weights, [tap][group][co][4]: 55296 */
+#define V10_STAGE (V10_PATCH_BYTES + V10_W_BYTES)
+#define V10_SMEM (2 * V10_STAGE)             /* 211968 bytes: one block an SM */
+#define V10_THREADS 512
+#define V10_LOADS ((2 * V10_PATCH + V10_THREADS - 1) / V10_THREADS) /* x loads a thread: 7 */
+#define V10_POOL_STRIDE 72 /* v9's: a window's 64 channels, 8 (mod 32) banks apart */
+
+/* The weights as the chunks hold them, rounded to TF32: w_t[chunk][tap][group][co][j] =
+ * weight[co][8 chunk + 4 group + j][tap]. A chunk is 55296 contiguous bytes; within it tap t's
+ * B operand (K-major: 64 rows co of 8 k) starts at 2048 t, its core matrices (8 co x 4 j, 128
+ * bytes) 128 bytes apart along co (SBO) and 1024 along k (group: LBO). */
+__global__ static void v10_weights(const float *__restrict__ w, float *__restrict__ w_t)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N_WEIGHT) {
+        int j = i & 3, co = (i >> 2) & 63, grp = (i >> 8) & 1, tap = (i >> 9) % KVOL;
+        int ci = (i / (KVOL * 512)) * V10_CI + grp * 4 + j;
+        w_t[i] = __uint_as_float(to_tf32(w[(co * C_IN + ci) * KVOL + tap]));
+    }
+}
+
+typedef struct {
+    int n, d0, h0, w0;
+} v10_tile;
+
+__device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
+{
+    int tw = (w + V10_TW - 1) / V10_TW, th = (h + V10_TH - 1) / V10_TH, td = (d + 1) / 2;
+    v10_tile t;
+    t.w0 = id % tw * V10_TW, id /= tw;
+    t.h0 = id % th * V10_TH, id /= th;
+    t.d0 = id % td * V10_TD;
+    t.n = id / td;
+    return t;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* keeps the compiler from moving a definition or use of v across this point */
+__device__ static inline void v10_pin(float &v) { asm volatile("" : "+f"(v)); }
+
+/* Loads chunk `chunk` of tile t into stage: the weights by cp.async (16 bytes each), the patch
+ * (zeros outside the volume: the conv's padding) through registers, item it = (group, position)
+ * a thread: 4 loads of one position, each coalesced along w over the warp, rounded to TF32 and
+ * stored as 16 bytes. Waits for the cp.async; the caller fences and syncs. */
+__device__ static inline void v10_load(unsigned char *stage, const float *__restrict__ x,
+                                       const float *__restrict__ w_t, v10_tile t, int chunk,
+                                       int d, int h, int w)
+{
+    const float4 *wsrc = reinterpret_cast<const float4 *>(w_t) + chunk * (V10_W_BYTES / 16);
+    float4 *wdst = reinterpret_cast<float4 *>(stage + V10_PATCH_BYTES);
+    for (int e = threadIdx.x; e < V10_W_BYTES / 16; e += V10_THREADS)
+        __pipeline_memcpy_async(wdst + e, wsrc + e, 16);
+    __pipeline_commit();
+    size_t dhw = (size_t)d * h * w;
+    const float *xc = x + ((size_t)t.n * C_IN + chunk * V10_CI) * dhw;
+    float v[V10_LOADS][4];
+#pragma unroll
+    for (int i = 0; i < V10_LOADS; i++) {
+        int it = threadIdx.x + i * V10_THREADS;
+        v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0.0f;
+        if (it < 2 * V10_PATCH) {
+            int grp = it >= V10_PATCH, pos = it - grp * V10_PATCH;
+            int pz = pos / (V10_PH * V10_PW), r = pos - pz * (V10_PH * V10_PW);
+            int py = r / V10_PW, px = r - py * V10_PW;
+            int gd = t.d0 + pz - 1, gh = t.h0 + py - 1, gw = t.w0 + px - 1;
+            if (gd >= 0 && gd < d && gh >= 0 && gh < h && gw >= 0 && gw < w) {
+                const float *p = xc + 4 * grp * dhw + ((size_t)gd * h + gh) * w + gw;
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    v[i][j] = __ldg(p + j * dhw);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V10_LOADS; i++) { /* item (group, position) to 16 (group 1584 + position) */
+        int it = threadIdx.x + i * V10_THREADS;
+        if (it < 2 * V10_PATCH)
+            reinterpret_cast<uint4 *>(stage)[it] = make_uint4(
+                to_tf32(v[i][0]), to_tf32(v[i][1]), to_tf32(v[i][2]), to_tf32(v[i][3]));
+    }
+    __pipeline_wait_prior(0);
+}
+
+/* v9's epilogue for the tile's 64 windows (1 x 2 x 32): warpgroup q holds rows (plane q % 2,
+ * rows 2 (q / 2) and 2 (q / 2) + 1): 1. their max in registers; 2. the columns' by a shuffle;
+ * 3. the planes' through s_pool (both planes written, the logsumexp threads take the max);
+ * 4. the logsumexp over 64 channels, 8 threads a window; relu; y. */
+__device__ static inline void v10_pool_lse(const float acc[2][32], float *s_pool,
+                                           const float *__restrict__ bias, float *__restrict__ y,
+                                           v10_tile t, int d, int h, int w)
+{
+    int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, q = threadIdx.x >> 7;
+    int g = lane >> 2, tt = lane & 3, plane = q & 1, hp = q >> 1;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float v = fmaxf(acc[0][4 * j + e], acc[1][4 * j + e]);   /* 1. the window's rows */
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));        /* 2. its columns */
+            if ((g & 1) == 0) {
+                int px = 8 * wq + (g >> 1) + 4 * (e >> 1), co = 8 * j + 2 * tt + (e & 1);
+                s_pool[(plane * 64 + hp * 32 + px) * V10_POOL_STRIDE + co] = v;
+            }
+        }
+    __syncthreads();
+    int win = threadIdx.x >> 3, k = threadIdx.x & 7; /* 4. */
+    float m = -INFINITY, s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < C_OUT / 8; j++) {
+        int co = 8 * j + k;
+        float v = fmaxf(s_pool[win * V10_POOL_STRIDE + co],
+                        s_pool[(64 + win) * V10_POOL_STRIDE + co]); /* 3. the planes */
+        lse_online(v + __ldg(bias + co), &m, &s);
+    }
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        lse_merge(&m, &s, m2, s2);
+    }
+    int pd = d / 2, ph = h / 2, pw = w / 2;
+    int gpd = t.d0 / 2, gph = t.h0 / 2 + (win >> 5), gpw = t.w0 / 2 + (win & 31);
+    if (k == 0 && gpd < pd && gph < ph && gpw < pw) {
+        float z = m + __logf(s);
+        y[(((size_t)t.n * pd + gpd) * ph + gph) * pw + gpw] = z > 0.0f ? z : 0.0f;
+    }
+}
+
+/* the conv alone (--test's precision check and the notes' conv table): c = acc + bias at the
+ * warpgroup's two rows, positions inside the volume */
+__device__ static inline void v10_store_c(const float acc[2][32], const float *__restrict__ bias,
+                                          float *__restrict__ c, v10_tile t, int d, int h, int w)
+{
+    int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, q = threadIdx.x >> 7;
+    int g = lane >> 2, tt = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int gd = t.d0 + (q & 1), gh = t.h0 + 2 * (q >> 1) + r;
+        if (gd >= d || gh >= h)
+            continue;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int gw = t.w0 + 16 * wq + g + 8 * (e >> 1), co = 8 * j + 2 * tt + (e & 1);
+                if (gw < w)
+                    c[((((size_t)t.n * C_OUT + co) * d + gd) * h + gh) * w + gw] =
+                        acc[r][4 * j + e] + __ldg(bias + co);
+            }
+    }
+}
+#endif
+
+/* Persistent: block b takes tiles b, b + grid, ...; its steps are (tile, chunk) pairs, step s
+ * in stage s % 2. FUSED: y (v10); else c (the conv alone). */
+template <bool FUSED>
+__global__ void __launch_bounds__(V10_THREADS, 1)
+    v10_wgmma_conv(const float *__restrict__ x, const float *__restrict__ w_t,
+                   const float *__restrict__ bias, float *__restrict__ out, int n, int d, int h,
+                   int w)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 smem4[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(smem4);
+    int tiles = (w + V10_TW - 1) / V10_TW * ((h + V10_TH - 1) / V10_TH) * ((d + 1) / 2) * n;
+    int mine = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    int steps = mine * V10_CHUNKS;
+    /* warpgroup q's A: row (plane q % 2, row 2 (q / 2)) of the tile at tap (0, 0, 0), 64
+     * positions (core matrices of 8, SBO 128 bytes), the chunk's two groups of 4 channels a
+     * patch apart (LBO); B: the chunk's weights at tap 0 (LBO 1024, SBO 128) */
+    int q = threadIdx.x >> 7;
+    uint64_t da = wgmma_desc(smem + ((q & 1) * V10_PH + 2 * (q >> 1)) * V10_PW * 16,
+                             V10_PATCH * 16, 128);
+    uint64_t db = wgmma_desc(smem + V10_PATCH_BYTES, 1024, 128);
+    float acc[2][32];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        acc[i >> 5][i & 31] = 0.0f;
+    if (steps) {
+        v10_load(smem, x, w_t, v10_tile_of(blockIdx.x, d, h, w), 0, d, h, w);
+        fence_proxy_async();
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int s = 0; s < steps; s++) {
+        unsigned stage = (s & 1) * (V10_STAGE / 16); /* in the descriptors' 16-byte units */
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            v10_pin(acc[i >> 5][i & 31]);
+        wgmma_fence();
+#pragma unroll
+        for (int tap = 0; tap < KVOL; tap++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int kd = tap / 9, kh = tap / 3 % 3, kw = tap % 3;
+                wgmma_m64n64k8_tf32_ss(acc[r], da + stage + ((kd * V10_PH + kh + r) * V10_PW + kw),
+                                       db + stage + tap * 128);
+            }
+        wgmma_commit();
+        if (s + 1 < steps) { /* the next step's chunk into the other stage, meanwhile */
+            int next = s + 1;
+            v10_tile nt = v10_tile_of(blockIdx.x + (next / V10_CHUNKS) * gridDim.x, d, h, w);
+            v10_load(smem + ((s + 1) & 1) * V10_STAGE, x, w_t, nt, next % V10_CHUNKS, d, h, w);
+            fence_proxy_async();
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            v10_pin(acc[i >> 5][i & 31]);
+        if (s % V10_CHUNKS == V10_CHUNKS - 1) { /* the tile's last chunk: its epilogue */
+            v10_tile t = v10_tile_of(blockIdx.x + (s / V10_CHUNKS) * gridDim.x, d, h, w);
+            if (FUSED) {
+                __syncthreads(); /* every warpgroup's wgmmas are done with this stage */
+                v10_pool_lse(acc, reinterpret_cast<float *>(smem + (s & 1) * V10_STAGE), bias,
+                             out, t, d, h, w);
+            } else {
+                v10_store_c(acc, bias, out, t, d, h, w);
+            }
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                acc[i >> 5][i & 31] = 0.0f;
+        }
+        __syncthreads(); /* the next step's stage is complete; this one may be overwritten */
+    }
+#else
+    (void)x, (void)w_t, (void)bias, (void)out, (void)n, (void)d, (void)h, (void)w;
+#endif
+}
+
+template <bool FUSED>
+static void v10_run(const run_ctx *r, float *out)
+{
+    const shape *s = &r->sh;
+    v10_weights<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_k);
+    int tiles = (s->w + V10_TW - 1) / V10_TW * ((s->h + V10_TH - 1) / V10_TH) * ((s->d + 1) / 2) *
+                s->n;
+    SMEM_OPT_IN((v10_wgmma_conv<FUSED>), V10_SMEM);
+    v10_wgmma_conv<FUSED><<<tiles < r->sm_count ? tiles : r->sm_count, V10_THREADS, V10_SMEM,
+                            r->stream>>>(r->x, r->w_k, r->bias, out, s->n, s->d, s->h, s->w);
+}
+
+/* v10's conv alone, c = conv(x) + bias in TF32 (--test and the notes' conv table) */
+void conv_wgmma(const run_ctx *r, float *c) { v10_run<false>(r, c); }
+
+void v10_launch(const run_ctx *r, int scope)
+{
+    (void)scope;
+    v10_run<true>(r, r->y);
+}
