@@ -114,6 +114,10 @@ ARGS_01 := --seed 5
 SHAPE_02 := 4x32x32x128x128
 SMALL_02 := 1x32x3x5x7
 SWEEP_02 := $(foreach b,1 2 4,$(b)x32x32x128x128)
+# 324 tiles of v10's (2 x 4 x 64 conv outputs, the last row and column partial) for its 132
+# persistent blocks on an H100: two or three tiles each, so its stages and barriers are reused
+MANY_02 := 4x32x6x34x130
+MANY_RUNS_02 := v10:v10_wgmma_conv
 SHAPE_03 := 128x3x16x32x32
 # 4 x 35 x 37: clusters of two blocks, so the sanitizers see the exchanges between blocks
 SMALL_03 := 2x3x4x35x37
@@ -208,7 +212,12 @@ diff: build/ch0$(CH)
 # api.cu (the functions api.h declares) with the chapter's kernels and common/'s host code, all
 # compiled position-independent into build/pic/; not main.cu or problem.cu (the harness's
 # program) nor the exercises. python/handfused loads it (python/README.md).
-PIC := -Xcompiler -fPIC
+# -fno-gnu-unique: a static variable inside a template function (SMEM_OPT_IN's "opted in on this
+# device" bits in chapter 2's conv_mma) is otherwise one object across every library a process
+# loads (GCC's STB_GNU_UNIQUE binding), so that a second library with the same template (a
+# chapter's KernelBench export beside this one) skipped its own kernels' opt-in and their
+# launches failed ("invalid argument")
+PIC := -Xcompiler -fPIC,-fno-gnu-unique
 lib_srcs = $(filter-out %/main.cu %/problem.cu $(call ch_xsrcs,$(1)),$(wildcard chapters/$(1)-*/*.cu))
 LIB_COMMON_SRCS := common/common.c common/conv_ref.c common/gpu.cu common/conv.cu
 LIB_COMMON := $(patsubst common/%,build/pic/%.o,$(basename $(LIB_COMMON_SRCS)))

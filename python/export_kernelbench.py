@@ -814,11 +814,14 @@ def _build():
     sm90a = (major, minor) == (9, 0)
     code = "90a" if sm90a else "%d%d" % (major, minor)
     cudnn = _cudnn()
-    cuda_flags = ["-O3", "-std=c++17", "-lineinfo",
+    # -fno-gnu-unique: a static inside a template function stays this extension's own, not
+    # one object with the same template's in build/libch{nn}.so when a process loads both
+    cuda_flags = ["-O3", "-std=c++17", "-lineinfo", "-Xcompiler", "-fno-gnu-unique",
                   "-gencode=arch=compute_%s,code=sm_%s" % (code, code),
                   "-DHAVE_SM90A=%d" % sm90a, "-DHAVE_CUDNN=%d" % (cudnn is not None)]
     options = dict(name="handfused_ch{nn}", cpp_sources=[HOST_SOURCE],
                    cuda_sources=[CUDA_SOURCE], extra_cuda_cflags=cuda_flags,
+                   extra_cflags=["-fno-gnu-unique"],
                    verbose=os.environ.get("VERBOSE") == "1")
     if cudnn is not None:
         options.update(extra_include_paths=[cudnn[0]],
