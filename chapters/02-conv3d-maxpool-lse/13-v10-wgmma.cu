@@ -1,27 +1,26 @@
 /*
  * v10: v9's full fusion at v7's precision (TF32) on Hopper's warpgroup MMA (wgmma; sm_90a
  * code: H100, H200; read common/wgmma.cuh first)
- *
- * Defect of v7 .. v9: mma.sync. Every product's operands pass through the warp's registers: per
- * tap a warp loads 24 values from shared memory and converts them, for 16 products of 2048
- * FLOP, and the tensor pipe waits on those loads (v7: 27% busy, Nsight Compute).
- * Change: wgmma reads both operands from shared memory itself, through descriptors, 64 positions
- * x 64 channels x 8 k an instruction, asynchronously. The patch is stored so that every tap
- * is a descriptor, no copy: [input channel / 4][position][4 channels], 16 bytes a position,
- * the 2 x 4 x 64 tile's 4 x 6 x 66 patch; a row of 64 positions at tap (kd, kh, kw) starts
- * (kd 6 + kh) 66 + kw positions, 16 bytes each, after the tap (0, 0, 0)'s (the descriptor's
- * start address counts 16 bytes). A block (4 warpgroups, 512 threads, one an SM, persistent
- * over the tiles) keeps two chunks of 8 input channels (the patch, 50.7 KB, and their weights,
- * 55.3 KB, TF32-rounded): while the tensor cores run one chunk's 27 x 8 wgmmas, the same
- * threads load the next (x in registers, rounded to TF32, stored 16 bytes a position; the
- * weights by cp.async). Pooling and logsumexp as v9's, in the epilogue of a tile's last chunk.
- * Prediction: 232 GFLOP at the tensor cores' 495 TFLOP/s (datasheet) is 0.47 ms. Each
- * m64n64k8 reads 4 KB of shared memory for 32 cycles of the SM's tensor cores (1024 TF32 FMA a
- * cycle), what its 128 bytes a cycle deliver: at most about 90% of that peak with the chunks'
- * stores. The pipeline stops at each chunk (a barrier, then 54 wgmmas to issue a warpgroup),
- * and L2 delivers 1.7 GB (each tile's patch and all the weights, 828 bytes a position); at half
- * the peak 0.94 ms, under torch.compile's 2.28 ms [compile model_fwd default] in TF32.
- * Measured: (to be filled from data/h100/ch02.csv)
+ * Defect of v7 .. v9: mma.sync. Each product's operands pass through the warp's registers: a
+ * tap's 16 products of 2048 FLOP wait on 24 shared loads and conversions (v7: tensor pipe 27%).
+ * Change: wgmma reads both operands from shared memory through descriptors, 64 positions x 64
+ * channels x 8 k an instruction, asynchronously. The patch of a 2 x 4 x 64 tile (4 x 6 x 66
+ * positions) is stored [input channel / 4][position][4 channels], 16 bytes a position, so a
+ * tap is only a start address: output row (p, r) at tap (kd, kh, kw) begins ((p + kd) 6 + r +
+ * kh) 66 + kw positions in. A block (4 warpgroups, one an SM, persistent over the tiles) keeps two chunks
+ * of 8 input channels (patch 50.7 KB, weights 55.3 KB, TF32-rounded): while the tensor cores
+ * run one chunk's 27 x 8 wgmmas, the same threads load the next. Pool and logsumexp as v9's.
+ * Prediction: 232 GFLOP at the datasheet's 495 TFLOP/s TF32 is 0.47 ms. Each m64n64k8 reads
+ * 4 KB of shared memory in its 32 cycles, what 128 bytes a cycle deliver: about 90% of that
+ * peak at best. The pipeline stops at each chunk (a barrier, then 54 wgmmas to issue), and L2
+ * delivers 1.7 GB (828 bytes a position); at half the peak 0.94 ms, under torch.compile's
+ * 2.28 ms [compile model_fwd default] in TF32.
+ * Measured (H100, KernelBench shape): the whole model 1.012 ms [1.006 - 1.016] [v10 model_fwd
+ * median_ms min_ms max_ms], 229 TFLOP/s [v10 model_fwd tflops], under half the datasheet's TF32
+ * peak; 2.95x v7 [v7/v10 model_fwd] at v7's precision, and 2.25x torch.compile in PyTorch's
+ * default precision [compile model_fwd default / v10 model_fwd]. Nsight Compute (LABBOOK.md):
+ * the tensor pipe busy half the time, one block of 16 warps an SM, barrier and wgmma waits its
+ * main stalls: the stop at each chunk binds it, as predicted.
  */
 #include <cuda_pipeline.h>
 
