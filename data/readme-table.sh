@@ -212,7 +212,8 @@ glance() {  # $1 chapter, $2 gpu
 # kernelbench: data/<gpu>/kernelbench.csv (make kernelbench, KernelBench's protocol) as one table,
 # chapter by chapter: per scope (forward, train_step) and PyTorch precision, Model eager and
 # torch.compile against ModelNew (means of the trials, ms), the speedups, ModelNew's correctness
-# trials; beside the forward in PyTorch's default precision, KernelBench's published means
+# trials, the export's mean and trials (make kernelbench EXPORT=1) where it was timed; beside the
+# forward in PyTorch's default precision, KernelBench's published means
 # (data/kernelbench-published.csv, PyTorch 2.5)
 kbtable() {  # $1 gpu
     kb=data/$1/kernelbench.csv pub=data/kernelbench-published.csv
@@ -224,6 +225,7 @@ kbtable() {  # $1 gpu
         k = $c["chapter"] SUBSEP $c["scope"] SUBSEP $c["precision"]
         m[k, $c["model"]] = $c["mean_ms"]
         if ($c["model"] == "ModelNew") ok[k] = $c["correct"]
+        if ($c["model"] == "export") exok[k] = $c["correct"]
         prob[$c["chapter"]] = $c["problem"]; sh[$c["chapter"]] = $c["shape"]; gpu = $c["gpu"]
     }
     function ms(x) { return x == "" ? "-" : sprintf("%#.4g", x) }
@@ -234,8 +236,8 @@ kbtable() {  # $1 gpu
     END {
         print "| chapter (KernelBench level 2) | scope | PyTorch precision | Model eager | " \
               "torch.compile | ModelNew | vs eager | vs compile | ModelNew correct | " \
-              "published eager / compile |"
-        print "|---|---|---|---|---|---|---|---|---|---|"
+              "export (load_inline) | published eager / compile |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|"
         for (ch = 1; ch <= 5; ch++) {
             key = sprintf("%02d", ch)
             if (!(key in prob)) continue
@@ -246,12 +248,13 @@ kbtable() {  # $1 gpu
                 if (!((k, "ModelNew") in m)) continue
                 pubcell = (scopes[i] == "forward" && pr == "default" && (prob[key] in pe)) ? \
                     pe[prob[key]] " / " pc[prob[key]] : "-"
-                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", \
+                ex = ((k, "export") in m) ? ms(m[k, "export"]) " (" exok[k] ")" : "-"
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", \
                     first ? sprintf("%d (#%s, %s)", ch, pn[1], sh[key]) : "", scopes[i], \
                     pr == "fp32" ? "fp32 (TF32 off)" : "default (TF32 convs)", \
                     ms(m[k, "eager"]), ms(m[k, "compile"]), ms(m[k, "ModelNew"]), \
                     sp(m[k, "eager"], m[k, "ModelNew"]), sp(m[k, "compile"], m[k, "ModelNew"]), \
-                    ok[k], pubcell
+                    ok[k], ex, pubcell
                 first = 0
             }
         }
