@@ -111,18 +111,21 @@ table() {  # $1 chapter (01 or 1), $2 gpu
             if (flops + 0 <= 0) tf = ""
             else if (tf == "") tf = flops / med / 1e9
             if (pf == "" && fl + 0 > 0) pf = 100 * fl / med
+            tf32 = cols[k] == 1 && rp[k] == "tf32" # a TF32 row: beside the default precision only
             printf "| %s | %s | %s | %s | %.4f [%.4f - %.4f] | %s | %s | %s | %s | %s | %s | %s " \
                 "| %s |\n", v, field(k, "name"), rp[k], s, med, field(k, "min_ms"),
                 field(k, "max_ms"), num(gbps, "%.0f"), num(pc, "%.1f"), num(tf, "%.2f"),
                 num(pf, "%.1f"),
-                ratio(t["eager", "fp32", s], med), ratio(t["compile", "fp32", s], med),
+                tf32 ? "-" : ratio(t["eager", "fp32", s], med), \
+                tf32 ? "-" : ratio(t["compile", "fp32", s], med),
                 ratio(t["eager", "default", s], med), ratio(t["compile", "default", s], med)
         }
         print ""
         print "precision: ours fp32, 3xtf32 (tensor cores, fp32 accuracy) or tf32; PyTorch fp32"
         print "(TF32 off) or default (its flags as shipped: cuDNN may run a conv in TF32). vs: the"
         print "peer'"'"'s median over the row'"'"'s, \"(behind)\" where the row is slower; \"-\": no such"
-        print "peer row. The floor is fp32'"'"'s: a conv in TF32 on tensor cores can pass it."
+        print "peer row, or a TF32 row beside PyTorch in fp32 (TF32 rows compare with its default"
+        print "precision only). The floor is fp32'"'"'s: a conv in TF32 on tensor cores can pass it."
     }' "$ours" "$peers"
     echo
     errtable "$1" "$2"
