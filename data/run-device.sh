@@ -62,15 +62,21 @@
 #   kb         every version of each chapter at its KernelBench shape into data/<gpu>/chNN.csv
 #              (record without the sweep)
 #   torch      make torch-test: every chapter library's PyTorch tests (python/tests/)
+#   exports    make kernelbench-export CH=N for every chapter with a library, then each export
+#              imported once, all at the same time (load_inline compiles it into
+#              build/torch_ext: about 30 s on an H100 host), so that a later stage loads them
 #   kernelbench  make kernelbench CH=N for every chapter (KernelBench's protocol on ModelNew, into
 #              data/<gpu>/kernelbench.csv, RECORD=1); SCOPES=forward,train_step limits the scopes,
-#              KB_TIMEOUT (seconds, default 560) stops one chapter's run
+#              EXPORT=1 times the exports too (run exports first), KB_TIMEOUT (seconds, default
+#              560) stops one chapter's run. All five chapters with every scope, both precisions
+#              and the exports take about 7 minutes: two calls (ONLY="1 2", then ONLY="3 4 5")
 #   (none given: test record check sanitize sm80)
 # ONLY="4" (chapter numbers, space-separated) limits chapters, check, golden, peers (and its
 # parts), ops, record, sweep, sanitize and nocudnn's chapter runs to those chapters; test always
 # runs every chapter.
 set -uo pipefail
 OUT=${OUT:-build/out-pack}
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$PWD/build/torch_ext} # the exports' builds
 LOGS=build/out
 mkdir -p "$OUT" "$LOGS"
 stages=${*:-test record check sanitize sm80}
@@ -93,7 +99,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 step build make -s -j16 all ARCH=sm_90
 for s in $stages; do
     case $s in
-    test) step test make -s test ARCH=sm_90 ;;
+    test) step test env TEST_JOBS=${TEST_JOBS:-6} make -s test ARCH=sm_90 ;; # 6 at a time: the
+          # PyTorch tests share the GPU's memory (about 5 minutes in all on an H100 host)
     sanitize) step sanitize make -s sanitize ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     record) step record make -s record ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
     sweep) step sweep env RECORD=1 make -s bench ARCH=sm_90 ${ONLY_MAKE:+"$ONLY_MAKE"} ;;
@@ -142,8 +149,14 @@ for s in $stages; do
         for c in $CHAPTER_NUMBERS; do
             step kb$c build/ch0$c $(args_of $c) --csv $d/ch0$c.csv; done ;;
     torch) step torch make -s torch-test ARCH=sm_90 ;;
+    exports) for c in $CHAPTER_NUMBERS; do [ -f chapters/0$c-*/api.cu ] || continue
+                 step export$c make -s kernelbench-export CH=$c ARCH=sm_90; done
+             for f in build/kernelbench/0[$(echo $CHAPTER_NUMBERS | tr -d ' ')]_*.py; do
+                 (timeout 300 python3 -c 'import runpy, sys; runpy.run_path(sys.argv[1])' "$f" \
+                     > "$LOGS/compile-$(basename "$f" .py).log" 2>&1; echo "compiled $f: rc=$?") &
+             done; wait ;;
     kernelbench) for c in $CHAPTER_NUMBERS; do step kernelbench$c env RECORD=1 timeout ${KB_TIMEOUT:-560} \
-                     make -s kernelbench CH=$c ${SCOPES:+SCOPES=$SCOPES}; done ;;
+                     make -s kernelbench CH=$c ${SCOPES:+SCOPES=$SCOPES} ${EXPORT:+EXPORT=1}; done ;;
     ncu2) for v in v6 v7 v8 v9 b3; do n=1; [ $v = b3 ] && n=2 # b3: dx, then dw
           step ncu2-$v ncu --section WarpStateStats --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \
               --kernel-name regex:'(v6_conv_ffma|v7_conv_mma|v9_fused|b3_dw_3xtf32)' --launch-count $n build/ch02 \

@@ -1,26 +1,27 @@
 /*
  * v10: v9's full fusion at v7's precision (TF32) on Hopper's warpgroup MMA (wgmma; sm_90a
  * code: H100, H200; read common/wgmma.cuh first)
- * Defect of v7 .. v9: mma.sync. Each product's operands pass through the warp's registers: a
- * tap's 16 products of 2048 FLOP wait on 24 shared loads and conversions (v7: tensor pipe 27%).
- * Change: wgmma reads both operands from shared memory through descriptors, 64 positions x 64
- * channels x 8 k an instruction, asynchronously. The patch of a 2 x 4 x 64 tile (4 x 6 x 66
- * positions) is stored [input channel / 4][position][4 channels], 16 bytes a position, so a
- * tap is only a start address: output row (p, r) at tap (kd, kh, kw) begins ((p + kd) 6 + r +
- * kh) 66 + kw positions in. A block (4 warpgroups, one an SM, persistent over the tiles) keeps two chunks
- * of 8 input channels (patch 50.7 KB, weights 55.3 KB, TF32-rounded): while the tensor cores
- * run one chunk's 27 x 8 wgmmas, the same threads load the next. Pool and logsumexp as v9's.
- * Prediction: 232 GFLOP at the datasheet's 495 TFLOP/s TF32 is 0.47 ms. Each m64n64k8 reads
- * 4 KB of shared memory in its 32 cycles, what 128 bytes a cycle deliver: about 90% of that
- * peak at best. The pipeline stops at each chunk (a barrier, then 54 wgmmas to issue), and L2
- * delivers 1.7 GB (828 bytes a position); at half the peak 0.94 ms, under torch.compile's
- * 2.28 ms [compile model_fwd default] in TF32.
+ * Defect of v7's conv (v9's too): mma.sync feeds the tensor cores through each warp's registers:
+ * a tap's 16 products of 2048 FLOP wait on 24 shared loads and conversions (mma.cuh; tensor pipe
+ * 27% busy). Change: wgmma reads both operands from shared memory through descriptors, 64
+ * positions x 64 channels x 8 k an instruction, asynchronously. The patch of a 2 x 4 x 64 tile
+ * (4 x 6 x 66 positions) is stored [input channel / 4][position][4 channels], 16 bytes a
+ * position, so a tap is only a start address: output row (p, r) at tap (kd, kh, kw) begins
+ * ((p + kd) * 6 + r + kh) * 66 + kw positions in. 4 warpgroups a block, one block an SM,
+ * persistent over the tiles, with two chunks of 8 input channels (patch 50.7 KB, weights 55.3 KB,
+ * TF32-rounded): while the tensor cores run one chunk (54 wgmmas a warpgroup), the same threads
+ * load the next. Pool and logsumexp as v9's.
+ * Prediction: 232 GFLOP at the datasheet's dense TF32 495 TFLOP/s (2048 FLOP a cycle an SM) is
+ * 0.47 ms. Each 65536-FLOP m64n64k8 takes 32 cycles and reads 4 KB of shared memory, all that
+ * 128 bytes a cycle deliver, so the chunks' stores push it below the peak. Each chunk ends in a
+ * barrier and a wait, and L2 delivers 1.7 GB (each tile's patches and weights); guessing half
+ * the peak: 0.94 ms, under torch.compile's 2.28 ms [compile model_fwd default] in TF32.
  * Measured (H100, KernelBench shape): the whole model 1.012 ms [1.006 - 1.016] [v10 model_fwd
  * median_ms min_ms max_ms], 229 TFLOP/s [v10 model_fwd tflops], under half the datasheet's TF32
  * peak; 2.95x v7 [v7/v10 model_fwd] at v7's precision, and 2.25x torch.compile in PyTorch's
  * default precision [compile model_fwd default / v10 model_fwd]. Nsight Compute (LABBOOK.md):
- * the tensor pipe busy half the time, one block of 16 warps an SM, barrier and wgmma waits its
- * main stalls: the stop at each chunk binds it, as predicted.
+ * the tensor pipe busy half the time, 16 warps an SM, their main stalls the barrier and the wgmma
+ * wait that end each chunk: the stop the prediction named binds it.
  */
 #include <cuda_pipeline.h>
 
