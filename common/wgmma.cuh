@@ -47,6 +47,10 @@
 
 #include <stdint.h>
 
+/* __CUDA_ARCH_FEAT_SM90_ALL: defined only while nvcc compiles sm_90a code (the architecture-
+ * specific Hopper target, -gencode arch=compute_90a,code=sm_90a); wgmma exists nowhere else, so
+ * in another build these helpers are absent and the kernels that call them keep their bodies
+ * under the same test: empty stubs, whose versions the harness lists as skipped. */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* the descriptor of a no-swizzle K-major operand at shared address p (16-byte aligned): core
  * matrices lbo bytes apart along K, sbo bytes apart along M or N (multiples of 16, below 2^18) */
@@ -57,8 +61,9 @@ __device__ static inline uint64_t wgmma_desc(const void *p, unsigned lbo, unsign
            (uint64_t)((sbo & 0x3ffffu) >> 4) << 32;
 }
 
-/* wgmma.fence with no registers named: the caller's accumulators were last written by wgmmas
- * or before the previous fence (chapter 3's v16 names A's registers in its own) */
+/* wgmma.fence (the instruction takes no operands): for a caller whose accumulators were last
+ * written by wgmmas or before the previous fence. Chapter 3's v16 issues it in an asm statement
+ * of its own that lists A's registers as operands, so that the compiler computes A first. */
 __device__ static inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 
 /* the wgmmas issued since the last commit form a group; wait until at most N groups are pending */
@@ -69,8 +74,9 @@ template <int N> __device__ static inline void wgmma_wait()
 }
 
 /* d (the warpgroup's 64 x 64, fp32) += A (64 x 8, shared memory, descriptor da) B (8 x 64,
- * shared memory, db) in TF32: the SS form (both operands from shared memory), scale-d 1 (the
- * accumulators are added to, not replaced) */
+ * shared memory, db) in TF32: the SS form (both operands from shared memory). The operands after
+ * the descriptors: scale-d, the predicate p set true (the accumulators are added to, not
+ * replaced), then imm-scale-a and imm-scale-b, 1 each (A and B not negated). */
 __device__ static inline void wgmma_m64n64k8_tf32_ss(float d[32], uint64_t da, uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
