@@ -77,7 +77,10 @@ __device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* keeps the compiler from moving a definition or use of v across this point */
+/* keeps the compiler from moving a definition or use of v across this point. The compiler
+ * does not know that a wgmma reads and writes its accumulator registers after the instruction
+ * issues, until a wgmma_wait: without the pins it could move the epilogue's reads of acc above
+ * the wait, or a tile's zeroing of acc below the wgmmas that add to it. */
 __device__ static inline void v10_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 /* Loads chunk `chunk` of tile t into stage: the weights by cp.async (16 bytes each), the patch
