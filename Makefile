@@ -17,10 +17,12 @@
 #                    their error against float64 (pytorch-chNN-error.csv); in two parts:
 #                    make peers-kb CH=N (the KernelBench shape, the ops, the error) and
 #                    make peers-sweep CH=N [BATCHES=1,2,4] (the sweep's other batch sizes)
-#   make kernelbench [CH=N]   KernelBench's protocol: each chapter's ModelNew (python/handfused,
-#                    make lib CH=N first) checked and timed against the problem's Model, eager and
-#                    torch.compile, in both precisions, forward and training step:
-#                    data/<gpu>/kernelbench.csv (data/kernelbench.py)
+#   make lib CH=N    chapter N as a C library for PyTorch, build/libchNN.so (python/README.md)
+#   make torch-test  the PyTorch package's tests, python/tests/ (a GPU and PyTorch; else SKIP)
+#   make kernelbench [CH=N]   KernelBench's protocol: each chapter's ModelNew (python/handfused)
+#                    checked and timed against the problem's Model, eager and torch.compile, in
+#                    both precisions, forward and training step: data/<gpu>/kernelbench.csv
+#                    (data/kernelbench.py); EXPORT=1 adds the exports below
 #   make kernelbench-export CH=N   chapter N's ModelNew as one file in KernelBench's submission
 #                    format: its library's sources merged into one CUDA source, compiled by
 #                    load_inline, build/kernelbench/NN_<problem>.py (python/export_kernelbench.py;
