@@ -4,6 +4,8 @@ One module per chapter whose C library is built (`make lib CH=N`, build/libchNN.
 
     handfused.ch01   KernelBench level 2 #58: ConvTranspose3d -> LogSumExp -> x sigmoid(x+3)/6
                      -> -bias -> clamp
+    handfused.ch02   KernelBench level 2 #43: Conv3d -> MaxPool3d -> LogSumExp over channels
+                     -> ReLU
     handfused.ch03   KernelBench level 2 #79: Conv3d -> x multiplier -> InstanceNorm3d -> clamp
                      -> x multiplier -> max over channels
     handfused.ch04   KernelBench level 2 #92: Conv2d -> GroupNorm -> Tanh -> HardSwish
