@@ -355,6 +355,14 @@ def still_runs(new, ok_x, shape):
           "after the errors, a valid input runs: y of shape %s" % (tuple(y.shape),))
 
 
+def problem_model(chapter):
+    """KernelBench's Model for the chapter's problem, as data/kernelbench.py writes it from the
+    problem (its constructor, parameters in their order, its forward op by op); needs PyTorch"""
+    sys.path.insert(0, os.path.join(_lib.REPO, "data"))
+    import kernelbench
+    return kernelbench.model_classes()["%02d" % chapter]
+
+
 def readme_example(chapter, label="example", readme="python/README.md"):
     """readme's (a path from the repository's root) one Python block that imports
     handfused.chNN, run as written from the repository's root"""

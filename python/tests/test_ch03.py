@@ -25,9 +25,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
-from _checks import (_lib, bad_inputs, both_forwards, check, compile_same, out_close,  # noqa: E402
-                     each_shape, expect_error, finds_planted, float64_model, guarded,
-                     library_shapes, readme_example, same_on_side_stream, same_parameters,
+from _checks import (bad_inputs, both_forwards, check, compile_same, each_shape,  # noqa: E402
+                     expect_error, finds_planted, float64_model, guarded, _lib, library_shapes,
+                     out_close, problem_model, readme_example, same_on_side_stream, same_parameters,
                      same_seed, sgd_compare, sgd_data, still_runs, sum_close)
 
 ARGS = (3, 16, 3, (16, 1, 1, 1), -1.0, 1.0)  # KernelBench's get_init_inputs() for #79
@@ -63,10 +63,7 @@ def library_checks():
 
 def gpu_checks(torch, ch03):
     import torch.nn.functional as F
-    # the benchmark's Model for #79, as data/kernelbench.py writes it from the problem
-    sys.path.insert(0, os.path.join(_lib.REPO, "data"))
-    import kernelbench
-    Model = kernelbench.model_classes()["03"]
+    Model = problem_model(3)  # the benchmark's Model for #79, as data/kernelbench.py writes it
 
     dev = torch.device("cuda")
     versions = ch03.versions()
