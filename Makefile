@@ -146,6 +146,10 @@ MANY_RUNS_04 := v6:v6_team v8:conv_ v9:k_conv b3:_team_ b4:b4_dw
 SHAPE_05 := 32x32x32x64x64
 SMALL_05 := 2x32x3x5x7
 SWEEP_05 := $(foreach b,1 2 4 8 16,$(b)x32x32x64x64)
+# 162 tiles of v8's (64 pooled cells: 5 x 17 rows of 33, each 4 segments of 8 and one of 1) for
+# each of its two channel halves' 66 persistent blocks on an H100: two or three tiles each
+MANY_05 := 3x32x10x34x66
+MANY_RUNS_05 := v8:v8_convt
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o

@@ -32,16 +32,20 @@
  *   09-b3-cluster-backward.cu  b3  v6, then a cluster a row holding c and g: each read once
  *   10-v7-own-convt.cu         v7  whole model: our transposed conv (parity decomposition), the
  *                                  pool in its loads, the clamp and row sums in its epilogue
+ *   wgmma.cuh (common/)        Hopper's warpgroup MMA: descriptors, fences, the wgmmas
+ *   11-v8-wgmma.cu             v8  whole model: the parity classes as implicit GEMMs on wgmma in
+ *                                  TF32 (sm_90a: H100, H200), the conv computed twice (the row
+ *                                  sums, then y) instead of storing c
  * The exercise (the README's Exercises; the answer in LABBOOK.md):
  *   x1-online-softmax.cu       x1  the online softmax, written by the reader (v3 solves it)
  * Also:
  *   problem.cu                 host machinery (inputs, buffers, verification, tests): skip it
  *
  * Scopes: v1..v6 and x1 run on the conv output (epilogue_fwd) and as the whole model, the pool
- * and the library's transposed conv first (model_fwd); v7 computes the transposed conv itself
- * and runs only as the whole model. Each backward version runs as
- * epilogue forward + backward and as a training step (pool, transposed conv, the pair, then
- * the conv's and the pool's gradients).
+ * and the library's transposed conv first (model_fwd); v7 and v8 compute the transposed conv
+ * themselves and run only as the whole model. Each backward version runs as epilogue forward +
+ * backward and as a training step (pool, transposed conv, the pair, then the conv's and the
+ * pool's gradients).
  *
  *   make chapter-5                 verify and time every version at the KernelBench shape
  *   build/ch05 --version v6        one version
@@ -65,6 +69,8 @@ static const hx_version versions[] = {
      "08-v6-cluster.cu"},
     {"v7", SC(SCOPE_MODEL_FWD), "own convT: pool in its loads, row sums in epilogue", v7_launch, 0, HX_FP32,
      "10-v7-own-convt.cu"},
+    {"v8", SC(SCOPE_MODEL_FWD), "convT on wgmma in TF32, run twice: sums, y (sm_90a)", v8_launch,
+     NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "11-v8-wgmma.cu"},
     {"b1", BWD, "autograd-like: v1 saving p, a kernel per op", b1_launch, 0, HX_FP32, "06-b1-autograd.cu"},
     {"b2", BWD, "fused: v4, then 2 kernels recomputing p", b2_launch, 0, HX_FP32, "07-b2-fused-backward.cu"},
     {"b3", BWD, "clusters: v6, then c and g held in smem, read once", b3_launch, NEEDS_SM90, HX_FP32,

@@ -177,8 +177,9 @@ struct run_ctx {
     float *lse;                     /* N x 64: log sum exp(z) of each row (every forward) */
     int split;                      /* v5: blocks a row is split over */
     float *rpart;                   /* v5: N x 64 x split partial sums */
-    float *tpart;                   /* v7: N x 64 x v7_tiles partial sums, a tile's each */
-    float *wt;                      /* v7: the weights [ci][tap][co] */
+    float *tpart;                   /* v7, v8: N x 64 x v7_tiles (v8_tiles) partial sums */
+    float *wt;                      /* v7: the weights [ci][tap][co]; v8: its own order */
+    float *rowk;                    /* v8: N x 64, each row's scale_c over its sum of exp(z) */
     float *bpart;                   /* b1: dscale partials (64 x 64); b2: N x 64 x split dot partials */
     float *dot;                     /* N x 64: sum over the row of g p (the backward's reduction) */
     const float *g;                 /* dL/dy */
@@ -210,6 +211,8 @@ void v6_epilogue(const run_ctx *r);         /* b3's forward */
 void v6_launch(const run_ctx *r, int scope);
 int v7_tiles(const shape *s); /* v7: tiles of pooled cells a sample */
 void v7_launch(const run_ctx *r, int scope);
+int v8_tiles(const shape *s); /* v8: tiles of 64 pooled cells a sample */
+void v8_launch(const run_ctx *r, int scope);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);

@@ -175,8 +175,10 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
         r->t[i] = (float *)gpu_alloc(4 * nc, tn[i]);
     r->lse = (float *)gpu_alloc(4 * nr, "lse");
     r->rpart = (float *)gpu_alloc(4 * nr * r->split, "v5 partial sums");
-    r->tpart = (float *)gpu_alloc(4 * nr * v7_tiles(s), "v7 partial sums");
-    r->wt = (float *)gpu_alloc(4 * N_WEIGHT, "v7 weights, tap-major");
+    int tiles = v7_tiles(s) > v8_tiles(s) ? v7_tiles(s) : v8_tiles(s);
+    r->tpart = (float *)gpu_alloc(4 * nr * tiles, "v7 and v8 partial sums");
+    r->wt = (float *)gpu_alloc(4 * N_WEIGHT, "v7 and v8 weights, reordered");
+    r->rowk = (float *)gpu_alloc(4 * nr, "v8 row factors");
     size_t bp = nr * r->split > 64 * C_OUT ? nr * r->split : 64 * C_OUT;
     r->bpart = (float *)gpu_alloc(4 * bp, "backward partials");
     r->dot = (float *)gpu_alloc(4 * nr, "row dot products");
@@ -209,7 +211,7 @@ static void problem_destroy(problem *pb)
     run_ctx *r = &pb->r;
     lib_conv3d_destroy(&pb->lib);
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->scale, r->xp, r->c, r->y, r->t[0],
-                         r->t[1], r->t[2], r->t[3], r->lse, r->rpart, r->tpart, r->wt, r->bpart, r->dot, r->dc,
+                         r->t[1], r->t[2], r->t[3], r->lse, r->rpart, r->tpart, r->wt, r->rowk, r->bpart, r->dot, r->dc,
                          r->dscale, r->dxp, r->dx, r->dw, r->dbias};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
