@@ -26,22 +26,14 @@
 #include "igemm.cuh"
 #include "tf32.cuh"
 #include "wgmma.cuh"
+#include "wgmma-patch.cuh"
 
 /* ------------------------------------------------------------------------------------ dx */
 
-#define B4X_TD 2 /* v10's tile: 2 x 4 x 64 positions of dx, its patch of dc 4 x 6 x 66 */
-#define B4X_TH 4
-#define B4X_TW 64
-#define B4X_PH (B4X_TH + 2)
-#define B4X_PW (B4X_TW + 2)
-#define B4X_PATCH ((B4X_TD + 2) * B4X_PH * B4X_PW) /* 1584 */
-#define B4X_CHUNKS (C_OUT / 8)                      /* dc's 64 channels, 8 a chunk */
-#define B4X_PATCH_BYTES (2 * B4X_PATCH * 16)        /* 50688 */
-#define B4X_W_BYTES (KVOL * 2 * C_IN * 16)          /* a chunk's weights [tap][group][ci][4]: 27648 */
-#define B4X_STAGE (B4X_PATCH_BYTES + B4X_W_BYTES)
-#define B4X_SMEM (2 * B4X_STAGE) /* 156672 bytes: one block an SM */
-#define B4X_THREADS 512
-#define B4X_LOADS ((2 * B4X_PATCH + B4X_THREADS - 1) / B4X_THREADS) /* 7 */
+#define B4X_CHUNKS (C_OUT / V10_CI)             /* dc's 64 channels, 8 a chunk */
+#define B4X_W_BYTES (KVOL * 2 * C_IN * 16)        /* a chunk's weights [tap][group][ci][4]: 27648 */
+#define B4X_STAGE (V10_PATCH_BYTES + B4X_W_BYTES) /* v10's patch (wgmma-patch.cuh), of dc */
+#define B4X_SMEM (2 * B4X_STAGE)                  /* 156672 bytes: one block an SM */
 
 /* dx's weights as its chunks hold them, rounded to TF32: w_t[chunk][tap][group][ci][j] =
  * w[8 chunk + 4 group + j][ci][26 - tap] (b3's flip, in and out swapped). Tap t's B operand
@@ -57,87 +49,36 @@ __global__ void b4_weights_dx(const float *__restrict__ w, float *__restrict__ w
     }
 }
 
-typedef struct {
-    int n, d0, h0, w0;
-} b4_tile;
-
-/* tile id of the volume: v10's numbering (columns fastest) */
-__device__ static inline b4_tile b4_tile_of(int id, int d, int h, int w)
-{
-    int tw = (w + B4X_TW - 1) / B4X_TW, th = (h + B4X_TH - 1) / B4X_TH, td = (d + 1) / 2;
-    b4_tile t;
-    t.w0 = id % tw * B4X_TW, id /= tw;
-    t.h0 = id % th * B4X_TH, id /= th;
-    t.d0 = id % td * B4X_TD;
-    t.n = id / td;
-    return t;
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* keeps the compiler from moving a use or definition of v across the asynchronous wgmmas (v10) */
 __device__ static inline void b4_pin(float &v) { asm volatile("" : "+f"(v)); }
 
-/* chunk `chunk` of tile t into stage: the weights by cp.async; dc's 8 channels at the patch's
- * positions (zeros outside the volume) as items (group, position), 4 channels each, rounded to
- * TF32 and stored 16 bytes an item at 16 (group 1584 + position). The caller fences and syncs. */
-__device__ static inline void b4_dx_load(unsigned char *stage, const float *__restrict__ dc,
-                                         const float *__restrict__ w_t, b4_tile t, int chunk,
-                                         int d, int h, int w)
-{
-    const float4 *wsrc = reinterpret_cast<const float4 *>(w_t) + chunk * (B4X_W_BYTES / 16);
-    float4 *wdst = reinterpret_cast<float4 *>(stage + B4X_PATCH_BYTES);
-    for (int e = threadIdx.x; e < B4X_W_BYTES / 16; e += B4X_THREADS)
-        __pipeline_memcpy_async(wdst + e, wsrc + e, 16);
-    __pipeline_commit();
-    size_t dhw = (size_t)d * h * w;
-    const float *src = dc + ((size_t)t.n * C_OUT + chunk * 8) * dhw;
-    float v[B4X_LOADS][4];
-#pragma unroll
-    for (int i = 0; i < B4X_LOADS; i++) {
-        int it = threadIdx.x + i * B4X_THREADS, grp = it >= B4X_PATCH, pos = it - grp * B4X_PATCH;
-        int pz = pos / (B4X_PH * B4X_PW), py = pos / B4X_PW % B4X_PH, px = pos % B4X_PW;
-        int gd = t.d0 + pz - 1, gh = t.h0 + py - 1, gw = t.w0 + px - 1;
-        int inside = it < 2 * B4X_PATCH && gd >= 0 && gd < d && gh >= 0 && gh < h && gw >= 0 &&
-                     gw < w;
-        const float *p = src + 4 * grp * dhw + ((size_t)gd * h + gh) * w + gw;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            v[i][j] = inside ? __ldg(p + j * dhw) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < B4X_LOADS; i++) {
-        int it = threadIdx.x + i * B4X_THREADS;
-        if (it < 2 * B4X_PATCH)
-            reinterpret_cast<uint4 *>(stage)[it] = make_uint4(
-                to_tf32(v[i][0]), to_tf32(v[i][1]), to_tf32(v[i][2]), to_tf32(v[i][3]));
-    }
-    __pipeline_wait_prior(0);
-}
 #endif
 
 /* Persistent, as v10: block b takes tiles b, b + grid, ...; its steps are (tile, chunk) pairs,
  * step s in stage s % 2. Warpgroup q computes rows (plane q % 2, rows 2 (q / 2) + r) of the
  * tile, 64 positions x 32 channels each; the tile's last chunk stores them into dx. */
-__global__ void __launch_bounds__(B4X_THREADS, 1)
+__global__ void __launch_bounds__(V10_THREADS, 1)
     b4_dx_conv(const float *__restrict__ dc, const float *__restrict__ w_t,
                float *__restrict__ dx, int n, int d, int h, int w)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(smem4);
-    int tiles = (w + B4X_TW - 1) / B4X_TW * ((h + B4X_TH - 1) / B4X_TH) * ((d + 1) / 2) * n;
+    int tiles = (w + V10_TW - 1) / V10_TW * ((h + V10_TH - 1) / V10_TH) * ((d + 1) / 2) * n;
     int mine = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     int steps = mine * B4X_CHUNKS;
     int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, q = threadIdx.x >> 7;
-    uint64_t da = wgmma_desc(smem + ((q & 1) * B4X_PH + 2 * (q >> 1)) * B4X_PW * 16,
-                             B4X_PATCH * 16, 128);
-    uint64_t db = wgmma_desc(smem + B4X_PATCH_BYTES, 512, 128);
+    uint64_t da = wgmma_desc(smem + ((q & 1) * V10_PH + 2 * (q >> 1)) * V10_PW * 16,
+                             V10_PATCH * 16, 128);
+    uint64_t db = wgmma_desc(smem + V10_PATCH_BYTES, 512, 128);
     float acc[2][16];
 #pragma unroll
     for (int i = 0; i < 32; i++)
         acc[i >> 4][i & 15] = 0.0f;
     if (steps) {
-        b4_dx_load(smem, dc, w_t, b4_tile_of(blockIdx.x, d, h, w), 0, d, h, w);
+        v10_load<C_OUT, B4X_W_BYTES>(smem, dc, w_t, v10_tile_of(blockIdx.x, d, h, w), 0, d, h,
+                                     w);
         fence_proxy_async();
     }
     __syncthreads();
@@ -154,14 +95,14 @@ __global__ void __launch_bounds__(B4X_THREADS, 1)
             for (int r = 0; r < 2; r++) {
                 int kd = tap / 9, kh = tap / 3 % 3, kw = tap % 3;
                 wgmma_m64n32k8_tf32_ss(acc[r],
-                                       da + stage + ((kd * B4X_PH + kh + r) * B4X_PW + kw),
+                                       da + stage + ((kd * V10_PH + kh + r) * V10_PW + kw),
                                        db + stage + tap * 64);
             }
         wgmma_commit();
         if (s + 1 < steps) {
-            b4_tile nt = b4_tile_of(blockIdx.x + ((s + 1) / B4X_CHUNKS) * gridDim.x, d, h, w);
-            b4_dx_load(smem + ((s + 1) & 1) * B4X_STAGE, dc, w_t, nt, (s + 1) % B4X_CHUNKS, d,
-                       h, w);
+            v10_tile nt = v10_tile_of(blockIdx.x + ((s + 1) / B4X_CHUNKS) * gridDim.x, d, h, w);
+            v10_load<C_OUT, B4X_W_BYTES>(smem + ((s + 1) & 1) * B4X_STAGE, dc, w_t, nt,
+                                         (s + 1) % B4X_CHUNKS, d, h, w);
             fence_proxy_async();
         }
         wgmma_wait<0>();
@@ -169,14 +110,15 @@ __global__ void __launch_bounds__(B4X_THREADS, 1)
         for (int i = 0; i < 32; i++)
             b4_pin(acc[i >> 4][i & 15]);
         if (s % B4X_CHUNKS == B4X_CHUNKS - 1) { /* the tile's dx, rows inside the volume */
-            b4_tile t = b4_tile_of(blockIdx.x + (s / B4X_CHUNKS) * gridDim.x, d, h, w);
+            v10_tile t = v10_tile_of(blockIdx.x + (s / B4X_CHUNKS) * gridDim.x, d, h, w);
             int g = lane >> 2, tt = lane & 3;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 int gd = t.d0 + (q & 1), gh = t.h0 + 2 * (q >> 1) + r;
 #pragma unroll
-                for (int i = 0; i < 16; i++) { /* d[4 j + e]: ci 8 j + 2 tt + e % 2, column g + 8 (e / 2) */
-                    int gw = t.w0 + 16 * wq + g + 8 * ((i & 3) >> 1), ci = 8 * (i >> 2) + 2 * tt + (i & 1);
+                for (int i = 0; i < 16; i++) { /* d[4 j + e]: ci 8 j + 2 tt + e % 2 */
+                    int gw = t.w0 + 16 * wq + g + 8 * ((i & 3) >> 1);
+                    int ci = 8 * (i >> 2) + 2 * tt + (i & 1);
                     if (gd < d && gh < h && gw < w)
                         dx[((((size_t)t.n * C_IN + ci) * d + gd) * h + gh) * w + gw] = acc[r][i];
                     acc[r][i] = 0.0f;
@@ -194,10 +136,10 @@ void tf32_dx(const run_ctx *r)
 {
     const shape *s = &r->sh;
     b4_weights_dx<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_dx);
-    int tiles = (s->w + B4X_TW - 1) / B4X_TW * ((s->h + B4X_TH - 1) / B4X_TH) * ((s->d + 1) / 2) *
+    int tiles = (s->w + V10_TW - 1) / V10_TW * ((s->h + V10_TH - 1) / V10_TH) * ((s->d + 1) / 2) *
                 s->n;
     SMEM_OPT_IN(b4_dx_conv, B4X_SMEM);
-    b4_dx_conv<<<tiles < r->sm_count ? tiles : r->sm_count, B4X_THREADS, B4X_SMEM, r->stream>>>(
+    b4_dx_conv<<<tiles < r->sm_count ? tiles : r->sm_count, V10_THREADS, B4X_SMEM, r->stream>>>(
         r->dc, r->w_dx, r->dx, s->n, s->d, s->h, s->w);
 }
 
@@ -232,6 +174,7 @@ typedef struct {
     int n[4], d[4], h[4], w0[4]; /* tile s: sample, plane, row, first column; n = -1: none */
 } b4_quad;
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ static inline b4_quad b4_quad_of(int quad, int tiles, int d, int h, int w)
 {
     int tw = (w + B4W_TW - 1) / B4W_TW;
@@ -247,7 +190,6 @@ __device__ static inline b4_quad b4_quad_of(int quad, int tiles, int d, int h, i
     return u;
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* ITEMS 16-byte items (row, channel), a row's 4 tiles each, into dst[row][channel] rounded to
  * TF32: rows of dc's tile (X 0) or x's patch (X 1, at plane offset kd - 1); items numbered 8
  * channels fastest, then rows, then channel octets, so a warp reads 8 channels x 4 rows and
