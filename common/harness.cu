@@ -25,6 +25,8 @@ void hx_verdict_add(hx_verdict *out, const char *name, const verify_result *v)
 /* HX_TF32_TOL while run_verified checks a TF32 version's outputs, else 1 */
 static double tol_factor = 1.0;
 
+double hx_tol_factor(void) { return tol_factor; }
+
 static verify_result bounded(const float *host, const double *ref, size_t n, hx_bound bound,
                              const double *abs_sum, double tol_rel, double tol)
 {

@@ -77,6 +77,10 @@ typedef struct {
 } hx_version;
 #define HX_TF32_TOL 100.0
 enum hx_precision { HX_FP32 = 0, HX_TF32 = 1, HX_3XTF32 = 2 };
+/* HX_TF32_TOL while the outputs of a TF32 version's run are verified (hx_chapter.verify), else
+ * 1: for a chapter whose references or bounds depend on the run's precision (chapter 2's TF32
+ * training step: its dc is checked against the backward of its own TF32 conv) */
+double hx_tol_factor(void);
 /* "fp32", "tf32" or "3xtf32": the CSV's precision column of a version's rows */
 const char *hx_precision_name(int precision);
 

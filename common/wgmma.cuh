@@ -1,6 +1,6 @@
 /*
- * wgmma.cuh: Hopper's warpgroup MMA (wgmma) in TF32, for chapter 2's v10, chapter 3's v16 to v18
- * and chapter 5's v8 (CUDA, header only, sm_90a code: H100, H200).
+ * wgmma.cuh: Hopper's warpgroup MMA (wgmma) in TF32, for chapter 2's v10 and b4, chapter 3's v16
+ * to v18 and chapter 5's v8 (CUDA, header only, sm_90a code: H100, H200).
  *
  * A warpgroup is 4 consecutive warps (128 threads, the first warp's index a multiple of 4).
  * wgmma.mma_async (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
@@ -93,11 +93,11 @@ __device__ static inline void wgmma_m64n64k8_tf32_ss(float d[32], uint64_t da, u
                  : "l"(da), "l"(db));
 }
 
-/* d (the warpgroup's 64 x 32, fp32: d[4 j .. 4 j + 3] for j = 0 .. 3, the layout above) += A (64
- * x 8, shared memory, descriptor da) B (8 x 32, shared memory, db) in TF32: the SS form at half
- * the N of m64n64k8 (chapter 5's v8, whose 32 output channels a block keep its weights in shared
- * memory). It reads A's 2 KB for half the products: 3 KB in 16 cycles at the datasheet's peak,
- * more than shared memory's 128 bytes a cycle deliver, so at this N shared memory binds first. */
+/* d (the warpgroup's 64 x 32, fp32: d's 16 values a thread as m64n64k8's first 16) += A (64 x 8,
+ * shared memory, descriptor da) B (8 x 32, shared memory, db) in TF32: the SS form at N = 32
+ * (chapter 2's b4 dx and chapter 5's v8: 32 output channels). It reads A's 2 KB for half the
+ * products: 3 KB in 16 cycles at the datasheet's peak, more than shared memory's 128 bytes a
+ * cycle deliver, so at this N shared memory binds first. */
 __device__ static inline void wgmma_m64n32k8_tf32_ss(float d[16], uint64_t da, uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -107,6 +107,28 @@ __device__ static inline void wgmma_m64n32k8_tf32_ss(float d[16], uint64_t da, u
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
                    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
                    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db));
+}
+
+/* d (64 x 96) += A (64 x 8) B (8 x 96), both in shared memory, in TF32: the SS form at N = 96
+ * (chapter 2's b4, dw: 32 input channels at 3 taps). d's 48 values a thread: groups j = 0 .. 11
+ * of 8 columns, as in the layout above. */
+__device__ static inline void wgmma_m64n96k8_tf32_ss(float d[48], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+                 "%48, %49, p, 1, 1;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
                  : "l"(da), "l"(db));
 }
 

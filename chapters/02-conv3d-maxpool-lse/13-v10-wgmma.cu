@@ -30,21 +30,12 @@
 #include "lse.cuh"
 #include "tf32.cuh"
 #include "wgmma.cuh"
+#include "wgmma-patch.cuh"
 
-#define V10_TD 2                             /* the tile: planes, rows, columns of conv outputs */
-#define V10_TH 4
-#define V10_TW 64                            /* one wgmma's M */
-#define V10_PH (V10_TH + 2)                  /* the patch: 4 x 6 x 66 positions */
-#define V10_PW (V10_TW + 2)
-#define V10_PATCH ((V10_TD + 2) * V10_PH * V10_PW) /* 1584 */
-#define V10_CI 8                             /* input channels a chunk: one wgmma's k */
 #define V10_CHUNKS (C_IN / V10_CI)
-#define V10_PATCH_BYTES (2 * V10_PATCH * 16) /* two groups of 4 channels: 50688 */
 #define V10_W_BYTES (KVOL * 2 * C_OUT * 16)  /* a chunk's weights, [tap][group][co][4]: 55296 */
 #define V10_STAGE (V10_PATCH_BYTES + V10_W_BYTES)
 #define V10_SMEM (2 * V10_STAGE)             /* 211968 bytes: one block an SM */
-#define V10_THREADS 512
-#define V10_LOADS ((2 * V10_PATCH + V10_THREADS - 1) / V10_THREADS) /* x loads a thread: 7 */
 #define V10_POOL_STRIDE 72 /* v9's: a window's 64 channels, 8 (mod 32) banks apart */
 
 /* The weights as the chunks hold them, rounded to TF32: w_t[chunk][tap][group][co][j] =
@@ -61,20 +52,6 @@ __global__ static void v10_weights(const float *__restrict__ w, float *__restric
     }
 }
 
-typedef struct {
-    int n, d0, h0, w0;
-} v10_tile;
-
-__device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
-{
-    int tw = (w + V10_TW - 1) / V10_TW, th = (h + V10_TH - 1) / V10_TH, td = (d + 1) / 2;
-    v10_tile t;
-    t.w0 = id % tw * V10_TW, id /= tw;
-    t.h0 = id % th * V10_TH, id /= th;
-    t.d0 = id % td * V10_TD;
-    t.n = id / td;
-    return t;
-}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* keeps the compiler from moving a definition or use of v across this point. The compiler
@@ -83,48 +60,6 @@ __device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
  * the wait, or a tile's zeroing of acc below the wgmmas that add to it. */
 __device__ static inline void v10_pin(float &v) { asm volatile("" : "+f"(v)); }
 
-/* Loads chunk `chunk` of tile t into stage: the weights by cp.async (16 bytes each), the patch
- * (zeros outside the volume: the conv's padding) through registers, item it = (group, position)
- * a thread: 4 loads of one position, each coalesced along w over the warp, rounded to TF32 and
- * stored as 16 bytes. Waits for the cp.async; the caller fences and syncs. */
-__device__ static inline void v10_load(unsigned char *stage, const float *__restrict__ x,
-                                       const float *__restrict__ w_t, v10_tile t, int chunk,
-                                       int d, int h, int w)
-{
-    const float4 *wsrc = reinterpret_cast<const float4 *>(w_t) + chunk * (V10_W_BYTES / 16);
-    float4 *wdst = reinterpret_cast<float4 *>(stage + V10_PATCH_BYTES);
-    for (int e = threadIdx.x; e < V10_W_BYTES / 16; e += V10_THREADS)
-        __pipeline_memcpy_async(wdst + e, wsrc + e, 16);
-    __pipeline_commit();
-    size_t dhw = (size_t)d * h * w;
-    const float *xc = x + ((size_t)t.n * C_IN + chunk * V10_CI) * dhw;
-    float v[V10_LOADS][4];
-#pragma unroll
-    for (int i = 0; i < V10_LOADS; i++) {
-        int it = threadIdx.x + i * V10_THREADS;
-        v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0.0f;
-        if (it < 2 * V10_PATCH) {
-            int grp = it >= V10_PATCH, pos = it - grp * V10_PATCH;
-            int pz = pos / (V10_PH * V10_PW), r = pos - pz * (V10_PH * V10_PW);
-            int py = r / V10_PW, px = r - py * V10_PW;
-            int gd = t.d0 + pz - 1, gh = t.h0 + py - 1, gw = t.w0 + px - 1;
-            if (gd >= 0 && gd < d && gh >= 0 && gh < h && gw >= 0 && gw < w) {
-                const float *p = xc + 4 * grp * dhw + ((size_t)gd * h + gh) * w + gw;
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    v[i][j] = __ldg(p + j * dhw);
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < V10_LOADS; i++) { /* item (group, position) to 16 (group 1584 + position) */
-        int it = threadIdx.x + i * V10_THREADS;
-        if (it < 2 * V10_PATCH)
-            reinterpret_cast<uint4 *>(stage)[it] = make_uint4(
-                to_tf32(v[i][0]), to_tf32(v[i][1]), to_tf32(v[i][2]), to_tf32(v[i][3]));
-    }
-    __pipeline_wait_prior(0);
-}
 
 /* v9's epilogue for the tile's 64 windows (1 x 2 x 32): warpgroup q holds rows (plane q % 2,
  * rows 2 (q / 2) and 2 (q / 2) + 1): 1. their max in registers; 2. the columns' by a shuffle;
@@ -221,7 +156,7 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
     for (int i = 0; i < 64; i++)
         acc[i >> 5][i & 31] = 0.0f;
     if (steps) {
-        v10_load(smem, x, w_t, v10_tile_of(blockIdx.x, d, h, w), 0, d, h, w);
+        v10_load<C_IN, V10_W_BYTES>(smem, x, w_t, v10_tile_of(blockIdx.x, d, h, w), 0, d, h, w);
         fence_proxy_async();
     }
     __syncthreads();
@@ -244,7 +179,8 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
         if (s + 1 < steps) { /* the next step's chunk into the other stage, meanwhile */
             int next = s + 1;
             v10_tile nt = v10_tile_of(blockIdx.x + (next / V10_CHUNKS) * gridDim.x, d, h, w);
-            v10_load(smem + ((s + 1) & 1) * V10_STAGE, x, w_t, nt, next % V10_CHUNKS, d, h, w);
+            v10_load<C_IN, V10_W_BYTES>(smem + ((s + 1) & 1) * V10_STAGE, x, w_t, nt,
+                                        next % V10_CHUNKS, d, h, w);
             fence_proxy_async();
         }
         wgmma_wait<0>();

@@ -42,6 +42,8 @@
  *   common/wgmma.cuh         wgmma: operands in shared memory through descriptors, asynchronous
  *   13-v10-wgmma.cu          v10 v9's full fusion on wgmma in TF32 (sm_90a: H100, H200): every
  *                                tap a descriptor into one patch, the next chunk loaded meanwhile
+ *   14-b4-wgmma-gradients.cu b4  the training step on wgmma in TF32: v10's conv, dx on v10's
+ *                                machinery, dw with four tiles' positions as K's 4 contiguous k
  * And the exercise (README, "Exercises"):
  *   x1-fused-epilogue.cu     x1  the fused epilogue, c read once, for you to write
  *   problem.cu               host machinery (inputs, buffers, verification, tests): skip it
@@ -88,6 +90,8 @@ static const hx_version versions[] = {
      b3_launch, 0, HX_3XTF32, "12-b3-own-gradients.cu"},
     {"v10", SC(SCOPE_MODEL_FWD), "full fusion on wgmma in TF32 (sm_90a)",
      v10_launch, NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "13-v10-wgmma.cu"},
+    {"b4", SC(SCOPE_TRAIN), "v10's conv, then dx and dw on wgmma in TF32 (sm_90a)",
+     b4_launch, NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "14-b4-wgmma-gradients.cu"},
     {"x1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "exercise: the fused epilogue, c read once",
      x1_launch, 0, HX_FP32, "x1-fused-epilogue.cu"},
 };

@@ -143,16 +143,22 @@ void v1_saving(const run_ctx *r);      /* b1's forward: v1 keeping the argmax, z
 void b1_launch(const run_ctx *r, int scope);
 void b2_launch(const run_ctx *r, int scope);
 void epilogue_backward(const run_ctx *r); /* b2's backward kernel: dc from c and g */
+void epilogue_backward_on(const run_ctx *r, const float *c); /* the same from another c */
 void b3_launch(const run_ctx *r, int scope);
 void own_dx(const run_ctx *r);            /* b3's dx and dw in 3xTF32 */
 void own_dw(const run_ctx *r);
 int dw_shares_max(int sm_count);          /* own_dw's partials: r->dw_part holds this many */
+/* b3's fixed-order sum: dw[i] = the shares' partials part[0 .. shares - 1][i] added in order */
+__global__ void b3_dw_sum(const float *__restrict__ part, float *__restrict__ dw, int shares);
 void lib_dx(const run_ctx *r);       /* the training step's conv gradients */
 void lib_dw(const run_ctx *r);
 void lib_dbias(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 void v10_launch(const run_ctx *r, int scope); /* the advanced forward: wgmma (sm_90a) */
 void conv_wgmma(const run_ctx *r, float *c);  /* v10's conv alone, c = conv(x) + bias, TF32 */
+void b4_launch(const run_ctx *r, int scope);  /* the training step on wgmma in TF32 (sm_90a) */
+void tf32_dx(const run_ctx *r);               /* b4's dx and dw: wgmma, TF32, from r->dc */
+void tf32_dw(const run_ctx *r);
 void x1_launch(const run_ctx *r, int scope); /* the exercise: x1-fused-epilogue.cu */
 #define DBIAS_BLOCKS 64
 

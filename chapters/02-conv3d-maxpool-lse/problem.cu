@@ -13,6 +13,11 @@
 #define TOL_REL_L2 1e-5
 #define TOL_ABS 1e-4
 #define TOL_SUM 1e-6 /* reduced gradients: against the sum of their terms' magnitudes */
+/* a TF32 dw (b4): cvt.rna rounds each operand to within 2^-11 of itself, so a product is off by
+ * up to 2^-10 + 2^-22 of its magnitude; the sum's own rounding is an fp32 sum's, TOL_SUM. Short
+ * sums show it whole (one window a channel at 1x32x2x2x2: one term a weight), where
+ * HX_TF32_TOL x TOL_SUM = 1e-4 would fail a correct kernel. */
+#define TF32_SUM_TOL (0x1p-10 + 0x1p-22 + TOL_SUM)
 
 struct problem {
     shape sh;
@@ -205,7 +210,7 @@ static void problem_poison(problem *pb, int scope)
 {
     const shape *s = &pb->sh;
     gpu_poison(pb->r.y, out_elems(s));
-    if (scope == SCOPE_MODEL_FWD)
+    if (scope == SCOPE_MODEL_FWD || scope == SCOPE_TRAIN) /* b4's step writes its c there */
         gpu_poison(pb->r.c_own, conv_elems(s));
     if (scope == SCOPE_EPI_FWDBWD || scope == SCOPE_TRAIN)
         gpu_poison(pb->r.dc, conv_elems(s));
@@ -243,7 +248,17 @@ static hx_verdict problem_verify(problem *pb, int scope)
     v.deterministic = !whole || pb->lib.conv.fwd_det;
     if (scope == SCOPE_EPI_FWD || scope == SCOPE_MODEL_FWD)
         return v;
-    problem_bwd_refs(pb);
+    /* A TF32 training step (b4) runs its own conv into c_own, and its dc is checked against the
+     * backward of that c: where two window values lie within TF32's rounding of each other, its
+     * argmax may differ from cuDNN's c's, as PyTorch's TF32 step's does. */
+    int tf32_step = scope == SCOPE_TRAIN && hx_tol_factor() > 1.0;
+    if (tf32_step) {
+        CUDA_CHECK(cudaMemcpy(pb->host_dc, r->c_own, 4 * conv_elems(s), cudaMemcpyDeviceToHost));
+        epilogue_backward_ref(s, pb->host_dc, NULL, pb->g, pb->ref_dc);
+        pb->have_bwd_refs = 0; /* ref_dc is not cuDNN's c's any more */
+    } else {
+        problem_bwd_refs(pb);
+    }
     hx_check_output(&v, "dc", r->dc, pb->host_dc, conv_elems(s), pb->ref_dc, HX_SCALED, NULL,
                     dc_tol_rel(pb), TOL_ABS);
     v.hash = hash_f32(v.hash, pb->host_dc, conv_elems(s));
@@ -252,7 +267,18 @@ static hx_verdict problem_verify(problem *pb, int scope)
     conv_grad_refs(pb, pb->host_dc); /* the dc just checked */
     const float *dev[3] = {r->dx, r->dw, r->dbias};
     float *host[3] = {pb->host_dx, pb->host_dw, pb->host_dbias};
-    hx_check_conv_grads(&v, dev, host, &pb->cgr, HX_SCALED, TOL_REL_L2, TOL_ABS, TOL_SUM);
+    if (!tf32_step) {
+        hx_check_conv_grads(&v, dev, host, &pb->cgr, HX_SCALED, TOL_REL_L2, TOL_ABS, TOL_SUM);
+    } else { /* dx at HX_TF32_TOL x fp32's tolerances (hx_check_output), dw at TF32_SUM_TOL */
+        hx_check_output(&v, "dx", dev[0], host[0], x_elems(s), pb->cgr.dx, HX_SCALED, NULL,
+                        TOL_REL_L2, TOL_ABS);
+        CUDA_CHECK(cudaMemcpy(host[1], dev[1], 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
+        verify_result e = verify_sum_f32(host[1], pb->cgr.dw, pb->cgr.dw_abs, N_WEIGHT,
+                                         TF32_SUM_TOL);
+        hx_verdict_add(&v, "dw (TF32's bound)", &e);
+        hx_check_output(&v, "dbias", dev[2], host[2], C_OUT, pb->cgr.dbias, HX_SUM,
+                        pb->cgr.dbias_abs, 0, TOL_SUM);
+    }
     return v;
 }
 
@@ -536,6 +562,44 @@ static void grad_errors(problem *pb, verify_result e[4])
     }
 }
 
+/* b4's TF32 dx and dw (wgmma, where sm_90a code runs) from grad_errors's dc, against the double
+ * backward of that dc (pb->cgr): each over fp32's tolerance (TF32 really ran; waived where the
+ * reference is all zeros: relu cut every output) and within TF32's: dx at HX_TF32_TOL times
+ * fp32's (as v7's and v10's convs), dw at TF32_SUM_TOL. Its error beside cuDNN's TF32 gradients
+ * is not checked: lib_conv3d_setup_tf32 sets up the forward only. */
+static void b4_grad_checks(problem *pb)
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    const char *no = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A);
+    if (no) {
+        skip("b4 wgmma TF32 dx and dw on %dx32x%dx%dx%d: %s", s->n, s->d, s->h, s->w, no);
+        return;
+    }
+    size_t nx = x_elems(s);
+    gpu_poison(r->dx, nx);
+    gpu_poison(r->dw, N_WEIGHT);
+    tf32_dx(r);
+    tf32_dw(r);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpy(pb->host_dx, r->dx, 4 * nx, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(pb->host_dw, r->dw, 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
+    int zero = 1;
+    for (size_t i = 0; i < nx; i++)
+        zero &= pb->cgr.dx[i] == 0.0;
+    verify_result x1 = verify_f32_scaled(pb->host_dx, pb->cgr.dx, nx, TOL_REL_L2, TOL_ABS);
+    verify_result x2 = verify_f32_scaled(pb->host_dx, pb->cgr.dx, nx, HX_TF32_TOL * TOL_REL_L2,
+                                         HX_TF32_TOL * TOL_ABS);
+    verify_result w1 = verify_sum_f32(pb->host_dw, pb->cgr.dw, pb->cgr.dw_abs, N_WEIGHT, TOL_SUM);
+    verify_result w2 = verify_sum_f32(pb->host_dw, pb->cgr.dw, pb->cgr.dw_abs, N_WEIGHT,
+                                      TF32_SUM_TOL);
+    check((zero || !x1.pass) && x2.pass, "b4 wgmma TF32 dx over fp32's tolerance, within TF32's "
+          "(x%.0f): rel_l2 %.1e max_abs %.1e", HX_TF32_TOL, x2.rel_l2, x2.max_abs);
+    check((zero || !w1.pass) && w2.pass, "b4 wgmma TF32 dw over fp32's bound, within TF32's "
+          "(%.1e of its terms' magnitudes): rel_l2 %.1e max_abs %.1e", TF32_SUM_TOL, w2.rel_l2,
+          w2.max_abs);
+}
+
 /* b3's 3xTF32 gradients against cuDNN's fp32 ones: how many times cuDNN's error b3's may be. A
  * 3xTF32 product drops lo x lo (up to 2^-22 of the product), and the tensor core truncates each
  * lo, passed unrounded, to TF32 (up to 2^-21 of its operand each: common/tf32.cuh), so it is
@@ -593,6 +657,7 @@ static void shape_checks(problem *pb, int t)
                   "direct kernels: %.1e, %.1e)", i ? "dw" : "dx", o.rel_l2, o.max_abs, l.rel_l2,
                   l.max_abs);
     }
+    b4_grad_checks(pb); /* r->dc and pb->cgr still grad_errors's */
 }
 
 /* extremes, on every test shape: the input x 1000 (dc's bound then grows with z: dc_tol_rel),
@@ -734,6 +799,25 @@ static void grad_table(problem *pb, int reps, const double lib_ms[4])
         if (ms > 0)
             snprintf(t, sizeof t, "%.4f", ms), snprintf(tf, sizeof tf, "%.1f", gflop / ms);
         printf("  %-34s %9s %8s %10.1e %10.1e\n", name[i], t, tf, e[i].rel_l2, e[i].max_abs);
+    }
+    if (hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A))
+        return;
+    /* b4's, on wgmma in TF32, from the same dc (r->dc and pb->cgr still grad_errors's) */
+    const char *b4_name[2] = {"dx: b4, TF32 (wgmma)", "dw: b4, TF32 (wgmma)"};
+    void (*const b4_fn[2])(const run_ctx *) = {tf32_dx, tf32_dw};
+    for (int i = 0; i < 2; i++) {
+        size_t n = i ? N_WEIGHT : x_elems(&pb->sh);
+        float *dev = i ? r->dw : r->dx, *host = i ? pb->host_dw : pb->host_dx;
+        gpu_poison(dev, n);
+        b4_fn[i](r);
+        LAUNCH_CHECK();
+        CUDA_CHECK(cudaMemcpy(host, dev, 4 * n, cudaMemcpyDeviceToHost));
+        verify_result v = i ? verify_sum_f32(host, pb->cgr.dw, pb->cgr.dw_abs, n, TF32_SUM_TOL)
+                            : verify_f32_scaled(host, pb->cgr.dx, n, TOL_REL_L2, TOL_ABS);
+        grad_job j = {b4_fn[i], r};
+        double ms = gpu_time(time_own_grad, &j, reps).median_ms;
+        printf("  %-34s %9.4f %8.1f %10.1e %10.1e\n", b4_name[i], ms, gflop / ms, v.rel_l2,
+               v.max_abs);
     }
 }
 
