@@ -81,6 +81,10 @@ enum hx_precision { HX_FP32 = 0, HX_TF32 = 1, HX_3XTF32 = 2 };
  * 1: for a chapter whose references or bounds depend on the run's precision (chapter 2's TF32
  * training step: its dc is checked against the backward of its own TF32 conv) */
 double hx_tol_factor(void);
+/* For a chapter that bounds a TF32 version's outputs itself (chapter 5: within twice the error
+ * of a TF32 conv on the same tensors): its verify reads hx_tol_factor() first, then calls this,
+ * and its checks that follow are not repeated at HX_TF32_TOL (until the next verification) */
+void hx_tf32_own_bounds(void);
 /* "fp32", "tf32" or "3xtf32": the CSV's precision column of a version's rows */
 const char *hx_precision_name(int precision);
 

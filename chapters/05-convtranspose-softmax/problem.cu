@@ -6,6 +6,7 @@
  * b*.cu files.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,10 @@ struct problem {
     double *ref_c;               /* the double conv of the double pool of x */
     double *lse_model, *lse_epi; /* each row's lse: from ref_c; from host_c */
     double c_err; /* the library conv's largest error against the double one */
+    /* a TF32 conv's error, y's (worst row's rel_l2 and row-scaled |error|) and lse's (scaled
+     * by max(1, |lse|)): tf32_conv_error; tf32_known 0 until computed for this x */
+    int tf32_known;
+    double tf32_y_rel, tf32_y_row, tf32_lse;
     double *parts;               /* each row's sums of g p and |g p| (epilogue_backward_rows_ref) */
     double dscale[C_OUT], abs_dscale[C_OUT]; /* dscale's reference and its terms' magnitudes */
     double *xpd;    /* the pooled x, the transposed conv's input */
@@ -114,6 +119,63 @@ static void problem_refresh(problem *pb)
     epilogue_refs(pb);
     verify_result vc = verify_f32(pb->host_c, pb->ref_c, conv_elems(s), INFINITY, INFINITY);
     pb->c_err = vc.max_abs;
+    pb->tf32_known = 0;
+}
+
+/* v on the host as cvt.rna.tf32.f32 rounds it on the GPU (common/tf32.cuh): to 10 mantissa
+ * bits, ties away from zero (add half of the 13 dropped bits' weight to the magnitude, clear
+ * them); infinities and NaN as they are */
+static float tf32_rna(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u)
+        u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* The error a TF32 conv makes on this shape's tensors, the bound of a TF32 version: the
+ * transposed conv in double of the pooled x and the weights each rounded to TF32 (tf32_rna, as
+ * v8 rounds them), then y and lse from it, against the exact model's. A tensor-core TF32 conv
+ * differs from it only by its fp32 sums. A sample at a time (its conv 8.4 M doubles at the
+ * KernelBench shape), once for each x. */
+static void tf32_conv_error(problem *pb)
+{
+    if (pb->tf32_known)
+        return;
+    const shape *s = &pb->sh;
+    shape s1 = *s;
+    s1.n = 1;
+    convT3d_geom g1 = conv_geom(&s1);
+    size_t np = pool_elems(&s1), nc = conv_elems(&s1);
+    double *xt = (double *)host_alloc(8 * np), *ct = (double *)host_alloc(8 * nc);
+    double *yt = (double *)host_alloc(8 * nc), *ye = (double *)host_alloc(8 * nc), wt[N_WEIGHT];
+    float *yf = (float *)host_alloc(4 * nc);
+    double lse_t[C_OUT], lse_err = 0.0, lse_big = 1.0;
+    for (int i = 0; i < N_WEIGHT; i++)
+        wt[i] = tf32_rna(pb->weight[i]);
+    verify_stream vs;
+    verify_stream_begin(&vs, VERIFY_ROWS, conv_elems(s), s->s, INFINITY, INFINITY);
+    for (int n = 0; n < s->n; n++) {
+        for (size_t i = 0; i < np; i++)
+            xt[i] = tf32_rna((float)pb->xpd[n * np + i]);
+        conv_transpose3d_ref(&g1, xt, wt, pb->bd, ct);
+        epilogue_ref(&s1, NULL, ct, pb->sd, yt, lse_t);
+        for (size_t i = 0; i < nc; i++)
+            yf[i] = (float)yt[i];
+        epilogue_rows_ref(s, n * C_OUT, C_OUT, NULL, pb->ref_c + n * nc, pb->sd, pb->lse_model,
+                          ye);
+        verify_stream_add(&vs, yf, ye, NULL, nc);
+        for (int co = 0; co < C_OUT; co++) {
+            double e = pb->lse_model[n * C_OUT + co];
+            lse_err = fmax(lse_err, fabs(lse_t[co] - e)), lse_big = fmax(lse_big, fabs(e));
+        }
+    }
+    verify_result r = verify_stream_end(&vs);
+    pb->tf32_y_rel = r.rel_l2, pb->tf32_y_row = r.max_abs, pb->tf32_lse = lse_err / lse_big;
+    pb->tf32_known = 1;
+    free(xt), free(ct), free(yt), free(ye), free(yf);
 }
 
 static problem *problem_create(const int64_t *dims, uint64_t seed, const device_info *dev)
@@ -267,16 +329,22 @@ static void y_piece(void *ctx, size_t first, size_t n, const float *out, double 
                       k->whole ? pb->lse_model : pb->lse_epi, ref);
 }
 
-/* y, by row, and lse, against the model's references (whole) or the epilogue's from host_c;
+/* y, by row, and lse, against the model's references (whole) or the epilogue's from host_c,
+ * within tol (y's rel_l2 and row-scaled |error|, lse's scaled |error|; lse's rel_l2 at y's);
  * both into v's hash */
-static void check_forward(problem *pb, hx_verdict *v, int whole, double tol_row)
+typedef struct {
+    double y_rel, y_row, lse;
+} fwd_tol;
+static const fwd_tol FP32_TOL = {TOL_REL_L2, TOL_ROW, TOL_LSE};
+
+static void check_forward(problem *pb, hx_verdict *v, int whole, fwd_tol tol)
 {
     const shape *s = &pb->sh;
     y_refs k = {pb, whole};
     hx_check_pieces(v, "y (by row)", pb->r.y, out_elems(s), piece_rows(s) * s->s, s->s, HX_ROWS,
-                    TOL_REL_L2, tol_row, y_piece, &k, &v->hash);
+                    tol.y_rel, tol.y_row, y_piece, &k, &v->hash);
     hx_check_output(v, "lse", pb->r.lse, pb->host_lse, rows(s),
-                    whole ? pb->lse_model : pb->lse_epi, HX_SCALED, NULL, TOL_REL_L2, TOL_LSE);
+                    whole ? pb->lse_model : pb->lse_epi, HX_SCALED, NULL, tol.y_rel, tol.lse);
     v->hash = hash_f32(v->hash, pb->host_lse, rows(s));
 }
 
@@ -349,7 +417,19 @@ static hx_verdict problem_verify(problem *pb, int scope)
     /* from x, y carries the conv's float error: z moves by at most c_err, so each p by a factor
      * exp(+-c_err) and the row's sum by as much, a relative error of 2 c_err on top; twice that
      * again for another run of a nondeterministic conv than the one c_err was measured on */
-    check_forward(pb, &v, whole, TOL_ROW + (whole ? 4.0 * pb->c_err : 0.0));
+    fwd_tol tol = FP32_TOL;
+    tol.y_row += whole ? 4.0 * pb->c_err : 0.0;
+    /* a TF32 version (v8): within twice a TF32 conv's error on these tensors, in each measure */
+    if (whole && hx_tol_factor() > 1.0) {
+        tf32_conv_error(pb);
+        hx_tf32_own_bounds();
+        tol.y_rel = fmax(tol.y_rel, 2.0 * pb->tf32_y_rel);
+        tol.y_row = fmax(tol.y_row, 2.0 * pb->tf32_y_row);
+        tol.lse = fmax(tol.lse, 2.0 * pb->tf32_lse);
+        snprintf(v.detail, sizeof v.detail, "bounds twice a TF32 conv's: y rel_l2 %.1e row %.1e, "
+                 "lse %.1e", pb->tf32_y_rel, pb->tf32_y_row, pb->tf32_lse);
+    }
+    check_forward(pb, &v, whole, tol);
     if (scope != SCOPE_EPI_FWDBWD && scope != SCOPE_TRAIN)
         return v;
     /* the backward from the conv output the run read: host_c in the epilogue scope, and in a
@@ -515,7 +595,7 @@ static void shape_checks(problem *pb, int t)
     v6_epilogue_keep(&pb->r, keep4);
     CUDA_CHECK(cudaDeviceSynchronize());
     hx_verdict v = {1, 1, HASH_INIT, ""};
-    check_forward(pb, &v, 0, TOL_ROW);
+    check_forward(pb, &v, 0, FP32_TOL);
     check(v.pass, "v6 keeping %d of %d float4 a block in shared memory, the rest read twice, on "
           "%dx32x%dx%dx%d: %s", keep4, v6_keep4(&pb->r), s->n, s->d, s->h, s->w, v.detail);
     /* the same for b3's backward, after v6's forward (lse) */
