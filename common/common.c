@@ -406,6 +406,16 @@ uint64_t hash_f32(uint64_t h, const float *x, size_t n)
     return h;
 }
 
+float tf32_round(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u)
+        u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
 double logsumexp_ref(const double *v, int n, size_t stride)
 {
     double m = v[0], sum = 0.0;

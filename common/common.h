@@ -160,6 +160,12 @@ void verify_stream_add(verify_stream *s, const float *out, const double *ref,
 verify_result verify_stream_end(verify_stream *s);
 /* The log of the sum of exp(v[i * stride]) over i < n, as m + log sum exp(v - m), m the max */
 double logsumexp_ref(const double *v, int n, size_t stride);
+/* v rounded to TF32 (10 mantissa bits) on the host as cvt.rna.tf32.f32 rounds it on the GPU
+ * (PTX ISA, cvt: .rna, to nearest, ties away from zero; common/tf32.cuh's to_tf32): half the
+ * weight of the 13 dropped bits added to the magnitude, then those bits cleared. Infinity and
+ * NaN unchanged. The operands of a TF32 tensor-core product; a reference built from them has a
+ * TF32 conv's error (the chapters' TF32 accuracy bounds). */
+float tf32_round(float v);
 
 /* ------------------------------------------------------------------ random */
 

@@ -398,7 +398,8 @@ int hx_conv_ops(const lib_conv3d *cc, const hx_conv_bufs *b, const device_info *
     double py[2][4];
     char from[256];
     pytorch_ops_ms(dev, op, n, py, from, sizeof from);
-    /* ours is fp32 (TF32 off: NVIDIA_TF32_OVERRIDE=0), so the ratio is against PyTorch's fp32;
+    /* ours is fp32 (the library conv's engines filtered as PyTorch filters them with TF32 off:
+     * common/conv.cu), so the ratio is against PyTorch's fp32;
      * its default precision (cuDNN may take TF32) is shown beside it */
     printf("the library's %s alone at %s, each op timed by itself beside PyTorch eager's:\n"
            "  op          what ran                                                   median ms"
@@ -723,8 +724,6 @@ int hx_main(int argc, char **argv, const hx_chapter *ch)
     int64_t dims[CLI_MAX_DIMS];
     memcpy(dims, ch->default_shape, sizeof dims);
     cli_shape_or_exit(&a, ch->shape_dims, dims, ch->shape_problem);
-    /* no TF32 anywhere, whatever a library picks: the chapters compare fp32 with fp32 */
-    setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
     if (a.test) {
         run_tests(ch, &a, dims, only);
         return checks_failed() ? 1 : 0;

@@ -85,6 +85,17 @@ static void test_verify_rows(void)
     check(!v.pass, "verify rows: an all-zero reference row must be matched exactly (1e-30 fails)");
 }
 
+static void test_tf32_round(void)
+{
+    float one = 1.0f, ulp = ldexpf(1.0f, -10); /* TF32's spacing at 1 */
+    int ok = tf32_round(one + ulp / 2) == one + ulp && tf32_round(-(one + ulp / 2)) == -(one + ulp) &&
+             tf32_round(one + ulp / 4) == one && tf32_round(one + 3 * ulp / 4) == one + ulp &&
+             tf32_round(one + ulp) == one + ulp && isinf(tf32_round(INFINITY)) &&
+             isnan(tf32_round(NAN)) && tf32_round(0.0f) == 0.0f;
+    check(ok, "tf32_round: to 10 mantissa bits, ties away from zero (1 + 2^-11 -> 1 + 2^-10, "
+          "-(1 + 2^-11) -> -(1 + 2^-10), 1 + 2^-12 -> 1); infinity and NaN unchanged");
+}
+
 static void test_verify(void)
 {
     enum { N = 1000 };
@@ -890,6 +901,7 @@ static void test_conv_grads_groups(void)
 int main(void)
 {
     test_verify();
+    test_tf32_round();
     test_verify_rows();
     test_verify_stream();
     test_hash();

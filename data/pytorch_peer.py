@@ -765,7 +765,8 @@ def golden_chapter(key, spec, args):
 # ---- Precision ----
 # Every PyTorch timing and error is taken in two precisions, named in the CSVs' precision column:
 #   fp32     cudnn.allow_tf32 = False and cuda.matmul.allow_tf32 = False: every conv in fp32, the
-#            precision of our versions (the C programs run cuDNN with NVIDIA_TF32_OVERRIDE=0)
+#            precision of our fp32 versions (the C programs keep cuDNN's engines without tensor
+#            cores, as PyTorch does with TF32 off: common/conv.cu)
 #   default  the flags as PyTorch ships them (cudnn.allow_tf32 True, cuda.matmul.allow_tf32
 #            False), read at start-up before anything sets them: cuDNN may run a conv in TF32 (a
 #            10-bit mantissa). KernelBench times its baselines so.

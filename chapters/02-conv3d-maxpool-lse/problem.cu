@@ -504,6 +504,37 @@ static verify_result cudnn_tf32_error(problem *pb, float *host, int *ok)
 }
 #endif
 
+/* A TF32 conv's error on these tensors, the accuracy peer of the TF32 versions everywhere (no
+ * GPU library needed): the double conv of x and w each rounded to TF32 as the tensor cores'
+ * operands are (tf32_round, as to_tf32 rounds them), against the exact double conv. A TF32
+ * tensor-core conv (cuDNN's, PyTorch's default) differs from it only by its fp32 sums.
+ * host: conv_elems floats of scratch. */
+static verify_result tf32_conv_model_error(problem *pb, float *host)
+{
+    const shape *s = &pb->sh;
+    conv3d_geom g = conv_geom(s);
+    size_t nx = x_elems(s), nc = conv_elems(s);
+    double *xt = (double *)host_alloc(8 * nx), *ct = (double *)host_alloc(8 * nc);
+    double *wt = (double *)host_alloc(8 * N_WEIGHT);
+    for (size_t i = 0; i < nx; i++)
+        xt[i] = tf32_round(pb->x[i]);
+    for (int i = 0; i < N_WEIGHT; i++)
+        wt[i] = tf32_round(pb->weight[i]);
+    conv3d_ref(&g, xt, wt, pb->bd, ct);
+    for (size_t i = 0; i < nc; i++)
+        host[i] = (float)ct[i];
+    free(xt), free(ct), free(wt);
+    return verify_f32(host, pb->ref_c, nc, TOL_REL_L2, TOL_ABS);
+}
+
+/* a TF32 version's error (t) within 2x the TF32 model's (m), relative L2 and largest: a
+ * kernel that lost more in its products or sums, or truncated its operands instead of
+ * rounding them (about 2.7x the rounded error on random data), fails */
+static int within_tf32(verify_result t, verify_result m)
+{
+    return t.rel_l2 <= 2.0 * m.rel_l2 && t.max_abs <= 2.0 * m.max_abs;
+}
+
 /* v10's conv (wgmma, TF32) on every test shape where it runs: over fp32's tolerance and within
  * TF32's, as v7's; and within 2x of cuDNN's TF32 conv's relative L2 and largest errors on the
  * same tensors (the issue of precision is TF32's rounding, which both share: a kernel whose
@@ -520,6 +551,10 @@ static void v10_conv_checks(problem *pb)
     check(!t.pass && t.rel_l2 > TOL_REL_L2 && t.rel_l2 < HX_TF32_TOL * TOL_REL_L2,
           "v10 wgmma TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
           TOL_REL_L2, t.rel_l2, t.max_abs);
+    verify_result m = tf32_conv_model_error(pb, pb->host_dc);
+    check(within_tf32(t, m), "v10 wgmma TF32 conv within 2x a TF32 conv's error (x, w rounded to "
+          "TF32, double sums): rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)", t.rel_l2, m.rel_l2,
+          t.max_abs, m.max_abs);
 #if HAVE_CUDNN
     int ok = 0;
     verify_result c = cudnn_tf32_error(pb, pb->host_dc, &ok);
@@ -598,6 +633,34 @@ static void b4_grad_checks(problem *pb)
     check((zero || !w1.pass) && w2.pass, "b4 wgmma TF32 dw over fp32's bound, within TF32's "
           "(%.1e of its terms' magnitudes): rel_l2 %.1e max_abs %.1e", TF32_SUM_TOL, w2.rel_l2,
           w2.max_abs);
+    /* beside a TF32 backward's error on the same dc: x, w and dc rounded to TF32, dx and dw in
+     * double, against the exact backward of that dc (pb->cgr), within 2x in each measure */
+    conv3d_geom g = conv_geom(s);
+    size_t nc = conv_elems(s);
+    double *xt = (double *)host_alloc(8 * nx), *dct = (double *)host_alloc(8 * nc);
+    double *dxt = (double *)host_alloc(8 * nx), *wt = (double *)host_alloc(8 * N_WEIGHT);
+    double *dwt = (double *)host_alloc(8 * N_WEIGHT), dbt[C_OUT];
+    float *f = (float *)host_alloc(4 * (nx > N_WEIGHT ? nx : N_WEIGHT));
+    for (size_t i = 0; i < nx; i++)
+        xt[i] = tf32_round(pb->x[i]);
+    for (int i = 0; i < N_WEIGHT; i++)
+        wt[i] = tf32_round(pb->weight[i]);
+    for (size_t i = 0; i < nc; i++)
+        dct[i] = tf32_round(pb->host_dc[i]);
+    conv3d_backward_ref(&g, xt, wt, dct, dxt, dwt, dbt, NULL, NULL);
+    for (size_t i = 0; i < nx; i++)
+        f[i] = (float)dxt[i];
+    verify_result mx = verify_f32_scaled(f, pb->cgr.dx, nx, TOL_REL_L2, TOL_ABS);
+    for (int i = 0; i < N_WEIGHT; i++)
+        f[i] = (float)dwt[i];
+    verify_result mw = verify_f32(f, pb->cgr.dw, N_WEIGHT, TOL_REL_L2, TOL_ABS);
+    verify_result tw = verify_f32(pb->host_dw, pb->cgr.dw, N_WEIGHT, TOL_REL_L2, TOL_ABS);
+    check(zero || (within_tf32(x2, mx) && within_tf32(tw, mw)),
+          "b4 wgmma TF32 dx and dw within 2x a TF32 backward's error (x, w, dc rounded to TF32, "
+          "double sums): dx rel_l2 %.1e (%.1e) max_abs %.1e (%.1e), dw rel_l2 %.1e (%.1e) "
+          "max_abs %.1e (%.1e)", x2.rel_l2, mx.rel_l2, x2.max_abs, mx.max_abs, tw.rel_l2,
+          mw.rel_l2, tw.max_abs, mw.max_abs);
+    free(xt), free(dct), free(dxt), free(wt), free(dwt), free(f);
 }
 
 /* b3's 3xTF32 gradients against cuDNN's fp32 ones: how many times cuDNN's error b3's may be. A
@@ -631,6 +694,10 @@ static void shape_checks(problem *pb, int t)
     check(!t1.pass && t1.rel_l2 > TOL_REL_L2 && t1.rel_l2 < HX_TF32_TOL * TOL_REL_L2,
           "v7 TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
           TOL_REL_L2, t1.rel_l2, t1.max_abs);
+    verify_result m = tf32_conv_model_error(pb, pb->host_dc);
+    check(within_tf32(t1, m), "v7 TF32 conv within 2x a TF32 conv's error (x, w rounded to TF32, "
+          "double sums): rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)", t1.rel_l2, m.rel_l2, t1.max_abs,
+          m.max_abs);
     check(t3.pass && t3.rel_l2 <= 2.0 * vc.rel_l2 && t3.max_abs <= 2.0 * vc.max_abs,
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);

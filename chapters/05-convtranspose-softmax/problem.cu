@@ -6,7 +6,6 @@
  * b*.cu files.
  */
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,21 +121,8 @@ static void problem_refresh(problem *pb)
     pb->tf32_known = 0;
 }
 
-/* v on the host as cvt.rna.tf32.f32 rounds it on the GPU (common/tf32.cuh): to 10 mantissa
- * bits, ties away from zero (add half of the 13 dropped bits' weight to the magnitude, clear
- * them); infinities and NaN as they are */
-static float tf32_rna(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u)
-        u = (u + 0x1000u) & 0xffffe000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
 /* The error a TF32 conv makes on this shape's tensors, the bound of a TF32 version: the
- * transposed conv in double of the pooled x and the weights each rounded to TF32 (tf32_rna, as
+ * transposed conv in double of the pooled x and the weights each rounded to TF32 (tf32_round, as
  * v8 rounds them), then y and lse from it, against the exact model's. A tensor-core TF32 conv
  * differs from it only by its fp32 sums. A sample at a time (its conv 8.4 M doubles at the
  * KernelBench shape), once for each x. */
@@ -154,12 +140,12 @@ static void tf32_conv_error(problem *pb)
     float *yf = (float *)host_alloc(4 * nc);
     double lse_t[C_OUT], lse_err = 0.0, lse_big = 1.0;
     for (int i = 0; i < N_WEIGHT; i++)
-        wt[i] = tf32_rna(pb->weight[i]);
+        wt[i] = tf32_round(pb->weight[i]);
     verify_stream vs;
     verify_stream_begin(&vs, VERIFY_ROWS, conv_elems(s), s->s, INFINITY, INFINITY);
     for (int n = 0; n < s->n; n++) {
         for (size_t i = 0; i < np; i++)
-            xt[i] = tf32_rna((float)pb->xpd[n * np + i]);
+            xt[i] = tf32_round((float)pb->xpd[n * np + i]);
         conv_transpose3d_ref(&g1, xt, wt, pb->bd, ct);
         epilogue_ref(&s1, NULL, ct, pb->sd, yt, lse_t);
         for (size_t i = 0; i < nc; i++)
