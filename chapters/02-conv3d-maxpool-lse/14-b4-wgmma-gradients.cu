@@ -1,24 +1,25 @@
 /*
  * b4: the training step on Hopper's warpgroup MMA in TF32: v10's conv, dx and dw (sm_90a code)
  * Defect of b3: its dx and dw run mma.sync in 3xTF32 (5.87 and 6.20 ms, the README's gradient
- * table), and its forward is cuDNN's fp32 conv: the step takes 18.49 ms [b3 train_step], half
- * PyTorch's default precision's speed, whose convs run in TF32.
- * Change: the step in TF32 on wgmma (common/wgmma.cuh). The forward is v10's conv writing c,
- * then b2's epilogue and backward on it. dx is the conv of dc with the kernel flipped and the
- * channels swapped (b3), on v10's machinery: dc's patch stored 4 channels a position, every tap
- * a descriptor offset, m64n32k8 for the 32 output channels. dw is a GEMM over positions (b3):
- * its K runs along a row of 32 positions of four tiles at once, stored [position][channel][4
- * tiles], 16 bytes a position, so a tap's shift along K moves a descriptor by whole core
- * matrices; x's patch stored the same way makes N = 96 (32 channels at kw = 0, 1, 2) one
- * m64n96k8. Shares of positions, their partials summed in a fixed order by b3's kernel.
- * Prediction: dx's m64n32k8 reads 3 KB of shared memory for 16 cycles of tensor work: 24
- * cycles at 128 bytes a cycle, 0.73 ms at 1.755 GHz; dw's m64n96k8, 5 KB for 48 cycles: 0.49
- * ms. v10 took 2.07x its bound (1.012 ms [v10 model_fwd] for 0.49): dx about 1.5 ms, dw about
- * 1.0 (its fills are 4 GB from L2). With v10's conv writing c (1.17 ms, the README's conv
- * table), b2's epilogue and backward and dbias (about 0.7): the step about 4.4 ms, under 5.
- * Accuracy: dx and dw from the step's own dc; TF32 rounds each operand to 2^-11 of itself, so a
- * product is off by up to 2^-10 of its magnitude (problem.cu, TF32_SUM_TOL).
- * Measured: (to be filled from data/h100/ch02.csv)
+ * table) after cuDNN's fp32 conv: 18.49 ms [b3 train_step], half PyTorch's default's speed.
+ * Change: the step in TF32 on wgmma (common/wgmma.cuh): v10's conv writing c, then b2's epilogue
+ * and backward on it. dx is the conv of dc with the kernel flipped and the channels swapped (b3)
+ * on v10's machinery, m64n32k8 for the 32 output channels. dw is a GEMM over positions (b3): K
+ * runs along a row of 32 positions of four tiles at once, stored [position][channel][4 tiles],
+ * so a tap's shift along K moves a descriptor by whole core matrices, and x's patch stored the
+ * same way makes N = 96 (32 channels at kw = 0, 1, 2) one m64n96k8; partials summed in order.
+ * Prediction: dx's m64n32k8 reads 3 KB of shared memory for 16 cycles of tensor work: 24 cycles
+ * at 128 bytes a cycle, 0.73 ms at 1.755 GHz; dw's m64n96k8, 5 KB for 48 cycles: 0.49 ms. v10
+ * took 2.07x its bound (1.012 ms [v10 model_fwd] for 0.49): dx about 1.5 ms, dw about 1.0. With
+ * v10's conv writing c (1.17 ms), the epilogue, its backward and dbias (about 0.7): 4.4 ms.
+ * Measured (H100): 9.479 ms [b4 train_step], 1.95x b3 [b3 train_step / b4 train_step]; level
+ * with torch.compile in TF32 (9.620 ms [compile train_step default]), 1.9x the 5 ms aimed at.
+ * dx met its guess: 1.406 ms, 165 TFLOP/s, tensor pipe 36% busy (Nsight Compute). dw did not:
+ * 6.110 ms, 38 TFLOP/s, tensor pipe 9% busy, its warps waiting on loads (5.2 per issued
+ * instruction on the long scoreboard): an item gathers 4 scalars from 4 tiles, 12 loads in
+ * flight a thread, 12 warps an SM, so its 5.4 GB through L2 arrive at 0.8 TB/s. Next: dw's
+ * gather out of the MMA warps (a producer warpgroup, more loads in flight). Errors: within 2x a
+ * TF32 backward's on every test shape (problem.cu).
  */
 #include <cuda_pipeline.h>
 
