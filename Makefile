@@ -151,6 +151,9 @@ SWEEP_05 := $(foreach b,1 2 4 8 16,$(b)x32x32x64x64)
 # each of its two channel halves' 66 persistent blocks on an H100: two or three tiles each
 MANY_05 := 3x32x10x34x66
 MANY_RUNS_05 := v8:v8_convt
+# racecheck stops at this shape in the shape checks' v6, before v8 runs (an internal sanitizer
+# error, LABBOOK.md); v8's racecheck runs at SMALL_05
+MANY_SANITIZERS_05 := memcheck synccheck
 
 BINS := $(foreach c,$(CHAPTERS),build/ch$(c))
 COMMON_OBJS := build/common.o build/conv_ref.o build/gpu.o build/conv.o build/harness.o
@@ -317,17 +320,21 @@ SANITIZERS ?= memcheck racecheck synccheck initcheck
 # as uninitialised); it runs on every kernel at the small shapes
 MANY_SANITIZERS ?= $(filter-out initcheck,$(SANITIZERS))
 # one compute-sanitizer run of the shell's $$tool, logged to build/sanitize-$(1).log: $(2) its
-# options beyond the tool's, $(3) the program and its arguments
+# options beyond the tool's, $(3) the program and its arguments. NVIDIA_TF32_OVERRIDE=0 hides
+# cuDNN's TF32 engines (chapter 2's TF32 peer, then reported skipped): under racecheck their
+# search stopped with an internal sanitizer error on the H100 (chapter 2's LABBOOK.md)
 sanitize_run = log=build/sanitize-$(1).log; \
 	    printf 'compute-sanitizer --tool %-9s %s: ' $$tool "$(strip $(2) $(3))"; \
-	    compute-sanitizer --tool $$tool $(2) --error-exitcode 1 --print-limit 20 $(3) > $$log 2>&1 \
+	    NVIDIA_TF32_OVERRIDE=0 compute-sanitizer --tool $$tool $(2) --error-exitcode 1 \
+	        --print-limit 20 $(3) > $$log 2>&1 \
 	        || { echo FAILED; tail -n 40 $$log; exit 1; }; \
 	    tail -n 1 $$log;
 sanitize: $(BINS)
 	@set -e; $(foreach c,$(CHAPTERS),for tool in $(SANITIZERS); do \
 	    $(call sanitize_run,$(c)-$$tool,,build/ch$(c) --test --shape $(SMALL_$(c))) \
 	done; \
-	for vk in $(MANY_RUNS_$(c)); do v=$${vk%%:*}; k=$${vk#*:}; for tool in $(MANY_SANITIZERS); do \
+	for vk in $(MANY_RUNS_$(c)); do v=$${vk%%:*}; k=$${vk#*:}; \
+	    for tool in $(or $(MANY_SANITIZERS_$(c)),$(MANY_SANITIZERS)); do \
 	    $(call sanitize_run,$(c)-$$v-$$tool,--kernel-name kns=$$k,build/ch$(c) --test --version $$v --shape $(MANY_$(c))) \
 	done; done;) echo "sanitize: clean"
 

@@ -12,14 +12,14 @@
  * at 128 bytes a cycle, 0.73 ms at 1.755 GHz; dw's m64n96k8, 5 KB for 48 cycles: 0.49 ms. v10
  * took 2.07x its bound (1.012 ms [v10 model_fwd] for 0.49): dx about 1.5 ms, dw about 1.0. With
  * v10's conv writing c (1.17 ms), the epilogue, its backward and dbias (about 0.7): 4.4 ms.
- * Measured (H100): 9.479 ms [b4 train_step], 1.95x b3 [b3 train_step / b4 train_step]; level
- * with torch.compile in TF32 (9.620 ms [compile train_step default]), 1.9x the 5 ms aimed at.
- * dx met its guess: 1.406 ms, 165 TFLOP/s, tensor pipe 36% busy (Nsight Compute). dw did not:
- * 6.110 ms, 38 TFLOP/s, tensor pipe 9% busy, its warps waiting on loads (5.2 per issued
- * instruction on the long scoreboard): an item gathers 4 scalars from 4 tiles, 12 loads in
- * flight a thread, 12 warps an SM, so its 5.4 GB through L2 arrive at 0.8 TB/s. Next: dw's
- * gather out of the MMA warps (a producer warpgroup, more loads in flight). Errors: within 2x a
- * TF32 backward's on every test shape (problem.cu).
+ * Measured (H100): 7.654 ms [b4 train_step], 2.42x b3 [b3 train_step / b4 train_step], 1.26x
+ * torch.compile in TF32 [compile train_step default / b4 train_step]; 1.5x the 5 ms aimed at.
+ * dx met its guess: 1.397 ms, 166 TFLOP/s, tensor pipe 36% busy (Nsight Compute). dw did not:
+ * 4.280 ms, 54 TFLOP/s, tensor pipe 11% busy. Its gather (one value from each of four tiles an
+ * item) goes by 4-byte cp.async, all of a thread's in flight while the other stage's wgmmas run
+ * (through registers, 12 in flight, dw took 6.11 ms); now its warps wait on the wgmmas (2.55
+ * per issued instruction) and the copies' shared-memory stores conflict (392 M bank conflicts:
+ * a warp's 4 rows land on the same banks). Errors: within 2x a TF32 backward's (problem.cu).
  */
 #include <cuda_pipeline.h>
 
@@ -194,40 +194,48 @@ __device__ static inline b4_quad b4_quad_of(int quad, int tiles, int d, int h, i
     return u;
 }
 
-/* ITEMS 16-byte items (row, channel), a row's 4 tiles each, into dst[row][channel] rounded to
- * TF32: rows of dc's tile (X 0) or x's patch (X 1, at plane offset kd - 1); items numbered 8
- * channels fastest, then rows, then channel octets, so a warp reads 8 channels x 4 rows and
- * every 8 threads store 128 contiguous bytes */
+/* ITEMS (row, channel) items of a row's 4 tiles, each a 16-byte dst[row][channel], copied
+ * value by value by cp.async (zeros outside the volume and past the last tile): rows of dc's
+ * tile (X 0) or x's patch (X 1, at plane offset kd - 1). No register holds a load in flight, so
+ * all of a thread's (4 x LOADS) are in flight at once while the MMAs of the other stage run;
+ * b4_dw_round rounds them to TF32 once they land. Items numbered 8 channels fastest, then rows,
+ * then channel octets: a warp reads 8 channels x 4 rows. */
 template <int X, int ROWS, int CH, int LOADS>
-__device__ static inline void b4_dw_items(uint4 *dst, const float *__restrict__ src, b4_quad u,
-                                          int kd, int d, int h, int w)
+__device__ static inline void b4_dw_copy(float *dst, const float *__restrict__ src, b4_quad u,
+                                         int kd, int d, int h, int w)
 {
     size_t dhw = (size_t)d * h * w;
 #pragma unroll
-    for (int i0 = 0; i0 < LOADS; i0 += 3) { /* 3 items at a time: 12 loads in flight, no spills */
-        float v[3][4];
-#pragma unroll
-        for (int i = 0; i < 3; i++) {
-            int it = threadIdx.x + (i0 + i) * B4W_THREADS, rest = it >> 3;
-            int row = rest % ROWS, ch = rest / ROWS * 8 + (it & 7);
-            int pr = X ? row / B4W_PW : 1, pc = X ? row % B4W_PW : row + 1; /* patch row, col */
+    for (int i = 0; i < LOADS; i++) {
+        int it = threadIdx.x + i * B4W_THREADS, rest = it >> 3;
+        int row = rest % ROWS, ch = rest / ROWS * 8 + (it & 7);
+        int pr = X ? row / B4W_PW : 1, pc = X ? row % B4W_PW : row + 1; /* patch row, col */
+        if (it < ROWS * CH)
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 int gd = u.d[s] + (X ? kd - 1 : 0), gh = u.h[s] + pr - 1, gw = u.w0[s] + pc - 1;
-                int inside = i0 + i < LOADS && it < ROWS * CH && u.n[s] >= 0 && gd >= 0 &&
-                             gd < d && gh >= 0 && gh < h && gw >= 0 && gw < w;
-                v[i][s] = inside ? __ldg(src + ((size_t)u.n[s] * CH + ch) * dhw +
-                                         ((size_t)gd * h + gh) * w + gw)
-                                 : 0.0f;
+                int inside = u.n[s] >= 0 && gd >= 0 && gd < d && gh >= 0 && gh < h && gw >= 0 &&
+                             gw < w;
+                const float *p = inside ? src + ((size_t)u.n[s] * CH + ch) * dhw +
+                                              ((size_t)gd * h + gh) * w + gw
+                                        : src;
+                __pipeline_memcpy_async(dst + (row * CH + ch) * 4 + s, p, 4, inside ? 0 : 4);
             }
-        }
+    }
+}
+
+/* the items this thread copied (b4_dw_copy's numbering), rounded to TF32 in place: its own
+ * cp.async writes are visible to it after __pipeline_wait_prior */
+template <int ROWS, int CH, int LOADS> __device__ static inline void b4_dw_round(uint4 *dst)
+{
 #pragma unroll
-        for (int i = 0; i < 3; i++) {
-            int it = threadIdx.x + (i0 + i) * B4W_THREADS, rest = it >> 3;
-            int row = rest % ROWS, ch = rest / ROWS * 8 + (it & 7);
-            if (i0 + i < LOADS && it < ROWS * CH)
-                dst[row * CH + ch] = make_uint4(to_tf32(v[i][0]), to_tf32(v[i][1]),
-                                                to_tf32(v[i][2]), to_tf32(v[i][3]));
+    for (int i = 0; i < LOADS; i++) {
+        int it = threadIdx.x + i * B4W_THREADS, rest = it >> 3;
+        int row = rest % ROWS, ch = rest / ROWS * 8 + (it & 7);
+        if (it < ROWS * CH) {
+            uint4 v = dst[row * CH + ch];
+            dst[row * CH + ch] = make_uint4(to_tf32(__uint_as_float(v.x)), to_tf32(__uint_as_float(v.y)),
+                                            to_tf32(__uint_as_float(v.z)), to_tf32(__uint_as_float(v.w)));
         }
     }
 }
@@ -252,32 +260,45 @@ __global__ void __launch_bounds__(B4W_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 48; i++)
         acc[i] = 0.0f;
-    for (int s = -1; s < steps; s++) { /* s = -1: the first quad's load alone */
-        if (s >= 0) {
-            unsigned stage = (s & 1) * (B4W_STAGE / 16);
-#pragma unroll
-            for (int i = 0; i < 48; i++)
-                b4_pin(acc[i]);
-            wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < B4W_TW / 2; j++) /* positions 2j, 2j + 1 of the four tiles */
-                wgmma_m64n96k8_tf32_ss(acc, da + stage + 128 * j, db + stage + 64 * j);
-            wgmma_commit();
-        }
+    /* step s: quad s's copies (issued a step before) land and are rounded, then quad s + 1's
+     * copies go out into the other stage while quad s's wgmmas run on this one */
+    if (steps > 0) {
+        b4_quad u = b4_quad_of(share, tiles, d, h, w);
+        b4_dw_copy<0, B4W_TW, C_OUT, B4W_DC_LOADS>(reinterpret_cast<float *>(smem), dc, u, kd, d,
+                                                   h, w);
+        b4_dw_copy<1, B4W_PP, C_IN, B4W_X_LOADS>(reinterpret_cast<float *>(smem + B4W_DC_BYTES),
+                                                 x, u, kd, d, h, w);
+        __pipeline_commit();
+    }
+    for (int s = 0; s < steps; s++) {
+        unsigned char *cur = smem + (s & 1) * B4W_STAGE;
+        __pipeline_wait_prior(0);
+        b4_dw_round<B4W_TW, C_OUT, B4W_DC_LOADS>(reinterpret_cast<uint4 *>(cur));
+        b4_dw_round<B4W_PP, C_IN, B4W_X_LOADS>(reinterpret_cast<uint4 *>(cur + B4W_DC_BYTES));
+        fence_proxy_async();
+        __syncthreads(); /* stage s & 1 complete; every wgmma of step s - 1 (the other) done */
         if (s + 1 < steps) {
             unsigned char *next = smem + ((s + 1) & 1) * B4W_STAGE;
             b4_quad u = b4_quad_of(share + (s + 1) * shares, tiles, d, h, w);
-            b4_dw_items<0, B4W_TW, C_OUT, B4W_DC_LOADS>(reinterpret_cast<uint4 *>(next), dc, u,
-                                                        kd, d, h, w);
-            b4_dw_items<1, B4W_PP, C_IN, B4W_X_LOADS>(
-                reinterpret_cast<uint4 *>(next + B4W_DC_BYTES), x, u, kd, d, h, w);
-            fence_proxy_async();
+            b4_dw_copy<0, B4W_TW, C_OUT, B4W_DC_LOADS>(reinterpret_cast<float *>(next), dc, u, kd,
+                                                       d, h, w);
+            b4_dw_copy<1, B4W_PP, C_IN, B4W_X_LOADS>(
+                reinterpret_cast<float *>(next + B4W_DC_BYTES), x, u, kd, d, h, w);
+            __pipeline_commit();
         }
+        unsigned stage = (s & 1) * (B4W_STAGE / 16);
+#pragma unroll
+        for (int i = 0; i < 48; i++)
+            b4_pin(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < B4W_TW / 2; j++) /* positions 2j, 2j + 1 of the four tiles */
+            wgmma_m64n96k8_tf32_ss(acc, da + stage + 128 * j, db + stage + 64 * j);
+        wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 48; i++)
             b4_pin(acc[i]);
-        __syncthreads(); /* the next stage is complete; this one may be overwritten */
     }
     /* d[4 j + e]: co 16 wq + g + 8 (e / 2), n = 8 j + 2 t + e % 2 = 32 kw + ci */
     int g = lane >> 2, t = lane & 3;
