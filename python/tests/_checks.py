@@ -70,6 +70,17 @@ def library_shapes(chapter, accepted, rejected):
     return lib
 
 
+def tf32_entry(lib, chapter, name, args):
+    """Without PyTorch: lib's name(*args) (a TF32 function, its tensors NULL) refuses with its
+    reason: a CUDA error naming the function (no usable device), CAPI_ENOTSUP (a GPU or build
+    without sm_90a code), or, where its kernels would run, EINVAL for the NULL x; never 0"""
+    code = getattr(lib, name)(*args)
+    err = getattr(lib, "ch%02d_last_error" % chapter)().decode()
+    want = {_lib.ECUDA: name, _lib.ENOTSUP: "needs an sm_90a GPU", _lib.EINVAL: "x is NULL"}
+    check(code in want and want[code] in err, "%s, its tensors NULL: code %d: %s"
+          % (name, code, err))
+
+
 def gpu_module(chapter):
     """handfused.chNN with its library loaded, or None after one SKIP line (no PyTorch, no CUDA
     device) or a FAIL (the module or its library missing)."""

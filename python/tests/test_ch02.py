@@ -26,7 +26,7 @@ import _checks  # noqa: E402 (after the path)
 from _checks import (bad_inputs, both_forwards, check, compile_same, each_shape,  # noqa: E402
                      expect_error, finds_planted, float64_model, guarded, library_shapes,
                      problem_model, same_parameters, same_seed, sgd_compare, sgd_data,
-                     step_on_two_streams, still_runs, sum_close)
+                     step_on_two_streams, still_runs, sum_close, tf32_entry)
 
 N_WEIGHT = 64 * 32 * 27
 TOL = 2e-5  # a gradient's, against the sum of its terms' magnitudes (the docstring says why)
@@ -52,6 +52,10 @@ def library_checks():
     else:
         check(fwd == N_WEIGHT and bwd > fwd + 64 * 64,
               "ch02_workspace_floats: forward %d, backward %d floats" % (fwd, bwd))
+    # the TF32 functions: the sm_90a check before anything else (on this machine's GPU, or none)
+    tf32_entry(lib, 2, "ch02_forward_tf32", [None] * 5 + [0, 1, 2, 2, 2, None])
+    tf32_entry(lib, 2, "ch02_train_forward_tf32", [None] * 6 + [0, 1, 2, 2, 2, None])
+    tf32_entry(lib, 2, "ch02_backward_tf32", [None] * 9 + [0, 1, 2, 2, 2, None])
 
 
 def gpu_checks(torch, ch02):

@@ -21,17 +21,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
 from _checks import (bad_inputs, check, compile_same, each_shape, expect_error,  # noqa: E402
                      finds_planted, guarded, library_shapes, on_two_streams, problem_model,
-                     same_parameters, same_seed, sgd_compare, still_runs, sum_close)
+                     same_parameters, same_seed, sgd_compare, still_runs, sum_close,
+                     tf32_entry)
 
 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch05_check_shape's verdicts and messages,
-    and a missing library's message."""
-    library_shapes(5, ((1, 32, 2, 2, 2), (32, 32, 32, 64, 64), (1, 32, 3, 5, 7),
-                     (128, 32, 32, 64, 64)),
-                 (((1, 3, 4, 4, 4), "32 channels"), ((0, 32, 4, 4, 4), "at least"),
-                  ((1, 32, 1, 4, 4), "at least 2"), ((2, 32, 4, 4, 1), "at least 2"),
-                  ((256, 32, 32, 64, 64), "2^31"), ((1, 32, 2049, 200, 200), "2^31")))
+    a missing library's message, and the TF32 forward's refusal where it cannot run."""
+    lib = library_shapes(5, ((1, 32, 2, 2, 2), (32, 32, 32, 64, 64), (1, 32, 3, 5, 7),
+                             (128, 32, 32, 64, 64)),
+                         (((1, 3, 4, 4, 4), "32 channels"), ((0, 32, 4, 4, 4), "at least"),
+                          ((1, 32, 1, 4, 4), "at least 2"), ((2, 32, 4, 4, 1), "at least 2"),
+                          ((256, 32, 32, 64, 64), "2^31"), ((1, 32, 2049, 200, 200), "2^31")))
+    if lib is not None:  # the sm_90a check before anything else (on this machine's GPU, or none)
+        tf32_entry(lib, 5, "ch05_forward_tf32", [None] * 6 + [1, 2, 2, 2, None])
 
 
 def gpu_checks(torch, ch05):
