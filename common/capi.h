@@ -10,6 +10,7 @@
  *                                else 0
  *   capi_check_pointers          every pointer given, 16-byte aligned (the kernels load float4s)
  *   capi_check_channels          an input's channels (dim 1) are the model's
+ *   capi_check_sm90a             the current device and this build run sm_90a code (wgmma)
  *   capi_on_default_stream       run(arg) queued on the default stream (the library conv's
  *                                calls): after the caller's stream's earlier work, and the
  *                                caller's later work after it (CUDA events), so the caller sees
@@ -73,6 +74,27 @@ static inline int capi_check_channels(long long c_in, int want, int code)
 {
     if (c_in != want)
         return capi_fail(code, "x must have %d channels (dim 1), not %lld", want, c_in);
+    return 0;
+}
+
+/* 0 where the current device runs this build's sm_90a code (Hopper's wgmma: H100, H200), else
+ * CAPI_ENOTSUP and "<what> needs an sm_90a GPU ... and a build for it; this GPU is sm_86" (or
+ * "this build has no sm_90a code": gpu_sm90a_problem), or CAPI_ECUDA where the device cannot be
+ * queried. A function whose kernels are wgmma's calls it before it launches anything: in a build
+ * for another architecture those kernels are empty stubs, which would leave its outputs unwritten
+ * without an error. */
+static inline int capi_check_sm90a(const char *what)
+{
+    int device = 0;
+    char why[256];
+    cudaError_t e = cudaGetDevice(&device);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return capi_fail(CAPI_ECUDA, "%s: no usable CUDA device: %s", what, cudaGetErrorString(e));
+    }
+    int no = gpu_sm90a_problem(device, why, sizeof why);
+    if (no)
+        return capi_fail(no < 0 ? CAPI_ECUDA : CAPI_ENOTSUP, "%s %s", what, why);
     return 0;
 }
 

@@ -109,6 +109,35 @@ int gpu_code_arch(void)
     return fa.ptxVersion;
 }
 
+#ifndef HAVE_SM90A
+#error "HAVE_SM90A must be 0 or 1: the Makefile sets it (1 where the build's code is sm_90a)"
+#endif
+
+int gpu_sm90a_problem(int device, char *why, size_t size)
+{
+    static const char needs[] = "needs an sm_90a GPU (Hopper's wgmma: H100, H200) and a build "
+                                "for it";
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(why, size, "%s; device %d cannot be queried: %s", needs, device,
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    if (major != 9 || minor != 0) {
+        snprintf(why, size, "%s; this GPU is sm_%d%d", needs, major, minor);
+        return 1;
+    }
+    if (!HAVE_SM90A) {
+        snprintf(why, size, "%s; this build has no sm_90a code (build it with ARCH=sm_90)", needs);
+        return 1;
+    }
+    return 0;
+}
+
 int grid_for(long long n, int block, int sm_count)
 {
     long long g = (n + block - 1) / block, cap = (long long)sm_count * 32;

@@ -6,6 +6,7 @@
  *   gpu_count()        0 when there is no device or no driver, never an exit
  *   device_info_get()  name, SMs, L2, fp32 peak, and the measured device-to-device copy ceiling
  *   gpu_code_arch()    the sm_XY this build's device code is, as loaded (skips Hopper versions)
+ *   gpu_sm90a_problem() why a device or this build cannot run sm_90a code (wgmma), never an exit
  *   gpu_alloc()        cudaMalloc that names the bytes and the tensor when memory runs out
  *   gpu_poison()       fill with NaN so an element a kernel forgot to write fails verification
  *   gpu_time()         CUDA events, warm-up, L2 flushed clean before every repetition,
@@ -55,6 +56,14 @@ void device_info_get(device_info *d);
  * (cudaFuncAttributes.ptxVersion: 80 for an sm_80 build, even when its PTX runs on an H100).
  * Hopper-only kernels are compiled as empty stubs below 90, so their versions must not run. */
 int gpu_code_arch(void);
+
+/* Whether `device` runs this build's sm_90a code (Hopper's warpgroup MMA, wgmma), which only
+ * compute capability 9.0 runs (H100, H200) and only a build for sm_90a holds (HAVE_SM90A: the
+ * Makefile's ARCH=sm_90, or native on such a GPU); elsewhere those kernels are empty stubs.
+ * 0: it does. 1: it does not, and why[0 .. size - 1] says why in one line ("needs an sm_90a GPU
+ * ...; this GPU is sm_86"). -1: the device could not be queried (the CUDA error in why). Never
+ * exits: the harness's version table and the chapters' C libraries both ask it. */
+int gpu_sm90a_problem(int device, char *why, size_t size);
 
 /* Blocks for a grid-stride loop over n elements: enough to cover n, at most 32 a multiprocessor
  * (more only adds scheduling), at least 1. */

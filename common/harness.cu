@@ -188,16 +188,12 @@ static const hx_version *find_version(const hx_chapter *ch, const char *want)
     return NULL;
 }
 
-#ifndef HAVE_SM90A
-#error "HAVE_SM90A must be 0 or 1: the Makefile sets it (1 where the build's code is sm_90a)"
-#endif
-
 /* NULL if v can run here, else the one line that says why not. The build's code arch matters
  * as much as the GPU's: an sm_80 build runs on an H100 (its PTX is compiled there), but the
  * Hopper-only kernels were compiled as empty stubs. */
 static const char *unavailable(const hx_version *v)
 {
-    static char why[160];
+    static char why[256];
     if ((v->needs & NEEDS_CUDNN) && !HAVE_CUDNN)
         return NO_CUDNN;
     if (!(v->needs & NEEDS_SM90))
@@ -216,16 +212,8 @@ static const char *unavailable(const hx_version *v)
                  "sm_%d (make ARCH=sm_90)", arch);
         return why;
     }
-    if ((v->needs & NEEDS_SM90A) && (major != 9 || minor != 0)) {
-        snprintf(why, sizeof why, "needs Hopper's wgmma (sm_90a: H100, H200); this GPU is sm_%d%d",
-                 major, minor);
-        return why;
-    }
-    if ((v->needs & NEEDS_SM90A) && !HAVE_SM90A) {
-        snprintf(why, sizeof why, "needs Hopper's wgmma; this build has no sm_90a code "
-                 "(make ARCH=sm_90)");
-        return why;
-    }
+    if ((v->needs & NEEDS_SM90A) && gpu_sm90a_problem(0, why, sizeof why))
+        return why; /* gpu.cu's reason, as the chapters' C libraries give it */
     return NULL;
 }
 

@@ -4,7 +4,8 @@ against the problem's Model, eager and torch.compile, into data/<gpu>/kernelbenc
 
   kernelbench.py [--chapter N] [--scopes S,...] [--precisions P,...] [--seed S] [--csv PATH]
                  [--export]
-  kernelbench.py --self-test     the parts that need no PyTorch (arguments, statistics, CSV rows)
+  kernelbench.py --self-test     the parts that need no PyTorch (arguments, statistics, CSV rows,
+                                 each ModelNew's precision keyword)
 
 Every chapter (or --chapter N's alone) whose handfused.chNN imports and whose library is built
 (make lib CH=N) is run; any other is reported as skipped in one line. For each:
@@ -13,7 +14,13 @@ Every chapter (or --chapter N's alone) whose handfused.chNN imports and whose li
              then moved to the GPU: ModelNew must create Model's parameters in Model's order.
   precisions fp32 (cudnn and matmul TF32 off) and default (PyTorch's flags as shipped: cuDNN may
              run a conv in TF32; the benchmark's setting). ModelNew's kernels ignore the flags;
-             it is checked and timed under each, beside Model in the same precision.
+             it is checked and timed under each, beside Model in the same precision, built for
+             it where its chapter has TF32 kernels (modelnew_kwargs): chapters 2 and 5's as
+             ModelNew(..., precision="tf32") in default on a GPU of compute capability 9.0
+             (their TF32 kernels are wgmma's, sm_90a: H100, H200; fp32's elsewhere, said in
+             the output), precision="fp32" in fp32; every other chapter's, fp32 kernels, as
+             ModelNew(*get_init_inputs()) in both. Chapter 5's TF32 is its inference forward:
+             its forward and train_step scopes (autograd) run fp32 kernels in both precisions.
   correct    5 trials, each with a fresh seed (drawn from seed), inputs torch.rand at the
              problem's shape (get_inputs(), on the CPU, then to the GPU): torch.allclose(out,
              Model's, atol=1e-4, rtol=1e-4) and the same shape; "5/5" counts the trials passed.
@@ -37,7 +44,9 @@ Every chapter (or --chapter N's alone) whose handfused.chNN imports and whose li
              (build/kernelbench/NN_<problem>.py, make kernelbench-export CH=N): its source run
              in a namespace of its own, as the benchmark loads a submission (load_inline
              compiles it then: its time is printed), its ModelNew checked and timed as the
-             model "export", beside the package's ModelNew.
+             model "export", beside the package's ModelNew. It is built as the benchmark
+             builds a submission, ModelNew(*get_init_inputs()): fp32 kernels (precision's
+             default) in both precisions.
 Rows replace those of the same gpu, chapter, scope, model and precision (pytorch_peer's CsvFile),
 in data/<gpu>/kernelbench.csv, or data/<gpu>-mine/ where data/<gpu>/ holds the recorded runs and
 RECORD is not set (common/datadir.sh's rule). The first call of each compiled model includes its
@@ -46,6 +55,7 @@ Exit 2: usage error, no PyTorch, no CUDA, or no chapter to run; 1: a ModelNew fa
 raised (its rows are still written); 0 otherwise.
 """
 import argparse
+import ast
 import contextlib
 import csv
 import datetime
@@ -85,6 +95,22 @@ PROBLEMS = {
     "05": dict(problem="38_ConvTranspose3d_AvgPool_Clamp_Softmax_Multiply",
                init=(32, 64, 3, 2, 1, 1, 2, 0.0, 1.0), shape=(32, 32, 32, 64, 64)),
 }
+
+
+# the chapters whose ModelNew takes precision="tf32" (handfused.ch02, ch05): TF32 kernels on
+# Hopper's wgmma, sm_90a code
+TF32_CHAPTERS = ("02", "05")
+
+
+def modelnew_kwargs(key, prec, sm90a):
+    """ModelNew's keyword arguments for chapter key checked and timed in precision prec
+    ("fp32" or "default"), sm90a: whether the GPU is compute capability 9.0. PyTorch's default
+    runs its convs in TF32, so ModelNew does where it has TF32 kernels and they run here
+    (precision="tf32"); in fp32 its fp32 kernels (precision="fp32"); a chapter without TF32
+    kernels takes no keyword: {} (ModelNew(*get_init_inputs()), as the benchmark builds it)."""
+    if key not in TF32_CHAPTERS:
+        return {}
+    return {"precision": "tf32" if prec == "default" and sm90a else "fp32"}
 
 
 def die(msg, code=2):
@@ -198,8 +224,10 @@ def parse_args(argv):
     ap.add_argument("--scopes", type=scope_list, default=list(SCOPES),
                     help="comma-separated, of %s (default: all)" % ", ".join(SCOPES))
     ap.add_argument("--precisions", default=",".join(peer.PRECISIONS),
-                    help="comma-separated: fp32 (TF32 off), default (PyTorch's flags as "
-                    "shipped); default: both")
+                    help="comma-separated: fp32 (TF32 off; every ModelNew's fp32 kernels), "
+                    "default (PyTorch's flags as shipped, its convs in TF32; chapters %s's "
+                    "ModelNew(..., precision=\"tf32\") on compute capability 9.0); default: "
+                    "both" % " and ".join(str(int(k)) for k in TF32_CHAPTERS))
     ap.add_argument("--seed", type=int, default=SEED,
                     help="the models' seed and the correctness trials' source (default %d, "
                     "the benchmark's)" % SEED)
@@ -394,16 +422,24 @@ def run_chapter(key, args, ModelNew, timer, out, gpu, Export=None):
              torch.__version__), flush=True)
     set_seed(args.seed)
     model = model_classes()[key](*spec["init"]).cuda()
-    set_seed(args.seed)
-    try:
-        new = ModelNew(*spec["init"]).cuda()
-    except Exception as e:  # noqa: BLE001
-        print("chapter %s: ModelNew(%s) raised %s: %s" % (key, spec["init"], type(e).__name__, e))
-        return 1
-    differs = same_parameters(model, new)
-    print("  parameters after the same seed: %s"
-          % ("Model's, in its order" if differs is None else "DIFFER: " + differs))
-    failures += differs is not None
+    sm90a = torch.cuda.get_device_capability() == (9, 0)
+    news = {}  # precision -> ModelNew, built for it (modelnew_kwargs)
+    for prec in args.precisions:
+        kw = modelnew_kwargs(key, prec, sm90a)
+        call = "ModelNew(%s%s)" % (", ".join(map(repr, spec["init"])),
+                                  "".join(", %s=%r" % kv for kv in kw.items()))
+        set_seed(args.seed)
+        try:
+            news[prec] = ModelNew(*spec["init"], **kw).cuda()
+        except Exception as e:  # noqa: BLE001
+            print("chapter %s: %s raised %s: %s" % (key, call, type(e).__name__, e))
+            return 1
+        differs = same_parameters(model, news[prec])
+        print("  %-7s %s%s; parameters after the same seed: %s"
+              % (prec, call, " (TF32 kernels are wgmma's, sm_90a: not on this GPU)"
+                 if key in TF32_CHAPTERS and prec == "default" and not sm90a else "",
+                 "Model's, in its order" if differs is None else "DIFFER: " + differs))
+        failures += differs is not None
     exported = None
     if Export is not None:
         set_seed(args.seed)
@@ -433,7 +469,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu, Export=None):
     for prec in args.precisions:
         peer.set_precision(prec)
         torch._dynamo.reset()
-        models = {"eager": model, "compile": torch.compile(model), "ModelNew": new,
+        models = {"eager": model, "compile": torch.compile(model), "ModelNew": news[prec],
                   "export": exported}
         with torch.no_grad():  # the reference: Model eager in this precision
             ref = [model(t) for t in xs]
@@ -512,7 +548,7 @@ def run_chapter(key, args, ModelNew, timer, out, gpu, Export=None):
                              verdicts.get((scope, prec, "export"), "-")))
         print()
     print("chapter %s: %.0f s; rows -> %s" % (key, time.perf_counter() - t_chapter, out.path))
-    del model, new, exported, xs, x, xg
+    del model, news, exported, xs, x, xg
     torch.cuda.empty_cache()
     return failures
 
@@ -605,6 +641,27 @@ def self_test():
     for bad in (["--chapter", "6"], ["--chapter", "x"], ["--scopes", "forward,backward"],
                 ["--scopes", ","], ["--precisions", "tf32"], ["--trials", "1"], ["--bogus"]):
         check(exit_code(bad) == 2, "%s rejected with exit 2" % " ".join(bad))
+    want = {("02", "default", True): {"precision": "tf32"},
+            ("05", "default", True): {"precision": "tf32"},
+            ("02", "fp32", True): {"precision": "fp32"}, ("05", "fp32", True): {"precision": "fp32"},
+            ("02", "default", False): {"precision": "fp32"},
+            ("05", "default", False): {"precision": "fp32"},
+            ("01", "default", True): {}, ("03", "default", True): {}, ("04", "fp32", True): {}}
+    got = {k: modelnew_kwargs(*k) for k in want}
+    check(got == want, "ModelNew's precision: chapters 2 and 5 precision=\"tf32\" in default on "
+          "compute capability 9.0, \"fp32\" in fp32 and on other GPUs; chapters 1, 3, 4 no "
+          "keyword" + ("" if got == want else " (got %s)" % got))
+    for key in sorted(PROBLEMS):  # the modules take the keyword where the choice gives it
+        with open(os.path.join(REPO, "python", "handfused", "ch%s.py" % key)) as fh:
+            tree = ast.parse(fh.read())
+        init = [f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "ModelNew"
+                for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+        kwonly = {a.arg: d.value if isinstance(d, ast.Constant) else None
+                  for f in init for a, d in zip(f.args.kwonlyargs, f.args.kw_defaults)}
+        ok = kwonly == ({"precision": "fp32"} if key in TF32_CHAPTERS else {})
+        check(len(init) == 1 and ok, "handfused.ch%s's ModelNew takes %s" % (
+            key, "a keyword-only precision, \"fp32\" by default" if key in TF32_CHAPTERS
+            else "KernelBench's arguments alone (no precision keyword)"))
     st = summarize([4.0, 1.0, 2.0, 3.0])
     check((st["mean"], st["median"], st["min"], st["max"], st["trials"]) == (2.5, 2.5, 1.0, 4.0, 4)
           and abs(st["std"] - 1.25 ** 0.5) < 1e-12,

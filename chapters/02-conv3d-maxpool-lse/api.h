@@ -12,8 +12,10 @@
  *   y, g       n x 1 x d/2 x h/2 x w/2 (floor)   the output and its gradient dL/dy
  *   workspace  ch02_workspace_floats(...) floats of scratch
  * The geometry is fixed: 32 channels in, 64 out, kernel 3, stride 1, padding 1; pooling 2.
- * The conv and its gradients all run in 3xTF32 (the chapter's v8 .. v9 and b3): tensor cores at
- * fp32's accuracy, whatever the caller's TF32 settings.
+ * fp32 (ch02_forward, _train_forward, _backward): the conv and its gradients in 3xTF32 (v8, v9,
+ * b3), tensor cores at fp32's accuracy. TF32 (the same names with _tf32): TF32 on Hopper's wgmma
+ * (v10, b4), an error about PyTorch's TF32 convs'; sm_90a code, CH02_ENOTSUP on other GPUs.
+ * Neither depends on the caller's TF32 settings.
  *
  * Every function returns CH02_OK (0) or an error code instead of exiting (the one exit left,
  * on a device an earlier kernel's fault broke, is api.cu's); after an error ch02_last_error()
@@ -38,6 +40,7 @@ enum {
     CH02_OK = CAPI_OK,
     CH02_EINVAL = CAPI_EINVAL,
     CH02_ECUDA = CAPI_ECUDA,
+    CH02_ENOTSUP = CAPI_ENOTSUP, /* the TF32 functions on a GPU or build without sm_90a code */
 };
 
 /* The message of the calling thread's last error ("" if none). */
@@ -49,9 +52,9 @@ const char *ch02_last_error(void);
  * below 2^31 elements (32-bit indexing). */
 int ch02_check_shape(long long n, long long c_in, long long d, long long h, long long w);
 
-/* The floats of workspace the forwards (backward 0) or ch02_backward (backward 1) need on the
- * current device (the backward's dw is summed in shares sized to its SMs); 0 if the device
- * cannot be queried (ch02_last_error says why). */
+/* The floats of workspace the forwards (backward 0) or the backwards (backward 1) need on the
+ * current device, the same for both precisions (the backward's dw is summed in shares sized to
+ * its SMs); 0 if the device cannot be queried (ch02_last_error says why). */
 size_t ch02_workspace_floats(int backward);
 
 /* The whole forward, inference: y from x (v9, the chapter's fastest fp32-accurate version: the
@@ -73,6 +76,30 @@ int ch02_train_forward(const float *x, const float *weight, const float *bias, f
 int ch02_backward(const float *x, const float *weight, const float *c, const float *g,
                   float *dc, float *dx, float *dw, float *dbias, float *workspace,
                   size_t workspace_floats, int n, int d, int h, int w, cudaStream_t stream);
+
+/* ---- TF32 on wgmma (sm_90a: H100, H200). Each takes what its fp32 function takes, writes what
+ * it writes, and needs the same workspace; on a GPU that is not compute capability 9.0, or a
+ * build without sm_90a code (make lib ARCH=sm_90 builds it), it returns CH02_ENOTSUP ("needs an
+ * sm_90a GPU (Hopper's wgmma: H100, H200) and a build for it; ...") and launches nothing. */
+
+/* The whole forward, inference, in TF32: v10, v9's fusion with the conv on wgmma (c never
+ * written). */
+int ch02_forward_tf32(const float *x, const float *weight, const float *bias, float *y,
+                      float *workspace, size_t workspace_floats, int n, int d, int h, int w,
+                      cudaStream_t stream);
+
+/* The training forward in TF32: c = Conv3d(x) by v10's conv, then y from c (v5's epilogue), as
+ * b4 runs it. c is what ch02_backward_tf32 needs; keep it until then. */
+int ch02_train_forward_tf32(const float *x, const float *weight, const float *bias, float *c,
+                            float *y, float *workspace, size_t workspace_floats, int n, int d,
+                            int h, int w, cudaStream_t stream);
+
+/* The backward in TF32 (b4's): dc from c and g by b2's kernel (fp32, as ch02_backward's), then
+ * dx (like x; NULL: skipped) and dw on wgmma in TF32, dbias (fp32 sums of dc). Every sum is in
+ * a fixed order: the same bits every run. */
+int ch02_backward_tf32(const float *x, const float *weight, const float *c, const float *g,
+                       float *dc, float *dx, float *dw, float *dbias, float *workspace,
+                       size_t workspace_floats, int n, int d, int h, int w, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

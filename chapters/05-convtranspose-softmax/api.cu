@@ -2,15 +2,18 @@
  * api.cu: the C library of api.h, on the chapter's own launchers (no kernel of its own).
  *
  * Each function fills a run_ctx (model.h) with the caller's buffers and stream, on the stack, and
- * calls the launchers the chapter's versions use: v7_launch for the inference forward;
+ * calls the launchers the chapter's versions use: v7_launch for the inference forward (v8_launch
+ * for the TF32 one, after capi_check_sm90a: wgmma's kernels are empty stubs in a build for
+ * another architecture, and sm_90a code runs on compute capability 9.0 alone);
  * pool_forward and v7_launch for the training forward (v7 writes c and lse, what the backward
  * reads, on its way to y); b3_backward (b2_backward), library_conv_grads and pool_grad for the
  * backward: b3's (b2's) piece by piece. The harness's checks (CUDA_CHECK, die) exit the process,
  * so this file checks every input before it launches anything and reports a failed launch with
  * cudaGetLastError instead. What still exits: the library conv's one-time setup (common/conv.cu)
  * on a cuDNN failure, or when its allocations fail after the free-memory check passed (another
- * process took the memory in between); and its later calls on a failed cuDNN call, which valid
- * buffers do not cause.
+ * process took the memory in between); its later calls on a failed cuDNN call, which valid
+ * buffers do not cause; and v8's shared-memory opt-in (cudaGetDevice, cudaFuncSetAttribute),
+ * which fails only on a device already broken.
  */
 #include "api.h"
 #include "capi.h"
@@ -54,13 +57,21 @@ static size_t bpart_floats(const shape *s, int split)
     return b2 > b1 ? b2 : b1;
 }
 
+/* the TF32 forward's (v8's): its tiles' partial sums, its weights, each row's factor and lse,
+ * and xp (the pool's output, the conv's input), in this order */
+static size_t v8_floats(const shape *s)
+{
+    return f4((size_t)rows(s) * v8_tiles(s)) + f4(N_WEIGHT) + 2 * f4(rows(s)) + f4(pool_elems(s));
+}
+
 size_t ch05_workspace_floats(int n, int d, int h, int w)
 {
     shape s = make_shape(n, d, h, w);
     int split = v5_split(&s, sm_count());
     size_t fwd = f4((size_t)rows(&s) * v7_tiles(&s)) + f4(N_WEIGHT) + f4(rows(&s));
     size_t bwd = f4(rows(&s)) + f4(bpart_floats(&s, split)) + f4(pool_elems(&s));
-    return fwd > bwd ? fwd : bwd;
+    size_t most = fwd > bwd ? fwd : bwd;
+    return most > v8_floats(&s) ? most : v8_floats(&s);
 }
 
 int ch05_clusters(void)
@@ -141,6 +152,27 @@ int ch05_forward(const float *x, const float *weight, const float *conv_bias, co
     r.lse = r.wt + f4(N_WEIGHT); /* v7 writes it; the inference forward does not keep it */
     v7_launch(&r, SCOPE_MODEL_FWD);
     return capi_launched(CAPI_ECUDA, "the forward (v7)");
+}
+
+int ch05_forward_tf32(const float *x, const float *weight, const float *conv_bias,
+                      const float *scale, float *y, float *workspace, int n, int d, int h, int w,
+                      cudaStream_t stream)
+{
+    run_ctx r;
+    int clusters = 0, err;
+    const void *p[] = {x, weight, conv_bias, scale, y, workspace};
+    const char *names[] = {"x", "weight", "conv_bias", "scale", "y", "workspace"};
+    if ((err = capi_check_sm90a("ch05_forward_tf32 (v8)")) ||
+        (err = begin(&r, &clusters, n, d, h, w, stream, p, names, 6)))
+        return err;
+    r.x = x, r.weight = weight, r.bias = conv_bias, r.scale = scale, r.y = y;
+    r.tpart = workspace; /* v8_floats's parts */
+    r.wt = r.tpart + f4((size_t)rows(&r.sh) * v8_tiles(&r.sh));
+    r.rowk = r.wt + f4(N_WEIGHT);
+    r.lse = r.rowk + f4(rows(&r.sh)); /* v8 writes it; the inference forward does not keep it */
+    r.xp = r.lse + f4(rows(&r.sh));
+    v8_launch(&r, SCOPE_MODEL_FWD);
+    return capi_launched(CAPI_ECUDA, "the TF32 forward (the pool, then v8)");
 }
 
 int ch05_train_forward(const float *x, const float *weight, const float *conv_bias,

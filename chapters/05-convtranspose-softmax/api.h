@@ -16,6 +16,7 @@
  *   lse        n x 64                            each softmax row's log sum exp(clamp(c))
  * The geometry is fixed: 32 channels in, 64 out, kernel 3, stride 2, padding 1, output padding
  * 1; the pool's kernel and stride 2; the clamp to [0, 1].
+ * Every function is fp32 but ch05_forward_tf32 (TF32 on Hopper's wgmma, sm_90a).
  *
  * Every function returns CAPI_OK (0) or an error code (common/capi-codes.h), and never exits
  * the process; after an error ch05_last_error() says what was wrong (the calling thread's last
@@ -29,7 +30,7 @@
 
 #include <cuda_runtime.h>
 
-#include "capi-codes.h" /* CAPI_OK, CAPI_EINVAL, CAPI_ENOMEM, CAPI_ECUDA */
+#include "capi-codes.h" /* CAPI_OK, CAPI_EINVAL, CAPI_ENOMEM, CAPI_ECUDA, CAPI_ENOTSUP */
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,7 +46,8 @@ const char *ch05_last_error(void);
 int ch05_check_shape(long long n, long long c_in, long long d, long long h, long long w);
 
 /* The floats of scratch `workspace` holds for any function below at this shape (the partial sums
- * of v7 and of the backward, v7's reordered weights, the pool's gradient). */
+ * of v7, v8 and the backward, v7's and v8's reordered weights, v8's pooled input, the pool's
+ * gradient). */
 size_t ch05_workspace_floats(int n, int d, int h, int w);
 
 /* Whether this GPU and this build run the cluster kernels (Hopper, sm_90): 1 yes, 0 no, or
@@ -59,6 +61,20 @@ int ch05_clusters(void);
 int ch05_forward(const float *x, const float *weight, const float *conv_bias, const float *scale,
                  float *c, float *y, float *workspace, int n, int d, int h, int w,
                  cudaStream_t stream);
+
+/* The whole forward, inference, in TF32: v8, the pool (writing xp into the workspace), then the
+ * transposed conv on Hopper's warpgroup MMA twice (each tile's sums of exp(clamp(c)), then y
+ * from each row's total), c never written: no c argument. Each product's operands are rounded to
+ * TF32 (a 10-bit mantissa, 2^-11 of themselves), the sums in fp32: an error about that of
+ * PyTorch's TF32 ConvTranspose3d (torch.backends.cudnn.allow_tf32), where ch05_forward is fp32.
+ * sm_90a code: on a GPU that is not compute capability 9.0 (H100, H200), or a build without
+ * sm_90a code (make lib ARCH=sm_90 builds it), it returns CAPI_ENOTSUP ("needs an sm_90a GPU
+ * (Hopper's wgmma: H100, H200) and a build for it; ...") and launches nothing. The chapter has no
+ * TF32 backward: the training step is ch05_train_forward's and ch05_backward's, in fp32.
+ * workspace: ch05_workspace_floats floats. */
+int ch05_forward_tf32(const float *x, const float *weight, const float *conv_bias,
+                      const float *scale, float *y, float *workspace, int n, int d, int h, int w,
+                      cudaStream_t stream);
 
 /* The training forward: xp = AvgPool3d(x) (the conv's input, which the backward's dw reads),
  * then v7 as ch05_forward runs it, which writes c (the conv's output) and lse on its way to y.

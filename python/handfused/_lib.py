@@ -5,6 +5,8 @@ call() turns a nonzero code into a Python exception carrying that message:
     1 (a shape or pointer the kernels do not take)   ValueError
     2 (not enough free device memory)                MemoryError
     3 (a CUDA error)                                 RuntimeError
+    4 (this GPU or build cannot run the kernels:     RuntimeError
+       the TF32 functions' wgmma needs sm_90a)
 The directory searched is $HANDFUSED_LIB_DIR if set, else the repository's build/.
 """
 import ctypes
@@ -40,16 +42,19 @@ SIGNATURES = {
     1: _api(1, {"check_shape": "q5", "workspace_floats": ("z", "i4"), "forward": "p5 i4 p",
                 "train_forward": "p6 i4 p", "backward": "p11 i4 p"}),
     2: _api(2, {"check_shape": "q5", "workspace_floats": ("z", "i"), "forward": "p5 z i4 p",
-                "train_forward": "p6 z i4 p", "backward": "p9 z i4 p"}, release=False),
+                "train_forward": "p6 z i4 p", "backward": "p9 z i4 p",
+                "forward_tf32": "p5 z i4 p", "train_forward_tf32": "p6 z i4 p",
+                "backward_tf32": "p9 z i4 p"}, release=False),
     3: _api(3, {"check_shape": "q5", "workspace_bytes": ("z", "i4"), "versions": ("s", ""),
                 "forward": "p6 i4 p", "train_forward": "p10 i4 p", "backward": "p15 i4 p"}),
     4: _api(4, {"check_shape": "q4", "workspace_floats": ("z", "i3"), "forward": "p8 i3 p",
                 "train_forward": "p9 i3 p", "backward": "p15 i3 p"}),
     5: _api(5, {"check_shape": "q5", "workspace_floats": ("z", "i4"), "clusters": "",
-                "forward": "p7 i4 p", "train_forward": "p9 i4 p", "backward": "p12 i4 p"}),
+                "forward": "p7 i4 p", "forward_tf32": "p6 i4 p", "train_forward": "p9 i4 p",
+                "backward": "p12 i4 p"}),
 }
 
-EINVAL, ENOMEM, ECUDA = 1, 2, 3
+EINVAL, ENOMEM, ECUDA, ENOTSUP = 1, 2, 3, 4
 _loaded = {}
 
 

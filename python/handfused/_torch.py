@@ -92,6 +92,18 @@ def model_forward(function, inference, *tensors):
     return inference(*tensors)
 
 
+PRECISIONS = ("fp32", "tf32")
+
+
+def check_precision(precision, choices=PRECISIONS):
+    """precision when it is one of choices (ModelNew's precision keyword), else ValueError
+    naming them"""
+    if not isinstance(precision, str) or precision not in choices:
+        raise ValueError("precision must be one of %s, not %r"
+                         % (", ".join(repr(c) for c in choices), precision))
+    return precision
+
+
 def triple(v, name):
     t = tuple(v) if isinstance(v, (tuple, list)) else (v, v, v)
     if len(t) != 3:

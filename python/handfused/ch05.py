@@ -5,21 +5,31 @@
 
 ModelNew takes the constructor of KernelBench's Model for this problem and creates the same
 parameters in the same order (conv_transpose.weight and conv_transpose.bias, then scale, ones),
-so that after the same torch.manual_seed both hold the same values. Its forward and backward
-run the chapter's kernels (chapters/05-convtranspose-softmax/api.h) through build/libch05.so
+so that after the same torch.manual_seed both hold the same values; a keyword-only precision,
+"fp32" (the default) or "tf32", picks the inference forward. Its forward and backward run the
+chapter's kernels (chapters/05-convtranspose-softmax/api.h) through build/libch05.so
 (`make lib CH=5`) on PyTorch's current stream:
-  - without autograd (torch.no_grad(), or no input needing a gradient): v7, the pool in the
-    loads of the chapter's own transposed conv, the row sums in its epilogue;
-  - with autograd: the pool writing xp (the conv's input, which dw needs), then v7 as without
-    autograd, which writes c and each row's lse on its way to y (xp, c and lse kept for the
+  - without autograd (torch.no_grad(), or no input needing a gradient): precision="fp32": v7,
+    the pool in the loads of the chapter's own transposed conv, the row sums in its epilogue;
+    precision="tf32": v8, the pool, then the transposed conv in TF32 on Hopper's warpgroup MMA
+    (sm_90a code: H100, H200; on another GPU, or a library built without sm_90a code, the call
+    raises RuntimeError saying so), run twice (the row sums, then y), c never written. TF32
+    rounds each product's operands to a 10-bit mantissa (2^-11 of themselves), the sums in
+    fp32: an error about that of PyTorch's TF32 conv (torch.backends.cudnn.allow_tf32, PyTorch's
+    default), far above fp32's;
+  - with autograd: the pool writing xp (the conv's input, which dw needs), then v7 as fp32's
+    inference forward runs it, which writes c and each row's lse on its way to y (xp, c and lse kept for the
     backward); backward: b3's (b2's) dc and the scale's gradient, then the conv's gradients
     by the library conv, and dx (the library conv and the pool's backward) only when x needs a
-    gradient.
-Everything is float32 (fp32 arithmetic: no TF32). Under torch.compile the call into the library
-is a graph break (torch.compiler.disable): the compiled graph runs around it, eagerly inside.
+    gradient. This path is fp32 in both precisions: the chapter has no TF32 backward, so
+    precision="tf32" changes nothing with autograd (its forward there is v7's, not v8's).
+Apart from v8, everything is float32 arithmetic (no TF32), whatever PyTorch's TF32 flags.
+Under torch.compile the call into the library is a graph break (torch.compiler.disable): the
+compiled graph runs around it, eagerly inside.
 """
 from . import _lib
-from ._torch import aligned, call_on, check_inputs, model_forward, ptr, triple
+from ._torch import (aligned, call_on, check_inputs, check_precision, model_forward, ptr,
+                     triple)
 
 import torch  # noqa: E402 (after _torch, which says what is missing without PyTorch)
 import torch.nn as nn  # noqa: E402
@@ -63,6 +73,16 @@ def forward_inference(x, weight, conv_bias, scale):
     return y
 
 
+def forward_inference_tf32(x, weight, conv_bias, scale):
+    """y without autograd in TF32: v8 (sm_90a)."""
+    n, d, h, w = _check_inputs(x, weight, conv_bias, scale)
+    x = aligned(x)
+    y = _empty(_out_shape(n, d, h, w), x)
+    call_on(x.device, _library(), CHAPTER, "ch05_forward_tf32", ptr(x), ptr(weight),
+            ptr(conv_bias), ptr(scale), ptr(y), ptr(_workspace(n, d, h, w, x)), n, d, h, w)
+    return y
+
+
 class Ch05Function(torch.autograd.Function):
     """The training step's forward (xp, c, lse saved) and its backward, as one autograd node."""
 
@@ -103,12 +123,16 @@ class ModelNew(nn.Module):
     Constructor: KernelBench's, Model(in_channels, out_channels, kernel_size, stride, padding,
     output_padding, pool_kernel_size, clamp_min, clamp_max); the kernels are written for its
     geometry (32 -> 64 channels, kernel 3, stride 2, padding 1, output padding 1, a pool of 2,
-    the clamp to [0, 1]), and other values raise ValueError. Input x: float32, CUDA, contiguous,
-    N x 32 x D x H x W (limits: ch05_check_shape in api.h)."""
+    the clamp to [0, 1]), and other values raise ValueError. Keyword-only precision: "fp32" (the
+    default, and what KernelBench's ModelNew(*get_init_inputs()) gets) or "tf32" (the inference
+    forward in TF32 on wgmma, an H100 or H200; with autograd both are fp32: the module's
+    docstring says what each runs); another value raises ValueError. Input x: float32, CUDA,
+    contiguous, N x 32 x D x H x W (limits: ch05_check_shape in api.h)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding,
-                 pool_kernel_size, clamp_min, clamp_max):
+                 pool_kernel_size, clamp_min, clamp_max, *, precision="fp32"):
         super().__init__()
+        self.precision = check_precision(precision)
         got = (in_channels, out_channels, triple(kernel_size, "kernel_size"),
                triple(stride, "stride"), triple(padding, "padding"),
                triple(output_padding, "output_padding"),
@@ -130,5 +154,10 @@ class ModelNew(nn.Module):
         self.scale = nn.Parameter(torch.ones(1, out_channels, 1, 1, 1))
 
     def forward(self, x):
-        return model_forward(Ch05Function, forward_inference, x, self.conv_transpose.weight,
+        # with autograd, fp32 in both precisions: the chapter has no TF32 backward
+        inference = forward_inference_tf32 if self.precision == "tf32" else forward_inference
+        return model_forward(Ch05Function, inference, x, self.conv_transpose.weight,
                              self.conv_transpose.bias, self.scale)
+
+    def extra_repr(self):
+        return "precision=%r" % self.precision

@@ -6,8 +6,13 @@ PASS / FAIL / SKIP lines as the chapters' checks print them (common/run-tests.sh
                tolerances), no NaN
   sum_close    a sum (a gradient element): its error within tol of the sum of its terms'
                magnitudes, computed by the caller in float64
+  tf32_close   a TF32 result (ModelNew(..., precision="tf32")): its error against float64
+               within twice PyTorch's own TF32 error on the same tensors, plus a float32 floor,
+               in relative L2 and in largest error (absolute, or over a scale: a sum's terms'
+               magnitudes, a row's largest value)
 Only check, skip and expect_error run without PyTorch; the rest import it when called.
 """
+import contextlib
 import os
 import sys
 import tempfile
@@ -68,6 +73,17 @@ def library_shapes(chapter, accepted, rejected):
         check(code == _lib.EINVAL and words in err,
               "%s rejects %s (code %d): %s" % (name, shape, code, err))
     return lib
+
+
+def tf32_entry(lib, chapter, name, args):
+    """Without PyTorch: lib's name(*args) (a TF32 function, its tensors NULL) refuses with its
+    reason: a CUDA error naming the function (no usable device), CAPI_ENOTSUP (a GPU or build
+    without sm_90a code), or, where its kernels would run, EINVAL for the NULL x; never 0"""
+    code = getattr(lib, name)(*args)
+    err = getattr(lib, "ch%02d_last_error" % chapter)().decode()
+    want = {_lib.ECUDA: name, _lib.ENOTSUP: "needs an sm_90a GPU", _lib.EINVAL: "x is NULL"}
+    check(code in want and want[code] in err, "%s, its tensors NULL: code %d: %s"
+          % (name, code, err))
 
 
 def gpu_module(chapter):
@@ -143,6 +159,82 @@ def finds_planted(tag, what, got, ref, abs_sum, k, tol=1e-5):
     ratio = sum_ratio(bad, ref, abs_sum)
     check(ratio > tol, "%s: the gradient check finds %s off by 1e-4 of its sum (ratio %.1e)"
           % (tag, what, ratio))
+
+
+# ---- TF32 (precision="tf32"): within twice PyTorch's own TF32 error, plus a float32 floor
+TF32_FACTOR = 2.0
+# the floor (relative L2, scaled largest error) where the caller gives none: float32's rounding
+# of the results and of their sums (2^-24 = 6e-8 each, over sums of thousands of terms), which
+# both sides carry beside TF32's and which may outweigh it in a long sum (a gradient's error
+# over its terms' magnitudes shrinks as TF32's errors cancel)
+TF32_FLOOR = (1e-6, 1e-6)
+
+
+def tf32_skip_reason(torch):
+    """None on a GPU of compute capability 9.0, where the TF32 kernels (wgmma, sm_90a code) run;
+    else why the TF32 checks are skipped"""
+    cc = torch.cuda.get_device_capability()
+    if cc == (9, 0):
+        return None
+    return ("precision=\"tf32\" needs compute capability 9.0 (H100, H200: its kernels are "
+            "Hopper's wgmma, sm_90a code); this GPU is %d.%d" % cc)
+
+
+@contextlib.contextmanager
+def pytorch_tf32(torch):
+    """PyTorch's default precision for convs inside (cudnn.allow_tf32 on: cuDNN may run a conv
+    and its gradients in TF32); the flag as it was after"""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
+def tf32_errors(got, ref, scale=None):
+    """(relative L2, largest error) of got against the float64 ref; the largest error of
+    |got - ref| / scale where scale is given (ref's shape: a gradient's sum of |terms|, a row's
+    largest |value|, broadcast); (inf, inf) where got has a NaN or another shape"""
+    import torch
+    if got.shape != ref.shape or not bool(torch.isfinite(got).all()):
+        return float("inf"), float("inf")
+    err = (got.double() - ref).abs()
+    rel = (err.norm() / ref.norm().clamp_min(1e-300)).item()
+    if scale is not None:
+        err = err / scale.clamp_min(1e-300)
+    return rel, (err.max().item() if err.numel() else 0.0)
+
+
+def tf32_within(ours, peer, floor):
+    """ours within TF32_FACTOR times peer's errors (each tf32_errors's) plus floor, both"""
+    return all(o <= TF32_FACTOR * p + f for o, p, f in zip(ours, peer, floor))
+
+
+def tf32_close(what, got, ref, peer, peer_ref, scale=None, floor=TF32_FLOOR):
+    """got (ours, TF32) against the float64 ref, within twice the error of peer (PyTorch's
+    result in TF32 on the same tensors) against peer_ref (ref, or the float64 derivative on the
+    branch peer's run took), plus floor (relative L2, largest error scaled as tf32_errors);
+    returns (ours, peer's), each (rel_l2, largest)"""
+    ours, theirs = tf32_errors(got, ref, scale), tf32_errors(peer, peer_ref, scale)
+    check(tf32_within(ours, theirs, floor),
+          "%s: rel_l2 %.1e, largest error %.1e%s; PyTorch's TF32 %.1e, %.1e (at most %g x that "
+          "+ %.0e, %.0e)" % (what, ours[0], ours[1], "" if scale is None else " (scaled)",
+                             theirs[0], theirs[1], TF32_FACTOR, floor[0], floor[1]))
+    return ours, theirs
+
+
+def tf32_finds_planted(tag, what, got, ref, theirs, k, scale=None, floor=TF32_FLOOR):
+    """the TF32 check can fail: got with its element k (flat) moved by twice the largest error
+    the check allows there (theirs: PyTorch's errors, as tf32_close returned them) must fail it;
+    what names the error (e.g. "y with one output")"""
+    allowed = TF32_FACTOR * theirs[1] + floor[1]
+    step = 2 * allowed * (1.0 if scale is None else scale.reshape(-1)[k].item())
+    bad = got.clone()
+    bad.view(-1)[k] += step
+    ours = tf32_errors(bad, ref, scale)
+    check(not tf32_within(ours, theirs, floor), "%s: the TF32 check finds %s off by %.1e "
+          "(largest error %.1e, at most %.1e)" % (tag, what, step, ours[1], allowed))
 
 
 def on_two_streams(run):

@@ -13,6 +13,12 @@ Tolerances are the chapter's (problem.cu): every softmax row's outputs are far b
 row's error is judged against that row's largest value (1e-5, plus 4 times the conv's own float32
 error where the conv ran in float32), and the whole output within 1e-5 relative L2; a gradient
 element, a sum, within 1e-5 of the sum of its terms' magnitudes.
+precision="tf32" (on compute capability 9.0; skipped elsewhere, where its refusal is checked
+instead): y of the inference forward (v8) against Model in float64, within twice the error of
+Model in float32 with PyTorch's TF32 convs (cudnn.allow_tf32, its default) on the same tensors,
+plus a float32 floor (_checks.tf32_close), in relative L2 and in each row's largest error over
+the row's largest value; a planted error fails the check. With autograd the chapter has no
+TF32 path: its y is precision="fp32"'s, bit for bit. precision="bf16" raises ValueError.
 """
 import os
 import sys
@@ -21,17 +27,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checks  # noqa: E402 (after the path)
 from _checks import (bad_inputs, check, compile_same, each_shape, expect_error,  # noqa: E402
                      finds_planted, guarded, library_shapes, on_two_streams, problem_model,
-                     same_parameters, same_seed, sgd_compare, still_runs, sum_close)
+                     pytorch_tf32, same_parameters, same_seed, sgd_compare, skip, still_runs,
+                     sum_close, tf32_close, tf32_entry, tf32_finds_planted, tf32_skip_reason)
 
 
 def library_checks():
     """What runs without PyTorch and without a GPU: ch05_check_shape's verdicts and messages,
-    and a missing library's message."""
-    library_shapes(5, ((1, 32, 2, 2, 2), (32, 32, 32, 64, 64), (1, 32, 3, 5, 7),
-                     (128, 32, 32, 64, 64)),
-                 (((1, 3, 4, 4, 4), "32 channels"), ((0, 32, 4, 4, 4), "at least"),
-                  ((1, 32, 1, 4, 4), "at least 2"), ((2, 32, 4, 4, 1), "at least 2"),
-                  ((256, 32, 32, 64, 64), "2^31"), ((1, 32, 2049, 200, 200), "2^31")))
+    a missing library's message, and the TF32 forward's refusal where it cannot run."""
+    lib = library_shapes(5, ((1, 32, 2, 2, 2), (32, 32, 32, 64, 64), (1, 32, 3, 5, 7),
+                             (128, 32, 32, 64, 64)),
+                         (((1, 3, 4, 4, 4), "32 channels"), ((0, 32, 4, 4, 4), "at least"),
+                          ((1, 32, 1, 4, 4), "at least 2"), ((2, 32, 4, 4, 1), "at least 2"),
+                          ((256, 32, 32, 64, 64), "2^31"), ((1, 32, 2049, 200, 200), "2^31")))
+    if lib is not None:  # the sm_90a check before anything else (on this machine's GPU, or none)
+        tf32_entry(lib, 5, "ch05_forward_tf32", [None] * 6 + [1, 2, 2, 2, None])
 
 
 def gpu_checks(torch, ch05):
@@ -210,7 +219,69 @@ def gpu_checks(torch, ch05):
                  "stride=2")
     expect_error("clamp_max 2", lambda: ch05.ModelNew(32, 64, 3, 2, 1, 1, 2, 0.0, 2.0),
                  ValueError, "clamp_max=1")
+    expect_error("precision=\"bf16\"", lambda: ch05.ModelNew(*ARGS, precision="bf16"),
+                 ValueError, "'fp32'", "'tf32'", "bf16")
+    expect_error("precision given by position", lambda: ch05.ModelNew(*ARGS, "tf32"), TypeError,
+                 "positional")
     still_runs(new, ok_x, (1, 64, 4, 4, 6))
+    guarded("precision=\"tf32\"", tf32_checks, torch, ch05, Model, ARGS, dev, set_params)
+
+
+def tf32_checks(torch, ch05, Model, ARGS, dev, set_params):
+    """precision="tf32"'s inference forward (v8) against Model in float64, within twice
+    PyTorch's TF32 error (the module's docstring); on a GPU that is not compute capability 9.0,
+    its refusal"""
+    why = tf32_skip_reason(torch)
+    if why is not None:
+        skip("precision=\"tf32\" against PyTorch's TF32: %s" % why)
+        torch.manual_seed(0)
+        new = ch05.ModelNew(*ARGS, precision="tf32").to(dev)
+        with torch.no_grad():
+            expect_error("precision=\"tf32\" on this GPU, under no_grad",
+                         lambda: new(torch.rand((1, 32, 4, 5, 6), device=dev)), RuntimeError,
+                         "ch05_forward_tf32", "sm_90a")
+        return
+
+    def case(shape, seed):
+        n, _, d, h, w = shape
+        tag = "tf32 %dx32x%dx%dx%d" % (n, d, h, w)
+        gen = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        new = ch05.ModelNew(*ARGS, precision="tf32")
+        set_params(new, gen)
+        new = new.to(dev)
+        ref = Model(*ARGS).to(dev).double()
+        ref.load_state_dict(new.state_dict())
+        peer = Model(*ARGS).to(dev)  # PyTorch in float32, TF32 convs
+        peer.load_state_dict(new.state_dict())
+        fp32 = ch05.ModelNew(*ARGS).to(dev)
+        fp32.load_state_dict(new.state_dict())
+        x = torch.rand(shape, device=dev)
+        with torch.no_grad():
+            y64 = ref(x.double())
+            y = new(x)
+            with pytorch_tf32(torch):
+                y_pt = peer(x)
+            y_fp32 = fp32(x)
+            # each row's largest |value|, over the row: the existing checks' per-row scale
+            top = y64.abs().amax(dim=(2, 3, 4), keepdim=True).expand_as(y64)
+        _, theirs = tf32_close("%s: y, inference forward (v8), per row" % tag, y, y64, y_pt, y64,
+                               top)
+        if shape == (3, 32, 5, 13, 17):  # the check can fail: one output moved
+            k = 4 * 12 * 16 + 5  # in row 1 (sample 0, channel 1: channel 5's scale is zero)
+            tf32_finds_planted(tag, "y with one output", y, y64, theirs, k, top)
+            diff = (y_fp32 - y).abs().max().item()
+            check(diff > 0, "%s: precision=\"tf32\" runs other kernels than \"fp32\" without "
+                  "autograd: their y differ by up to %.1e" % (tag, diff))
+        # with autograd: fp32 in both precisions (no TF32 backward)
+        y_a = new(x.clone().requires_grad_())
+        y_b = fp32(x.clone().requires_grad_())
+        check(torch.equal(y_a, y_b) and torch.equal(y_b, y_fp32), "%s: with autograd "
+              "precision=\"tf32\"'s y is \"fp32\"'s (v7) bit for bit" % tag)
+
+    # odd and prime extents (the pool drops a last slice); uneven tiles; rows of the KernelBench
+    # length (131072)
+    each_shape(case, ((3, 32, 5, 13, 17), (2, 32, 6, 10, 22), (2, 32, 32, 64, 64)), seed=300)
 
 
 def sgd_checks(torch, ch05, Model, ARGS, dev):
