@@ -8,18 +8,20 @@
  * runs along a row of 32 positions of four tiles at once, stored [position][channel][4 tiles],
  * so a tap's shift along K moves a descriptor by whole core matrices, and x's patch stored the
  * same way makes N = 96 (32 channels at kw = 0, 1, 2) one m64n96k8; partials summed in order.
- * Prediction: dx's m64n32k8 reads 3 KB of shared memory for 16 cycles of tensor work: 24 cycles
- * at 128 bytes a cycle, 0.73 ms at 1.755 GHz; dw's m64n96k8, 5 KB for 48 cycles: 0.49 ms. v10
- * took 2.07x its bound (1.012 ms [v10 model_fwd] for 0.49): dx about 1.5 ms, dw about 1.0. With
- * v10's conv writing c (1.17 ms), the epilogue, its backward and dbias (about 0.7): 4.4 ms.
+ * Prediction, at 1.755 GHz and shared memory's 128 bytes a cycle: dx's m64n32k8 reads 3 KB (24
+ * cycles) for 16 cycles of tensor work, so shared memory binds: 0.73 ms. dw's m64n96k8 reads
+ * 5 KB (40 cycles) for 48 of tensor work, the tensor peak: 0.49 ms, v10's bound at that clock.
+ * v10 took 2.07x it (1.012 ms [v10 model_fwd]): dx about 1.5 ms, dw about 1.0. With v10's conv
+ * writing c (1.17 ms), the epilogue, its backward and dbias (about 0.7): 4.4 ms.
  * Measured (H100): 7.654 ms [b4 train_step], 2.42x b3 [b3 train_step / b4 train_step], 1.26x
- * torch.compile in TF32 [compile train_step default / b4 train_step]; 1.5x the 5 ms aimed at.
+ * torch.compile in TF32 [compile train_step default / b4 train_step]; 1.5x the 5 ms target.
  * dx met its guess: 1.397 ms, 166 TFLOP/s, tensor pipe 36% busy (Nsight Compute). dw did not:
  * 4.280 ms, 54 TFLOP/s, tensor pipe 11% busy. Its gather (one value from each of four tiles an
- * item) goes by 4-byte cp.async, all of a thread's in flight while the other stage's wgmmas run
- * (through registers, 12 in flight, dw took 6.11 ms); now its warps wait on the wgmmas (2.55
- * per issued instruction) and the copies' shared-memory stores conflict (392 M bank conflicts:
- * a warp's 4 rows land on the same banks). Errors: within 2x a TF32 backward's (problem.cu).
+ * item) went through registers first, 12 loads in flight a thread (dw 6.11 ms), and now by
+ * 4-byte cp.async, all of a stage's in flight while the other stage's wgmmas run. What binds:
+ * the warps wait on the wgmmas (2.55 stalled warps per issued instruction), and the copies'
+ * stores conflict (392 M bank conflicts: a warp's 4 rows land on the same banks).
+ * Errors: within 2x a TF32 backward's (problem.cu).
  */
 #include <cuda_pipeline.h>
 
@@ -194,10 +196,14 @@ __device__ static inline b4_quad b4_quad_of(int quad, int tiles, int d, int h, i
     return u;
 }
 
-/* ITEMS (row, channel) items of a row's 4 tiles, each a 16-byte dst[row][channel], copied
- * value by value by cp.async (zeros outside the volume and past the last tile): rows of dc's
- * tile (X 0) or x's patch (X 1, at plane offset kd - 1). No register holds a load in flight, so
- * all of a thread's (4 x LOADS) are in flight at once while the MMAs of the other stage run;
+/* ROWS x CH items (row, channel), each a 16-byte dst[row][channel] holding that row and channel
+ * of quad u's 4 tiles, copied value by value by 4-byte cp.async: rows of dc's tile (X 0) or of
+ * x's patch (X 1, at plane offset kd - 1). __pipeline_memcpy_async(dst, src, 4, zfill) copies
+ * 4 - zfill bytes and fills the rest of the 4 with zeros (cp.async's source size): zfill = 4
+ * reads nothing and writes a zero, for the conv's padding outside the volume and for a tile
+ * past the last (src must still be a global address: the tensor's start). No register
+ * holds a copy in flight, so all of a thread's, 4 x LOADS here and 4 x (6 + 9) = 60 with dc's
+ * and x's calls together, are in flight at once while the MMAs of the other stage run;
  * b4_dw_round rounds them to TF32 once they land. Items numbered 8 channels fastest, then rows,
  * then channel octets: a warp reads 8 channels x 4 rows. */
 template <int X, int ROWS, int CH, int LOADS>
@@ -224,8 +230,9 @@ __device__ static inline void b4_dw_copy(float *dst, const float *__restrict__ s
     }
 }
 
-/* the items this thread copied (b4_dw_copy's numbering), rounded to TF32 in place: its own
- * cp.async writes are visible to it after __pipeline_wait_prior */
+/* the items this thread copied (b4_dw_copy's numbering), rounded to TF32 in place (the tensor
+ * cores would truncate them: common/wgmma.cuh): a thread's own cp.async writes are visible to
+ * it after __pipeline_wait_prior, the other threads' only after the barrier that follows */
 template <int ROWS, int CH, int LOADS> __device__ static inline void b4_dw_round(uint4 *dst)
 {
 #pragma unroll
@@ -291,8 +298,10 @@ __global__ void __launch_bounds__(B4W_THREADS, 1)
         for (int i = 0; i < 48; i++)
             b4_pin(acc[i]);
         wgmma_fence();
+        /* k-step j: positions 2j, 2j + 1 of the four tiles, + 128 j and + 64 j in the
+         * descriptors' 16-byte units: 2 KB a step through dc's tile, 1 KB through x's patch */
 #pragma unroll
-        for (int j = 0; j < B4W_TW / 2; j++) /* positions 2j, 2j + 1 of the four tiles */
+        for (int j = 0; j < B4W_TW / 2; j++)
             wgmma_m64n96k8_tf32_ss(acc, da + stage + 128 * j, db + stage + 64 * j);
         wgmma_commit();
         wgmma_wait<0>();
