@@ -2,26 +2,26 @@
  * v8: the transposed conv on wgmma in TF32, computed twice (sm_90a; after chapter 2's v10)
  * Defect of v7: its conv runs on the FMA pipe (66.9 TFLOP/s fp32 peak), and it stores c (1.07 GB)
  * for a second kernel to read back: 0.72 ms of DRAM at the copy ceiling for c alone.
- * Change: each parity class (a, b, e) of v7 is an implicit GEMM (M = 64 pooled cells, N = 32
- * output channels, K = 32 input channels times the class's 1 to 8 taps) on m64n32k8. The
- * cells are 8 segments of 8 along width, each stored with the next cell (9 positions, 144 bytes:
- * the SBO), for the 4 (depth, height) offsets 0 and 1, as [channel / 4][offset][segment][9][4]:
- * tap offset (dd, dh, dw) is a start address. A block keeps one half of the channels' weights
- * (110.6 KB, TF32), persistent over tiles; its 4 warpgroups take (a, b) and both e; the patch
- * (36.9 KB a tile, from the xp the pool kernel writes) in two stages. At the datasheet's 495
- * TFLOP/s the conv is 0.12 ms, so it runs twice instead of storing c: first each tile's sums of
- * exp(clamp(c)) a channel, then, from each row's total, y.
+ * Change: each of v7's 8 parity classes (a, b, e: the outputs' parities in depth, height, width)
+ * is an implicit GEMM (M = 64 pooled cells, N = 32 output channels, K = 32 input channels times
+ * the class's taps: 1 along an even axis, 2 along an odd one) on m64n32k8. The patch is stored
+ * so that each tap is a start address (the layout comment below). A block keeps one half of the
+ * channels' weights (110.6 KB, TF32), persistent over tiles; its 4 warpgroups take (a, b) and
+ * both e; the patch (36.9 KB a tile, from the xp the pool kernel writes) in two stages. At the
+ * datasheet's 495 TFLOP/s the conv is 0.12 ms, so it runs twice instead of storing c: first
+ * each tile's sums of exp(clamp(c)) a channel, then, from each row's total, y.
  * Prediction: the pool reads x and writes xp: 0.20 ms at 2991 GB/s. A pass is 108 wgmmas a
- * (tile, half), 332 KB of shared-memory reads, 2592 cycles at 128 bytes a cycle; 125 a block at
- * 1.98 GHz: 0.16 ms. The second pass writes y, 0.36 ms: 0.72 ms in all (storing c would add
- * 0.72 ms to save 0.16). v10 ran at half its bound: guess 1.0 ms.
+ * (tile, half) pair, 332 KB of shared-memory reads, 2592 cycles at 128 bytes a cycle; 125 pairs
+ * a block at 1.98 GHz: 0.16 ms. The second pass writes y, 0.36 ms, its conv hidden under the
+ * writes: 0.20 + 0.16 + 0.36 = 0.72 ms (storing c would add 0.72 ms to save 0.16). v10 ran at
+ * half its bound: guess 1.0 ms.
  * Measured (H100): 1.445 ms [v8 model_fwd], 2.59x v7 [v7 model_fwd / v8 model_fwd], 1.91x
  * torch.compile in TF32 [compile model_fwd default / v8 model_fwd], 60% of the floor; over the
- * guess. Nsight Compute: the sums pass 0.70 ms, tensor pipe 22% busy; the y pass 0.85 ms, 18%,
- * writing 1.05 GB at 1.2 TB/s. Their warps wait mostly on their own wgmmas (2.5 per issued
- * instruction) and barriers, little on memory: a tile's wgmmas, the next patch's loads and the
- * epilogue run in turn in the same warps, one block an SM. Errors: y and lse within 2x a TF32
- * conv's on every test shape (problem.cu), x1000 included.
+ * guess. Nsight Compute (at its locked clocks): the sums pass 0.70 ms, tensor pipe 22% busy; the
+ * y pass 0.85 ms, 18%, writing 1.05 GB at 1.2 TB/s. Their warps wait mostly on their own
+ * wgmmas (2.5 stalled warps per issued instruction) and barriers, little on memory: a tile's
+ * wgmmas, the next patch's loads and the epilogue run in turn in the same warps, one block an
+ * SM. Errors: y and lse within 2x a TF32 conv's on every test shape (problem.cu), x1000 too.
  */
 #include <cuda_pipeline.h>
 
@@ -32,6 +32,16 @@
 #include "tf32.cuh"
 #include "wgmma.cuh"
 
+/* The patch of a tile, as the wgmmas read it (A, K-major, no swizzle; common/wgmma.cuh). Its 64
+ * rows of M are 8 segments of 8 pooled cells along width; a core matrix is a segment's 8 cells x
+ * 4 input channels, 16 bytes a cell. Along each axis an odd output reads input m + 1 as well as
+ * m (v7), so each segment is stored with the cell after it, 9 slots: the tap that reads m + 1
+ * along width starts the same 8 rows one slot (16 bytes) later, and the segments are 144 bytes
+ * apart (the SBO). The 4 offsets (dd, dh) in {0, 1}^2 along depth and height each hold their own
+ * 8 segments, and a k-step's two groups of 4 channels are 4608 bytes apart (the LBO):
+ *     patch[channel / 4][2 dd + dh][segment][slot 0 .. 8][channel % 4]
+ * A class's tap at offset (dd, dh, dw) then only adds ((2 dd + dh) 72 + dw) 16 bytes to A's start
+ * address (v8_mma's off, in 16-byte units). */
 #define V8_SEG 8                                /* cells a segment: one core matrix's rows */
 #define V8_SLOTS (V8_SEG + 1)                   /* a segment and the next cell */
 #define V8_SEGS 8                               /* segments a tile: 64 cells, one wgmma's M */
@@ -84,7 +94,9 @@ __global__ static void v8_row_totals(const float *__restrict__ tpart,
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* v10's: keeps the compiler from moving a definition or use of v across this point */
+/* chapter 2's v10_pin: keeps the compiler from moving a definition or use of v across this
+ * point, since it does not know that a wgmma reads and writes its accumulators after it issues,
+ * until wgmma_wait */
 __device__ static inline void v8_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 /* per axis, output parity p (0: output 2m, 1: 2m + 1) and its tap j (v7's): the input offset
@@ -94,7 +106,8 @@ __host__ __device__ constexpr int v8_k(int p, int j) { return p == 0 ? 1 : (j ==
 
 /* Warpgroup (A, B)'s wgmmas for one tile, one group: classes (A, B, 0) into acc[0] and (A, B, 1) into
  * acc[1], every tap of each, over the 4 k-steps of 8 input channels. da: the stage's patch
- * (LBO: a group of 4 channels, SBO: a segment), db: the block's weights; + 16-byte units. */
+ * (LBO: a group of 4 channels, SBO: a segment), db: the block's weights; + 16-byte units.
+ * The 8 classes have 27 taps among them, so the 4 warpgroups issue 27 x 4 = 108 a tile. */
 template <int A, int B>
 __device__ static inline void v8_mma(float acc[2][16], uint64_t da, uint64_t db)
 {
