@@ -538,8 +538,9 @@ static int within_tf32(verify_result t, verify_result m)
 /* v10's conv (wgmma, TF32) on every test shape where it runs: over fp32's tolerance and within
  * TF32's, as v7's; and within 2x of cuDNN's TF32 conv's relative L2 and largest errors on the
  * same tensors (the issue of precision is TF32's rounding, which both share: a kernel whose
- * products or sums lost more, or that truncated instead of rounding, would fail it). */
-static void v10_conv_checks(problem *pb)
+ * products or sums lost more, or that truncated instead of rounding, would fail it), and of the
+ * TF32 model's, m (tf32_conv_model_error, computed once a shape for v7's check and this). */
+static void v10_conv_checks(problem *pb, verify_result m)
 {
     const shape *s = &pb->sh;
     const char *no = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A);
@@ -551,7 +552,6 @@ static void v10_conv_checks(problem *pb)
     check(!t.pass && t.rel_l2 > TOL_REL_L2 && t.rel_l2 < HX_TF32_TOL * TOL_REL_L2,
           "v10 wgmma TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
           TOL_REL_L2, t.rel_l2, t.max_abs);
-    verify_result m = tf32_conv_model_error(pb, pb->host_dc);
     check(within_tf32(t, m), "v10 wgmma TF32 conv within 2x a TF32 conv's error (x, w rounded to "
           "TF32, double sums): rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)", t.rel_l2, m.rel_l2,
           t.max_abs, m.max_abs);
@@ -701,7 +701,7 @@ static void shape_checks(problem *pb, int t)
     check(t3.pass && t3.rel_l2 <= 2.0 * vc.rel_l2 && t3.max_abs <= 2.0 * vc.max_abs,
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
-    v10_conv_checks(pb);
+    v10_conv_checks(pb, m);
     /* b3's gradients in 3xTF32 against cuDNN's fp32 ones, both from the same dc and judged
      * against the double backward of that dc (grad_errors): within B3_PEER_RATIO of cuDNN's
      * errors. Without cuDNN, the fp32 tolerances alone (which TF32's 2^-10 would fail): the
