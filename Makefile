@@ -120,7 +120,7 @@ SWEEP_02 := $(foreach b,1 2 4,$(b)x32x32x128x128)
 # persistent blocks on an H100: two or three tiles each, so its stages and barriers are reused;
 # the same for b4's dx, and 1020 quads of tiles for b4's dw's 264 position shares
 MANY_02 := 4x32x6x34x130
-MANY_RUNS_02 := v10:v10_wgmma_conv b4:b4_d
+MANY_RUNS_02 := v10:v10_wgmma_conv v11:v10_wgmma_conv b4:b4_d
 SHAPE_03 := 128x3x16x32x32
 # 4 x 35 x 37: clusters of two blocks, so the sanitizers see the exchanges between blocks
 SMALL_03 := 2x3x4x35x37

@@ -40,7 +40,7 @@
  *                                positions
  * and the forward on Hopper's warpgroup MMA:
  *   common/wgmma.cuh         wgmma: operands in shared memory through descriptors, asynchronous
- *   13-v10-wgmma.cu          v10 v9's full fusion on wgmma in TF32 (sm_90a: H100, H200): every
+ *   13-v10-v11-wgmma.cu          v10 v9's full fusion on wgmma in TF32 (sm_90a: H100, H200): every
  *                                tap a descriptor into one patch, the next chunk loaded meanwhile
  *   14-b4-wgmma-gradients.cu b4  the training step on wgmma in TF32: v10's conv, dx on v10's
  *                                machinery, dw with four tiles' positions as K's 4 contiguous k
@@ -89,7 +89,9 @@ static const hx_version versions[] = {
     {"b3", SC(SCOPE_TRAIN), "b2, then our dx and dw: tensor cores, 3xTF32",
      b3_launch, 0, HX_3XTF32, "12-b3-own-gradients.cu"},
     {"v10", SC(SCOPE_MODEL_FWD), "full fusion on wgmma in TF32 (sm_90a)",
-     v10_launch, NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "13-v10-wgmma.cu"},
+     v10_launch, NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "13-v10-v11-wgmma.cu"},
+    {"v11", SC(SCOPE_MODEL_FWD), "v10 in 3xTF32 on wgmma: fp32's accuracy (sm_90a)",
+     v11_launch, NEEDS_SM90 | NEEDS_SM90A, HX_3XTF32, "13-v10-v11-wgmma.cu"},
     {"b4", SC(SCOPE_TRAIN), "v10's conv, then dx and dw on wgmma in TF32 (sm_90a)",
      b4_launch, NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "14-b4-wgmma-gradients.cu"},
     {"x1", SC(SCOPE_EPI_FWD) | SC(SCOPE_MODEL_FWD), "exercise: the fused epilogue, c read once",

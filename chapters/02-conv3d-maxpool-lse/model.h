@@ -96,8 +96,8 @@ struct run_ctx {
     const float *g;                 /* dL/dy */
     float *dc, *dx, *dw, *dbias;    /* the gradients */
     float *partials;                /* the deterministic bias sum's stage-1 partials */
-    float *w_k;                     /* v6 .. v10: the weights in the tiles' order (igemm.cuh;
-                                     * v10's its own) */
+    float *w_k;                     /* v6 .. v11: the weights in the tiles' order (igemm.cuh;
+                                     * v10's its own; v11's, split, 2 N_WEIGHT floats) */
     float *c_own;                   /* v6 .. v8's conv output (c stays cuDNN's, the epilogue
                                      * scopes' input, which the references were made from) */
     float *dw_part;                 /* b3's partial dw, one per position share */
@@ -150,12 +150,13 @@ void own_dw(const run_ctx *r);
 int dw_shares_max(int sm_count);          /* own_dw's partials: r->dw_part holds this many */
 /* b3's fixed-order sum: dw[i] = the shares' partials part[0 .. shares - 1][i] added in order */
 __global__ void b3_dw_sum(const float *__restrict__ part, float *__restrict__ dw, int shares);
-void lib_dx(const run_ctx *r);       /* the training step's conv gradients */
-void lib_dw(const run_ctx *r);
-void lib_dbias(const run_ctx *r);
+/* the training step's conv gradients */
+void lib_dx(const run_ctx *r), lib_dw(const run_ctx *r), lib_dbias(const run_ctx *r);
 void own_dbias(const run_ctx *r);
 void v10_launch(const run_ctx *r, int scope); /* the advanced forward: wgmma (sm_90a) */
 void conv_wgmma(const run_ctx *r, float *c);  /* v10's conv alone, c = conv(x) + bias, TF32 */
+void v11_launch(const run_ctx *r, int scope); /* v10 in 3xTF32 (sm_90a) */
+void conv_wgmma_3xtf32(const run_ctx *r, float *c); /* v11's conv alone, 3xTF32 */
 void b4_launch(const run_ctx *r, int scope);  /* the training step on wgmma in TF32 (sm_90a) */
 void tf32_dx(const run_ctx *r);               /* b4's dx and dw: wgmma, TF32, from r->dc */
 void tf32_dw(const run_ctx *r);

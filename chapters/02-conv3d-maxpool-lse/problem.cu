@@ -141,7 +141,7 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
     r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
     r->partials = (float *)gpu_alloc(4 * DBIAS_BLOCKS * C_OUT, "partial sums");
-    r->w_k = (float *)gpu_alloc(4 * N_WEIGHT, "weights, k-major");
+    r->w_k = (float *)gpu_alloc(8 * N_WEIGHT, "weights, k-major (v11: split)");
     r->c_own = (float *)gpu_alloc(4 * nc, "our conv's output");
     r->dw_part = (float *)gpu_alloc(4 * (size_t)dw_shares_max(r->sm_count) * N_WEIGHT,
                                     "partial dw");
@@ -702,6 +702,15 @@ static void shape_checks(problem *pb, int t)
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
     v10_conv_checks(pb, m);
+    const char *no = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A);
+    if (no) {
+        skip("v11 wgmma 3xTF32 conv on %dx32x%dx%dx%d: %s", s->n, s->d, s->h, s->w, no);
+    } else { /* v11's 3xTF32 on wgmma: as v8's */
+        verify_result t11 = own_conv_error(pb, conv_wgmma_3xtf32, pb->host_dc);
+        check(t11.pass && t11.rel_l2 <= 2.0 * vc.rel_l2 && t11.max_abs <= 2.0 * vc.max_abs,
+              "v11 wgmma 3xTF32 conv within 2x %s's error: rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)",
+              pb->lib.conv.backend, t11.rel_l2, vc.rel_l2, t11.max_abs, vc.max_abs);
+    }
     /* b3's gradients in 3xTF32 against cuDNN's fp32 ones, both from the same dc and judged
      * against the double backward of that dc (grad_errors): within B3_PEER_RATIO of cuDNN's
      * errors. Without cuDNN, the fp32 tolerances alone (which TF32's 2^-10 would fail): the
@@ -787,7 +796,7 @@ typedef struct {
     const run_ctx *r;
 } grad_job;
 
-/* Each conv alone (cuDNN's fp32 and TF32, v6's, v7's, v8's, v10's where it runs): time,
+/* Each conv alone (cuDNN's fp32 and TF32, v6's, v7's, v8's, v10's and v11's where they run): time,
  * TFLOP/s, and its error against the double conv, the numbers behind the README's precision
  * table. lib_ms: cuDNN's time from the
  * per-op table (hx_conv_ops), not measured twice; -1 if it did not run. */
@@ -812,8 +821,9 @@ static void conv_table(problem *pb, int reps, double lib_ms)
     } own[] = {{"v6: implicit GEMM, FMA", conv_ffma},
                {"v7: tensor cores, TF32", conv_tf32},
                {"v8: tensor cores, 3xTF32", conv_3xtf32},
-               {"v10: wgmma, TF32", conv_wgmma}};
-    int n_own = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A) ? 3 : 4;
+               {"v10: wgmma, TF32", conv_wgmma},
+               {"v11: wgmma, 3xTF32", conv_wgmma_3xtf32}};
+    int n_own = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A) ? 3 : 5;
 #if HAVE_CUDNN
     {
         int ok = 0;
@@ -895,9 +905,9 @@ static void notes(problem *pb, const device_info *dev, int reps, const char *onl
                       conv_flops(&pb->sh)};
     double lib_ms[4];
     int grads = hx_conv_ops(&pb->lib.conv, &b, dev, reps, lib_ms);
-    static const char *const own_convs[] = {"v6", "v7", "v8", "v9", "v10"};
+    static const char *const own_convs[] = {"v6", "v7", "v8", "v9", "v10", "v11"};
     int conv_version = !only;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         conv_version |= only && !strcmp(only, own_convs[i]);
     if (conv_version)
         conv_table(pb, reps, lib_ms[0]);

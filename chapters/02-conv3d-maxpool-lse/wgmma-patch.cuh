@@ -1,5 +1,6 @@
 /*
- * wgmma-patch.cuh: v10's tile and its staging, shared by 13-v10-wgmma.cu (the conv of x) and
+ * wgmma-patch.cuh: v10's tile and its staging, shared by 13-v10-v11-wgmma.cu (the conv of x,
+ * TF32 and 3xTF32) and
  * 14-b4-wgmma-gradients.cu (dx, the conv of dc): a tile of 2 x 4 x 64 outputs, its patch of
  * 8 input channels a chunk stored [group of 4 channels][position][4 channels], 16 bytes a
  * position, so that each tap is a descriptor offset; after it in the stage the chunk's weights
@@ -21,18 +22,27 @@
 #define V10_CI 8                             /* input channels a chunk: one wgmma's k */
 #define V10_PATCH_BYTES (2 * V10_PATCH * 16) /* two groups of 4 channels: 50688 */
 #define V10_THREADS 512
-#define V10_LOADS ((2 * V10_PATCH + V10_THREADS - 1) / V10_THREADS) /* x loads a thread: 7 */
+
+/* a tile of ROWS rows (v10, b4: 4; v11: 2): its threads (a warpgroup a plane's pair of rows)
+ * and patch (POSITIONS positions, PROWS rows a plane) */
+template <int ROWS> struct v10_geom {
+    static constexpr int THREADS = 128 * ROWS;
+    static constexpr int PROWS = ROWS + 2;
+    static constexpr int POSITIONS = (V10_TD + 2) * PROWS * V10_PW;
+    static constexpr int PATCH_BYTES = 2 * POSITIONS * 16;
+};
 
 typedef struct {
     int n, d0, h0, w0;
 } v10_tile;
 
+template <int ROWS = V10_TH>
 __device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
 {
-    int tw = (w + V10_TW - 1) / V10_TW, th = (h + V10_TH - 1) / V10_TH, td = (d + 1) / 2;
+    int tw = (w + V10_TW - 1) / V10_TW, th = (h + ROWS - 1) / ROWS, td = (d + 1) / 2;
     v10_tile t;
     t.w0 = id % tw * V10_TW, id /= tw;
-    t.h0 = id % th * V10_TH, id /= th;
+    t.h0 = id % th * ROWS, id /= th;
     t.d0 = id % td * V10_TD;
     t.n = id / td;
     return t;
@@ -43,27 +53,32 @@ __device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
  * cp.async (16 bytes each), the patch (zeros outside the volume: the conv's padding) through
  * registers, item it = (group, position)
  * a thread: 4 loads of one position, each coalesced along w over the warp, rounded to TF32 and
- * stored as 16 bytes. Waits for the cp.async; the caller fences and syncs. */
-template <int CH, int W_BYTES>
+ * stored as 16 bytes. SPLIT (v11): a chunk is one group of 4 channels, each value split for
+ * 3xTF32 (common/tf32.cuh's split_tf32), hi where v10 puts the first group, lo where it puts
+ * the second. Waits for the cp.async; the caller fences and syncs. */
+template <int CH, int W_BYTES, bool SPLIT = false, int ROWS = V10_TH>
 __device__ static inline void v10_load(unsigned char *stage, const float *__restrict__ x,
                                        const float *__restrict__ w_t, v10_tile t, int chunk,
                                        int d, int h, int w)
 {
+    typedef v10_geom<ROWS> G;
+    constexpr int ITEMS = (SPLIT ? 1 : 2) * G::POSITIONS;
+    constexpr int LOADS = (ITEMS + G::THREADS - 1) / G::THREADS; /* 7; v11: 5 */
     const float4 *wsrc = reinterpret_cast<const float4 *>(w_t) + chunk * (W_BYTES / 16);
-    float4 *wdst = reinterpret_cast<float4 *>(stage + V10_PATCH_BYTES);
-    for (int e = threadIdx.x; e < W_BYTES / 16; e += V10_THREADS)
+    float4 *wdst = reinterpret_cast<float4 *>(stage + G::PATCH_BYTES);
+    for (int e = threadIdx.x; e < W_BYTES / 16; e += G::THREADS)
         __pipeline_memcpy_async(wdst + e, wsrc + e, 16);
     __pipeline_commit();
     size_t dhw = (size_t)d * h * w;
-    const float *xc = x + ((size_t)t.n * CH + chunk * V10_CI) * dhw;
-    float v[V10_LOADS][4];
+    const float *xc = x + ((size_t)t.n * CH + chunk * (SPLIT ? 4 : 8)) * dhw;
+    float v[LOADS][4];
 #pragma unroll
-    for (int i = 0; i < V10_LOADS; i++) {
-        int it = threadIdx.x + i * V10_THREADS;
+    for (int i = 0; i < LOADS; i++) {
+        int it = threadIdx.x + i * G::THREADS;
         v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0.0f;
-        if (it < 2 * V10_PATCH) {
-            int grp = it >= V10_PATCH, pos = it - grp * V10_PATCH;
-            int pz = pos / (V10_PH * V10_PW), r = pos - pz * (V10_PH * V10_PW);
+        if (it < ITEMS) {
+            int grp = it >= G::POSITIONS, pos = it - grp * G::POSITIONS;
+            int pz = pos / (G::PROWS * V10_PW), r = pos - pz * (G::PROWS * V10_PW);
             int py = r / V10_PW, px = r - py * V10_PW;
             int gd = t.d0 + pz - 1, gh = t.h0 + py - 1, gw = t.w0 + px - 1;
             if (gd >= 0 && gd < d && gh >= 0 && gh < h && gw >= 0 && gw < w) {
@@ -75,11 +90,22 @@ __device__ static inline void v10_load(unsigned char *stage, const float *__rest
         }
     }
 #pragma unroll
-    for (int i = 0; i < V10_LOADS; i++) { /* item (group, position) to 16 (group 1584 + position) */
-        int it = threadIdx.x + i * V10_THREADS;
-        if (it < 2 * V10_PATCH)
-            reinterpret_cast<uint4 *>(stage)[it] = make_uint4(
-                to_tf32(v[i][0]), to_tf32(v[i][1]), to_tf32(v[i][2]), to_tf32(v[i][3]));
+    for (int i = 0; i < LOADS; i++) { /* item (group, position) to 16 (group PATCH + position) */
+        int it = threadIdx.x + i * G::THREADS;
+        if (it < ITEMS) {
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (SPLIT)
+                    split_tf32(v[i][j], &hi[j], &lo[j]);
+                else
+                    hi[j] = to_tf32(v[i][j]);
+            }
+            reinterpret_cast<uint4 *>(stage)[it] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if (SPLIT)
+                reinterpret_cast<uint4 *>(stage)[G::POSITIONS + it] =
+                    make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
     }
     __pipeline_wait_prior(0);
 }

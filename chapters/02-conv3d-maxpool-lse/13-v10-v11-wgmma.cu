@@ -23,6 +23,24 @@
  * the tensor pipe busy half the time, 16 warps an SM, their main stalls the barrier and the wgmma
  * wait that end each chunk: the stop the prediction named binds it.
  */
+/*
+ * v11: v10 in 3xTF32, fp32's accuracy on wgmma (sm_90a; read common/tf32.cuh's split first)
+ * Defect of v10: TF32 alone; its conv is 570x cuDNN's fp32 error, and v9, which is not, takes
+ * 4.9 ms on mma.sync.
+ * Change: x and w are split (hi, lo). A k8 A operand is [hi | lo] of 4 channels (LBO: the patch's
+ * size), B is [lo; lo], then [hi; hi] (LBO 0: one core matrix read twice): two wgmmas give all
+ * four products, lo lo's too (a quarter of the work, wasted), from stages of v10's size. The
+ * tensor cores truncate each wgmma's sum (a first form summing all 432 in one accumulator: rel_l2
+ * 7.3e-6, 15x cuDNN's), so the odd and even taps of a chunk sum apart (27 each) and are added to
+ * fp32 totals. 192 accumulators a thread: 2 warpgroups (250 registers), a 2 x 2 x 64 tile.
+ * Prediction: four products a product at v10's 229 TFLOP/s [v10 model_fwd tflops]: 4.0 ms; the
+ * first form, at 4 warpgroups, ran 2.66 ms, its tensor pipe 74% busy: guess 3.0 ms.
+ * Measured: 3.081 ms [3.079 - 3.083] [v11 model_fwd median_ms min_ms max_ms], 75.3 TFLOP/s
+ * [v11 model_fwd tflops], 1.60x v9 [v9/v11 model_fwd], 1.99x torch.compile in fp32
+ * [compile model_fwd / v11 model_fwd], 3% over the 3.0 ms target. Its conv: rel_l2 5.1e-7 against
+ * cuDNN's 4.9e-7 (at most 1.04x on the test shapes). Nsight Compute: tensor pipe 63% busy, 8
+ * warps an SM, stalled on their wgmma waits and the step's barrier.
+ */
 #include <cuda_pipeline.h>
 
 #include "hopper.cuh"
@@ -36,7 +54,10 @@
 #define V10_W_BYTES (KVOL * 2 * C_OUT * 16)  /* a chunk's weights, [tap][group][co][4]: 55296 */
 #define V10_STAGE (V10_PATCH_BYTES + V10_W_BYTES)
 #define V10_SMEM (2 * V10_STAGE)             /* 211968 bytes: one block an SM */
+#define V11_TH 2                             /* v11's tile: 2 x 2 x 64, 2 warpgroups */
+#define V11_STAGE (v10_geom<V11_TH>::PATCH_BYTES + V10_W_BYTES) /* 89088 */
 #define V10_POOL_STRIDE 72 /* v9's: a window's 64 channels, 8 (mod 32) banks apart */
+#define V11_LO (KVOL * 1024 / 16)            /* v11: a chunk's lo weights after its hi, 16-byte units */
 
 /* The weights as the chunks hold them, rounded to TF32: w_t[chunk][tap][group][co][j] =
  * weight[co][8 chunk + 4 group + j][tap]. A chunk is 55296 contiguous bytes; within it tap t's
@@ -49,6 +70,22 @@ __global__ static void v10_weights(const float *__restrict__ w, float *__restric
         int j = i & 3, co = (i >> 2) & 63, grp = (i >> 8) & 1, tap = (i >> 9) % KVOL;
         int ci = (i / (KVOL * 512)) * V10_CI + grp * 4 + j;
         w_t[i] = __uint_as_float(to_tf32(w[(co * C_IN + ci) * KVOL + tap]));
+    }
+}
+
+/* v11's weights, split for 3xTF32: w3[chunk][part][tap][co][j] = hi (part 0) or lo (part 1) of
+ * weight[co][4 chunk + j][tap] (split_tf32). A chunk (4 input channels) is 55296 contiguous
+ * bytes, as v10's; within it tap t's hi starts at 1024 t and its lo 27648 bytes later, each a
+ * B operand of 64 rows co by 4 k, core matrices 128 bytes apart along co (SBO). */
+__global__ static void v11_weights(const float *__restrict__ w, float *__restrict__ w3)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 2 * N_WEIGHT) {
+        int j = i & 3, co = (i >> 2) & 63, tap = (i >> 8) % KVOL, part = (i >> 8) / KVOL & 1;
+        int ci = (i >> 8) / (2 * KVOL) * 4 + j;
+        uint32_t hi, lo;
+        split_tf32(w[(co * C_IN + ci) * KVOL + tap], &hi, &lo);
+        w3[i] = __uint_as_float(part ? lo : hi);
     }
 }
 
@@ -131,9 +168,10 @@ __device__ static inline void v10_store_c(const float acc[2][32], const float *_
 #endif
 
 /* Persistent: block b takes tiles b, b + grid, ...; its steps are (tile, chunk) pairs, step s
- * in stage s % 2. FUSED: y (v10); else c (the conv alone). */
-template <bool FUSED>
-__global__ void __launch_bounds__(V10_THREADS, 1)
+ * in stage s % 2. FUSED: y (v10); else c (the conv alone). SPLIT (v11): 3xTF32, a chunk of 4
+ * input channels, hi and lo. */
+template <bool FUSED, bool SPLIT>
+__global__ void __launch_bounds__(v10_geom<SPLIT ? V11_TH : V10_TH>::THREADS, 1)
     v10_wgmma_conv(const float *__restrict__ x, const float *__restrict__ w_t,
                    const float *__restrict__ bias, float *__restrict__ out, int n, int d, int h,
                    int w)
@@ -141,64 +179,90 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(smem4);
-    int tiles = (w + V10_TW - 1) / V10_TW * ((h + V10_TH - 1) / V10_TH) * ((d + 1) / 2) * n;
+    constexpr int ROWS = SPLIT ? V11_TH : V10_TH;
+    typedef v10_geom<ROWS> G;
+    constexpr int STAGE = SPLIT ? V11_STAGE : V10_STAGE;
+    int tiles = (w + V10_TW - 1) / V10_TW * ((h + ROWS - 1) / ROWS) * ((d + 1) / 2) * n;
     int mine = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-    int steps = mine * V10_CHUNKS;
+    constexpr int CHUNKS = SPLIT ? C_IN / 4 : V10_CHUNKS;
+    int steps = mine * CHUNKS;
     /* warpgroup q's A: row (plane q % 2, row 2 (q / 2)) of the tile at tap (0, 0, 0), 64
      * positions (core matrices of 8, SBO 128 bytes), the chunk's two groups of 4 channels a
      * patch apart (LBO); B: the chunk's weights at tap 0 (LBO 1024, SBO 128) */
     int q = threadIdx.x >> 7;
-    uint64_t da = wgmma_desc(smem + ((q & 1) * V10_PH + 2 * (q >> 1)) * V10_PW * 16,
-                             V10_PATCH * 16, 128);
-    uint64_t db = wgmma_desc(smem + V10_PATCH_BYTES, 1024, 128);
-    float acc[2][32];
+    uint64_t da = wgmma_desc(smem + ((q & 1) * G::PROWS + 2 * (q >> 1)) * V10_PW * 16,
+                             G::POSITIONS * 16, 128);
+    uint64_t db = wgmma_desc(smem + G::PATCH_BYTES, SPLIT ? 0 : 1024, 128);
+    float acc[2][32], acc2[2][32], tot[2][32]; /* v11: acc2 the odd taps', tot their sums */
 #pragma unroll
     for (int i = 0; i < 64; i++)
-        acc[i >> 5][i & 31] = 0.0f;
+        acc[i >> 5][i & 31] = acc2[i >> 5][i & 31] = tot[i >> 5][i & 31] = 0.0f;
     if (steps) {
-        v10_load<C_IN, V10_W_BYTES>(smem, x, w_t, v10_tile_of(blockIdx.x, d, h, w), 0, d, h, w);
+        v10_load<C_IN, V10_W_BYTES, SPLIT, ROWS>(smem, x, w_t, v10_tile_of<ROWS>(blockIdx.x, d, h, w),
+                                               0, d, h, w);
         fence_proxy_async();
     }
     __syncthreads();
 #pragma unroll 1
     for (int s = 0; s < steps; s++) {
-        unsigned stage = (s & 1) * (V10_STAGE / 16); /* in the descriptors' 16-byte units */
+        unsigned stage = (s & 1) * (STAGE / 16); /* in the descriptors' 16-byte units */
 #pragma unroll
-        for (int i = 0; i < 64; i++)
+        for (int i = 0; i < 64; i++) {
             v10_pin(acc[i >> 5][i & 31]);
+            if (SPLIT)
+                v10_pin(acc2[i >> 5][i & 31]);
+        }
         wgmma_fence();
 #pragma unroll
         for (int tap = 0; tap < KVOL; tap++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 int kd = tap / 9, kh = tap / 3 % 3, kw = tap % 3;
-                wgmma_m64n64k8_tf32_ss(acc[r], da + stage + ((kd * V10_PH + kh + r) * V10_PW + kw),
-                                       db + stage + tap * 128);
+                uint64_t a = da + stage + ((kd * G::PROWS + kh + r) * V10_PW + kw);
+                if (SPLIT) { /* [hi | lo] x [lo; lo], then [hi | lo] x [hi; hi] */
+                    float *t = tap & 1 ? acc2[r] : acc[r];
+                    wgmma_m64n64k8_tf32_ss(t, a, db + stage + V11_LO + tap * 64);
+                    wgmma_m64n64k8_tf32_ss(t, a, db + stage + tap * 64);
+                } else {
+                    wgmma_m64n64k8_tf32_ss(acc[r], a, db + stage + tap * 128);
+                }
             }
         wgmma_commit();
         if (s + 1 < steps) { /* the next step's chunk into the other stage, meanwhile */
             int next = s + 1;
-            v10_tile nt = v10_tile_of(blockIdx.x + (next / V10_CHUNKS) * gridDim.x, d, h, w);
-            v10_load<C_IN, V10_W_BYTES>(smem + ((s + 1) & 1) * V10_STAGE, x, w_t, nt,
-                                        next % V10_CHUNKS, d, h, w);
+            v10_tile nt = v10_tile_of<ROWS>(blockIdx.x + (next / CHUNKS) * gridDim.x, d, h, w);
+            v10_load<C_IN, V10_W_BYTES, SPLIT, ROWS>(smem + ((s + 1) & 1) * STAGE, x, w_t, nt,
+                                                   next % CHUNKS, d, h, w);
             fence_proxy_async();
         }
         wgmma_wait<0>();
 #pragma unroll
-        for (int i = 0; i < 64; i++)
+        for (int i = 0; i < 64; i++) {
             v10_pin(acc[i >> 5][i & 31]);
-        if (s % V10_CHUNKS == V10_CHUNKS - 1) { /* the tile's last chunk: its epilogue */
-            v10_tile t = v10_tile_of(blockIdx.x + (s / V10_CHUNKS) * gridDim.x, d, h, w);
+            if (SPLIT)
+                v10_pin(acc2[i >> 5][i & 31]);
+        }
+        if (SPLIT) { /* v11: the chunk's sums into tot, rounded to nearest */
+#pragma unroll
+            for (int i = 0; i < 64; i++) {
+                tot[i >> 5][i & 31] += acc[i >> 5][i & 31];
+                tot[i >> 5][i & 31] += acc2[i >> 5][i & 31];
+                acc[i >> 5][i & 31] = acc2[i >> 5][i & 31] = 0.0f;
+            }
+        }
+        if (s % CHUNKS == CHUNKS - 1) { /* the tile's last chunk: its epilogue */
+            v10_tile t = v10_tile_of<ROWS>(blockIdx.x + (s / CHUNKS) * gridDim.x, d, h, w);
             if (FUSED) {
                 __syncthreads(); /* every warpgroup's wgmmas are done with this stage */
-                v10_pool_lse(acc, reinterpret_cast<float *>(smem + (s & 1) * V10_STAGE), bias,
-                             out, t, d, h, w);
+                v10_pool_lse(SPLIT ? tot : acc,
+                             reinterpret_cast<float *>(smem + (s & 1) * STAGE), bias, out, t, d,
+                             h, w);
             } else {
-                v10_store_c(acc, bias, out, t, d, h, w);
+                v10_store_c(SPLIT ? tot : acc, bias, out, t, d, h, w);
             }
 #pragma unroll
             for (int i = 0; i < 64; i++)
-                acc[i >> 5][i & 31] = 0.0f;
+                acc[i >> 5][i & 31] = tot[i >> 5][i & 31] = 0.0f;
         }
         __syncthreads(); /* the next step's stage is complete; this one may be overwritten */
     }
@@ -207,23 +271,39 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
 #endif
 }
 
-template <bool FUSED>
+template <bool FUSED, bool SPLIT>
 static void v10_run(const run_ctx *r, float *out)
 {
     const shape *s = &r->sh;
-    v10_weights<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_k);
-    int tiles = (s->w + V10_TW - 1) / V10_TW * ((s->h + V10_TH - 1) / V10_TH) * ((s->d + 1) / 2) *
-                s->n;
-    SMEM_OPT_IN((v10_wgmma_conv<FUSED>), V10_SMEM);
-    v10_wgmma_conv<FUSED><<<tiles < r->sm_count ? tiles : r->sm_count, V10_THREADS, V10_SMEM,
-                            r->stream>>>(r->x, r->w_k, r->bias, out, s->n, s->d, s->h, s->w);
+    if (SPLIT)
+        v11_weights<<<(2 * N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_k);
+    else
+        v10_weights<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_k);
+    /* v11: 1 KB of slack past the second stage, never read: compute-sanitizer's memcheck takes
+     * an m64n64k8's B as a dense 2 KB block, where [lo; lo] (LBO 0) spans 1 KB */
+    constexpr int ROWS = SPLIT ? V11_TH : V10_TH;
+    constexpr int SMEM = SPLIT ? 2 * V11_STAGE + 1024 : V10_SMEM;
+    int tiles = (s->w + V10_TW - 1) / V10_TW * ((s->h + ROWS - 1) / ROWS) * ((s->d + 1) / 2) * s->n;
+    SMEM_OPT_IN((v10_wgmma_conv<FUSED, SPLIT>), SMEM);
+    v10_wgmma_conv<FUSED, SPLIT><<<tiles < r->sm_count ? tiles : r->sm_count,
+                                   v10_geom<ROWS>::THREADS, SMEM, r->stream>>>(
+        r->x, r->w_k, r->bias, out, s->n, s->d, s->h, s->w);
 }
 
 /* v10's conv alone, c = conv(x) + bias in TF32 (--test and the notes' conv table) */
-void conv_wgmma(const run_ctx *r, float *c) { v10_run<false>(r, c); }
+void conv_wgmma(const run_ctx *r, float *c) { v10_run<false, false>(r, c); }
 
 void v10_launch(const run_ctx *r, int scope)
 {
     (void)scope;
-    v10_run<true>(r, r->y);
+    v10_run<true, false>(r, r->y);
+}
+
+/* v11's conv alone, in 3xTF32 */
+void conv_wgmma_3xtf32(const run_ctx *r, float *c) { v10_run<false, true>(r, c); }
+
+void v11_launch(const run_ctx *r, int scope)
+{
+    (void)scope;
+    v10_run<true, true>(r, r->y);
 }
