@@ -26,20 +26,23 @@
 /*
  * v11: v10 in 3xTF32, fp32's accuracy on wgmma (sm_90a; read common/tf32.cuh's split first)
  * Defect of v10: TF32 alone; its conv is 570x cuDNN's fp32 error, and v9, which is not, takes
- * 4.9 ms on mma.sync.
- * Change: x and w are split (hi, lo). A k8 A operand is [hi | lo] of 4 channels (LBO: the patch's
- * size), B is [lo; lo], then [hi; hi] (LBO 0: one core matrix read twice): two wgmmas give all
- * four products, lo lo's too (a quarter of the work, wasted), from stages of v10's size. The
- * tensor cores truncate each wgmma's sum (a first form summing all 432 in one accumulator: rel_l2
- * 7.3e-6, 15x cuDNN's), so the odd and even taps of a chunk sum apart (27 each) and are added to
- * fp32 totals. 192 accumulators a thread: 2 warpgroups (250 registers), a 2 x 2 x 64 tile.
+ * 4.9 ms [v9 model_fwd] on mma.sync.
+ * Change: x and w are split (hi, lo); a chunk is 4 input channels, stored hi, then lo (the bytes
+ * of v10's 8). A's k8 operand is [hi | lo]: k 0-3 the 4 channels' hi, k 4-7 their lo (LBO: the
+ * patch's size). B is [lo; lo], then [hi; hi]: with LBO 0, k 4-7 read k 0-3's core matrix again.
+ * Two wgmmas give all four products, lo lo's too (a quarter of the work, wasted). The tensor
+ * cores truncate each wgmma's sum (a first form summing all 432 in one accumulator: rel_l2
+ * 7.3e-6, 15x cuDNN's), so a chunk sums from zero, its even and odd taps apart (about 27 wgmmas
+ * each; one accumulator a chunk sat at --test's 2x bound), and is added to fp32 totals. Even,
+ * odd, totals, 64 each: 192 accumulators a thread, 250 registers; the register file holds 2
+ * warpgroups of that, not 4, so the tile is 2 x 2 x 64.
  * Prediction: four products a product at v10's 229 TFLOP/s [v10 model_fwd tflops]: 4.0 ms; the
- * first form, at 4 warpgroups, ran 2.66 ms, its tensor pipe 74% busy: guess 3.0 ms.
+ * first form, at 4 warpgroups, ran 2.66 ms, its tensor pipe 74% busy (v10's: half): guess 3.0 ms.
  * Measured: 3.081 ms [3.079 - 3.083] [v11 model_fwd median_ms min_ms max_ms], 75.3 TFLOP/s
  * [v11 model_fwd tflops], 1.60x v9 [v9/v11 model_fwd], 1.99x torch.compile in fp32
  * [compile model_fwd / v11 model_fwd], 3% over the 3.0 ms target. Its conv: rel_l2 5.1e-7 against
  * cuDNN's 4.9e-7 (at most 1.04x on the test shapes). Nsight Compute: tensor pipe 63% busy, 8
- * warps an SM, stalled on their wgmma waits and the step's barrier.
+ * warps an SM, stalled on their wgmma waits and the barrier that ends each chunk.
  */
 #include <cuda_pipeline.h>
 
