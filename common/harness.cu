@@ -198,18 +198,20 @@ static const char *unavailable(const hx_version *v)
         return NO_CUDNN;
     if (!(v->needs & NEEDS_SM90))
         return NULL;
+    /* what the version uses of Hopper: wgmma's versions say so, not the clusters they may not use */
+    const char *hopper = v->needs & NEEDS_SM90A ? "needs Hopper (sm_90a: wgmma)"
+                                                : "needs Hopper (sm_90: clusters, TMA)";
     int major = 0, minor = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
     if (major < 9) {
-        snprintf(why, sizeof why, "needs Hopper (sm_90: clusters, TMA); this GPU is sm_%d%d",
-                 major, minor);
+        snprintf(why, sizeof why, "%s; this GPU is sm_%d%d", hopper, major, minor);
         return why;
     }
     int arch = gpu_code_arch();
     if (arch < 90) {
-        snprintf(why, sizeof why, "needs Hopper (sm_90: clusters, TMA); this build's code is "
-                 "sm_%d (make ARCH=sm_90)", arch);
+        snprintf(why, sizeof why, "%s; this build's code is sm_%d (make ARCH=sm_90)", hopper,
+                 arch);
         return why;
     }
     if ((v->needs & NEEDS_SM90A) && gpu_sm90a_problem(0, why, sizeof why))

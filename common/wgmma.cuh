@@ -1,6 +1,6 @@
 /*
- * wgmma.cuh: Hopper's warpgroup MMA (wgmma) in TF32, for chapter 2's v10 and b4, chapter 3's v16
- * to v18 and chapter 5's v8 (CUDA, header only, sm_90a code: H100, H200).
+ * wgmma.cuh: Hopper's warpgroup MMA (wgmma) in TF32, for chapter 2's v10, v11 and b4, chapter 3's
+ * v16 to v18 and chapter 5's v8 (CUDA, header only, sm_90a code: H100, H200).
  *
  * A warpgroup is 4 consecutive warps (128 threads, the first warp's index a multiple of 4).
  * wgmma.mma_async (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate

@@ -37,7 +37,8 @@
  * odd, totals, 64 each: 192 accumulators a thread, 250 registers; the register file holds 2
  * warpgroups of that, not 4, so the tile is 2 x 2 x 64.
  * Prediction: four products a product at v10's 229 TFLOP/s [v10 model_fwd tflops]: 4.0 ms; the
- * first form, at 4 warpgroups, ran 2.66 ms, its tensor pipe 74% busy (v10's: half): guess 3.0 ms.
+ * first form, at 4 warpgroups, ran 2.66 ms, its tensor pipe 74% busy (v10's: half); with half
+ * the warps to cover the waits, guess 15% slower: 3.0 ms.
  * Measured: 3.081 ms [3.079 - 3.083] [v11 model_fwd median_ms min_ms max_ms], 75.3 TFLOP/s
  * [v11 model_fwd tflops], 1.60x v9 [v9/v11 model_fwd], 1.99x torch.compile in fp32
  * [compile model_fwd / v11 model_fwd], 3% over the 3.0 ms target. Its conv: rel_l2 5.1e-7 against
@@ -101,8 +102,8 @@ __global__ static void v11_weights(const float *__restrict__ w, float *__restric
 __device__ static inline void v10_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 
-/* v9's epilogue for the tile's 64 windows (1 x 2 x 32): warpgroup q holds rows (plane q % 2,
- * rows 2 (q / 2) and 2 (q / 2) + 1): 1. their max in registers; 2. the columns' by a shuffle;
+/* v9's epilogue for the tile's 64 windows (1 x 2 x 32; v11's 32, 1 x 1 x 32): warpgroup q holds
+ * rows (plane q % 2, rows 2 (q / 2) and 2 (q / 2) + 1): 1. their max in registers; 2. the columns' by a shuffle;
  * 3. the planes' through s_pool (both planes written, the logsumexp threads take the max);
  * 4. the logsumexp over 64 channels, 8 threads a window; relu; y. */
 __device__ static inline void v10_pool_lse(const float acc[2][32], float *s_pool,
@@ -190,8 +191,9 @@ __global__ void __launch_bounds__(v10_geom<SPLIT ? V11_TH : V10_TH>::THREADS, 1)
     constexpr int CHUNKS = SPLIT ? C_IN / 4 : V10_CHUNKS;
     int steps = mine * CHUNKS;
     /* warpgroup q's A: row (plane q % 2, row 2 (q / 2)) of the tile at tap (0, 0, 0), 64
-     * positions (core matrices of 8, SBO 128 bytes), the chunk's two groups of 4 channels a
-     * patch apart (LBO); B: the chunk's weights at tap 0 (LBO 1024, SBO 128) */
+     * positions (core matrices of 8, SBO 128 bytes), the chunk's two groups of 4 channels (v11:
+     * its hi and lo) a patch apart (LBO); B: the chunk's weights at tap 0 (SBO 128; LBO 1024,
+     * the next group; v11: 0, the same core matrix) */
     int q = threadIdx.x >> 7;
     uint64_t da = wgmma_desc(smem + ((q & 1) * G::PROWS + 2 * (q >> 1)) * V10_PW * 16,
                              G::POSITIONS * 16, 128);

@@ -1,10 +1,10 @@
 /*
- * wgmma-patch.cuh: v10's tile and its staging, shared by 13-v10-v11-wgmma.cu (the conv of x,
- * TF32 and 3xTF32) and
- * 14-b4-wgmma-gradients.cu (dx, the conv of dc): a tile of 2 x 4 x 64 outputs, its patch of
- * 8 input channels a chunk stored [group of 4 channels][position][4 channels], 16 bytes a
- * position, so that each tap is a descriptor offset; after it in the stage the chunk's weights
- * (W_BYTES). sm_90a code (read common/wgmma.cuh first).
+ * wgmma-patch.cuh: v10's tile and its staging, shared by 13-v10-v11-wgmma.cu (the conv of x:
+ * v10 in TF32, v11 in 3xTF32) and 14-b4-wgmma-gradients.cu (dx, the conv of dc): a tile of
+ * 2 x 4 x 64 outputs (v11: 2 x 2 x 64), its patch of 8 input channels a chunk stored [group of 4
+ * channels][position][4 channels] (v11: 4 channels, [hi, then lo][position][4 channels]), 16
+ * bytes a position, so that each tap is a descriptor offset; after it in the stage the chunk's
+ * weights (W_BYTES). sm_90a code (read common/wgmma.cuh first).
  */
 #ifndef CH02_WGMMA_PATCH_CUH
 #define CH02_WGMMA_PATCH_CUH
