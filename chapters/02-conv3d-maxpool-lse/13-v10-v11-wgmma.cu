@@ -61,7 +61,7 @@
 #define V11_TH 2                             /* v11's tile: 2 x 2 x 64, 2 warpgroups */
 #define V11_STAGE (v10_geom<V11_TH>::PATCH_BYTES + V10_W_BYTES) /* 89088 */
 #define V10_POOL_STRIDE 72 /* v9's: a window's 64 channels, 8 (mod 32) banks apart */
-#define V11_LO (KVOL * 1024 / 16)            /* v11: a chunk's lo weights after its hi, 16-byte units */
+#define V11_LO (KVOL * 1024 / 16) /* v11: a chunk's lo weights after its hi, in 16-byte units */
 
 /* The weights as the chunks hold them, rounded to TF32: w_t[chunk][tap][group][co][j] =
  * weight[co][8 chunk + 4 group + j][tap]. A chunk is 55296 contiguous bytes; within it tap t's
@@ -103,9 +103,9 @@ __device__ static inline void v10_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 
 /* v9's epilogue for the tile's 64 windows (1 x 2 x 32; v11's 32, 1 x 1 x 32): warpgroup q holds
- * rows (plane q % 2, rows 2 (q / 2) and 2 (q / 2) + 1): 1. their max in registers; 2. the columns' by a shuffle;
- * 3. the planes' through s_pool (both planes written, the logsumexp threads take the max);
- * 4. the logsumexp over 64 channels, 8 threads a window; relu; y. */
+ * rows (plane q % 2, rows 2 (q / 2) and 2 (q / 2) + 1): 1. their max in registers; 2. the
+ * columns' by a shuffle; 3. the planes' through s_pool (both planes written, the logsumexp
+ * threads take the max); 4. the logsumexp over 64 channels, 8 threads a window; relu; y. */
 __device__ static inline void v10_pool_lse(const float acc[2][32], float *s_pool,
                                            const float *__restrict__ bias, float *__restrict__ y,
                                            v10_tile t, int d, int h, int w)
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(v10_geom<SPLIT ? V11_TH : V10_TH>::THREADS, 1)
     constexpr int ROWS = SPLIT ? V11_TH : V10_TH;
     typedef v10_geom<ROWS> G;
     constexpr int STAGE = SPLIT ? V11_STAGE : V10_STAGE;
-    int tiles = (w + V10_TW - 1) / V10_TW * ((h + ROWS - 1) / ROWS) * ((d + 1) / 2) * n;
+    int tiles = v10_tiles<ROWS>(n, d, h, w);
     int mine = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     constexpr int CHUNKS = SPLIT ? C_IN / 4 : V10_CHUNKS;
     int steps = mine * CHUNKS;
@@ -203,8 +203,8 @@ __global__ void __launch_bounds__(v10_geom<SPLIT ? V11_TH : V10_TH>::THREADS, 1)
     for (int i = 0; i < 64; i++)
         acc[i >> 5][i & 31] = acc2[i >> 5][i & 31] = tot[i >> 5][i & 31] = 0.0f;
     if (steps) {
-        v10_load<C_IN, V10_W_BYTES, SPLIT, ROWS>(smem, x, w_t, v10_tile_of<ROWS>(blockIdx.x, d, h, w),
-                                               0, d, h, w);
+        v10_tile t0 = v10_tile_of<ROWS>(blockIdx.x, d, h, w);
+        v10_load<C_IN, V10_W_BYTES, SPLIT, ROWS>(smem, x, w_t, t0, 0, d, h, w);
         fence_proxy_async();
     }
     __syncthreads();
@@ -288,7 +288,7 @@ static void v10_run(const run_ctx *r, float *out)
      * an m64n64k8's B as a dense 2 KB block, where [lo; lo] (LBO 0) spans 1 KB */
     constexpr int ROWS = SPLIT ? V11_TH : V10_TH;
     constexpr int SMEM = SPLIT ? 2 * V11_STAGE + 1024 : V10_SMEM;
-    int tiles = (s->w + V10_TW - 1) / V10_TW * ((s->h + ROWS - 1) / ROWS) * ((s->d + 1) / 2) * s->n;
+    int tiles = v10_tiles<ROWS>(s->n, s->d, s->h, s->w);
     SMEM_OPT_IN((v10_wgmma_conv<FUSED, SPLIT>), SMEM);
     v10_wgmma_conv<FUSED, SPLIT><<<tiles < r->sm_count ? tiles : r->sm_count,
                                    v10_geom<ROWS>::THREADS, SMEM, r->stream>>>(

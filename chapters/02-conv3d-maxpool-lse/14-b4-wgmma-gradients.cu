@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(smem4);
-    int tiles = (w + V10_TW - 1) / V10_TW * ((h + V10_TH - 1) / V10_TH) * ((d + 1) / 2) * n;
+    int tiles = v10_tiles(n, d, h, w);
     int mine = (int)blockIdx.x < tiles ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     int steps = mine * B4X_CHUNKS;
     int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, q = threadIdx.x >> 7;
@@ -139,8 +139,7 @@ void tf32_dx(const run_ctx *r)
 {
     const shape *s = &r->sh;
     b4_weights_dx<<<(N_WEIGHT + 255) / 256, 256, 0, r->stream>>>(r->weight, r->w_dx);
-    int tiles = (s->w + V10_TW - 1) / V10_TW * ((s->h + V10_TH - 1) / V10_TH) * ((s->d + 1) / 2) *
-                s->n;
+    int tiles = v10_tiles(s->n, s->d, s->h, s->w);
     SMEM_OPT_IN(b4_dx_conv, B4X_SMEM);
     b4_dx_conv<<<tiles < r->sm_count ? tiles : r->sm_count, V10_THREADS, B4X_SMEM, r->stream>>>(
         r->dc, r->w_dx, r->dx, s->n, s->d, s->h, s->w);

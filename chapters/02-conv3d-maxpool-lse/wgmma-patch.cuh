@@ -36,6 +36,13 @@ typedef struct {
     int n, d0, h0, w0;
 } v10_tile;
 
+/* the tiles of an n x d x h x w volume: columns of 64, ROWS rows, pairs of planes */
+template <int ROWS = V10_TH>
+__host__ __device__ static inline int v10_tiles(int n, int d, int h, int w)
+{
+    return (w + V10_TW - 1) / V10_TW * ((h + ROWS - 1) / ROWS) * ((d + 1) / 2) * n;
+}
+
 template <int ROWS = V10_TH>
 __device__ static inline v10_tile v10_tile_of(int id, int d, int h, int w)
 {
