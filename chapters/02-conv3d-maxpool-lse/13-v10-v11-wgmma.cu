@@ -37,8 +37,8 @@
  * odd, totals, 64 each: 192 accumulators a thread, 250 registers; the register file holds 2
  * warpgroups of that, not 4, so the tile is 2 x 2 x 64.
  * Prediction: four products a product at v10's 229 TFLOP/s [v10 model_fwd tflops]: 4.0 ms; the
- * first form, at 4 warpgroups, ran 2.66 ms, its tensor pipe 74% busy (v10's: half); with half
- * the warps to cover the waits, guess 15% slower: 3.0 ms.
+ * first form (4 warpgroups; LABBOOK.md) ran 2.66 ms, its tensor pipe 74% busy (v10's: half);
+ * with half the warps to cover the waits, guess 15% slower: 3.0 ms.
  * Measured: 3.081 ms [3.079 - 3.083] [v11 model_fwd median_ms min_ms max_ms], 75.3 TFLOP/s
  * [v11 model_fwd tflops], 1.60x v9 [v9/v11 model_fwd], 1.99x torch.compile in fp32
  * [compile model_fwd / v11 model_fwd], 3% over the 3.0 ms target. Its conv: rel_l2 5.1e-7 against
