@@ -250,6 +250,11 @@ static size_t sum_first_bad(const float *out, const double *ref, const double *a
     return first_bad;
 }
 
+int verify_within_2x(verify_result t, verify_result p)
+{
+    return t.rel_l2 <= 2.0 * p.rel_l2 && t.max_abs <= 2.0 * p.max_abs;
+}
+
 verify_result verify_sum_f32(const float *out, const double *ref, const double *abs_sum, size_t n,
                              double tol)
 {

@@ -87,6 +87,14 @@ typedef struct {
 verify_result verify_f32(const float *out, const double *ref, size_t n, double tol_rel_l2,
                          double tol_abs);
 /*
+ * A kernel's error (t) within 2x its peer's (p) on the same tensors, in relative L2 and in the
+ * largest error: for a TF32 kernel the peer is a TF32 model's error (operands rounded to TF32,
+ * sums in double) or a library's TF32 kernel's; one that lost more in its products or sums, or
+ * truncated its operands instead of rounding them (about 2.7x the rounded error on random data),
+ * fails. For a 3xTF32 kernel the peer is cuDNN's fp32 kernel's.
+ */
+int verify_within_2x(verify_result t, verify_result p);
+/*
  * For results that are sums of many terms (a bias gradient over millions of positions): element
  * i passes when |out_i - ref_i| <= tol * abs_sum_i, abs_sum_i being the sum of the magnitudes of
  * its terms. That is the scale of the rounding error of any float summation order (Higham,

@@ -3,6 +3,7 @@
  *
  *   CUDA_CHECK(call)   every runtime call: file, line and the CUDA error string, then exit 1
  *   LAUNCH_CHECK()     after every kernel launch (launch configuration errors)
+ *   SMEM_OPT_IN()      a kernel's dynamic shared memory above 48 KB, once per device
  *   gpu_count()        0 when there is no device or no driver, never an exit
  *   device_info_get()  name, SMs, L2, fp32 peak, and the measured device-to-device copy ceiling
  *   gpu_code_arch()    the sm_XY this build's device code is, as loaded (skips Hopper versions)
@@ -26,6 +27,22 @@ extern "C" {
 #define CUDA_CHECK(call) cuda_check_((call), #call, __FILE__, __LINE__)
 #define LAUNCH_CHECK() cuda_check_(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 void cuda_check_(cudaError_t e, const char *what, const char *file, int line);
+
+/* cudaFuncSetAttribute for a kernel's dynamic shared memory above 48 KB, once per device (the
+ * attribute is the device's: a chapter's C API may launch on several); devices past 63 set it
+ * at every launch */
+#define SMEM_OPT_IN(kernel, bytes)                                                                 \
+    do {                                                                                           \
+        static unsigned long long done_ = 0; /* bit k: device k */                                 \
+        int dev_ = 0;                                                                              \
+        CUDA_CHECK(cudaGetDevice(&dev_));                                                          \
+        if (dev_ > 63 || !(done_ >> dev_ & 1)) {                                                   \
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,   \
+                                            bytes));                                               \
+            if (dev_ <= 63)                                                                        \
+                done_ |= 1ull << dev_;                                                             \
+        }                                                                                          \
+    } while (0)
 
 /* Number of usable CUDA devices: 0 when cudaGetDeviceCount fails (no driver, no device). */
 int gpu_count(void);

@@ -138,21 +138,5 @@ __device__ static inline void load_chunk(float *s_in, float *s_w, const float *_
     }
 }
 
-/* cudaFuncSetAttribute for a kernel's dynamic shared memory above 48 KB, once per device (the
- * attribute is the device's: api.cu's callers may launch on several); devices past 63 set it
- * at every launch */
-#define SMEM_OPT_IN(kernel, bytes)                                                                 \
-    do {                                                                                           \
-        static unsigned long long done_ = 0; /* bit k: device k */                                 \
-        int dev_ = 0;                                                                              \
-        CUDA_CHECK(cudaGetDevice(&dev_));                                                          \
-        if (dev_ > 63 || !(done_ >> dev_ & 1)) {                                                   \
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,   \
-                                            bytes));                                               \
-            if (dev_ <= 63)                                                                        \
-                done_ |= 1ull << dev_;                                                             \
-        }                                                                                          \
-    } while (0)
-
 
 #endif

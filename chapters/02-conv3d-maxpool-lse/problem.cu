@@ -527,15 +527,6 @@ static verify_result tf32_conv_model_error(problem *pb, float *host)
     return verify_f32(host, pb->ref_c, nc, TOL_REL_L2, TOL_ABS);
 }
 
-/* a kernel's error (t) within 2x its peer's (p), relative L2 and largest. For a TF32 kernel the
- * peer is the TF32 model's error or cuDNN's TF32 conv's: one that lost more in its products or
- * sums, or truncated its operands instead of rounding them (about 2.7x the rounded error on
- * random data), fails; for a 3xTF32 one (v8, v11), cuDNN's fp32 conv's. */
-static int within_2x(verify_result t, verify_result p)
-{
-    return t.rel_l2 <= 2.0 * p.rel_l2 && t.max_abs <= 2.0 * p.max_abs;
-}
-
 /* v10's conv (wgmma, TF32) on every test shape where it runs: over fp32's tolerance and within
  * TF32's, as v7's; and within 2x of cuDNN's TF32 conv's relative L2 and largest errors on the
  * same tensors (the issue of precision is TF32's rounding, which both share: a kernel whose
@@ -553,7 +544,7 @@ static void v10_conv_checks(problem *pb, verify_result m)
     check(!t.pass && t.rel_l2 > TOL_REL_L2 && t.rel_l2 < HX_TF32_TOL * TOL_REL_L2,
           "v10 wgmma TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
           TOL_REL_L2, t.rel_l2, t.max_abs);
-    check(within_2x(t, m), "v10 wgmma TF32 conv within 2x a TF32 conv's error (x, w rounded to "
+    check(verify_within_2x(t, m), "v10 wgmma TF32 conv within 2x a TF32 conv's error (x, w rounded to "
           "TF32, double sums): rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)", t.rel_l2, m.rel_l2,
           t.max_abs, m.max_abs);
 #if HAVE_CUDNN
@@ -563,7 +554,7 @@ static void v10_conv_checks(problem *pb, verify_result m)
         skip("v10 against cuDNN's TF32 conv: cuDNN has no TF32 engine for %dx32x%dx%dx%d", s->n,
              s->d, s->h, s->w);
     else
-        check(within_2x(t, c),
+        check(verify_within_2x(t, c),
               "v10 wgmma TF32 conv within 2x cuDNN's TF32 error (engine %d): rel_l2 %.1e (%.1e) "
               "max_abs %.1e (%.1e)", pb->lib.conv_tf32.fwd_algo, t.rel_l2, c.rel_l2, t.max_abs,
               c.max_abs);
@@ -656,7 +647,7 @@ static void b4_grad_checks(problem *pb)
         f[i] = (float)dwt[i];
     verify_result mw = verify_f32(f, pb->cgr.dw, N_WEIGHT, TOL_REL_L2, TOL_ABS);
     verify_result tw = verify_f32(pb->host_dw, pb->cgr.dw, N_WEIGHT, TOL_REL_L2, TOL_ABS);
-    check(zero || (within_2x(x2, mx) && within_2x(tw, mw)),
+    check(zero || (verify_within_2x(x2, mx) && verify_within_2x(tw, mw)),
           "b4 wgmma TF32 dx and dw within 2x a TF32 backward's error (x, w, dc rounded to TF32, "
           "double sums): dx rel_l2 %.1e (%.1e) max_abs %.1e (%.1e), dw rel_l2 %.1e (%.1e) "
           "max_abs %.1e (%.1e)", x2.rel_l2, mx.rel_l2, x2.max_abs, mx.max_abs, tw.rel_l2,
@@ -696,10 +687,10 @@ static void shape_checks(problem *pb, int t)
           "v7 TF32 conv over fp32's tolerance %.0e, within TF32's: rel_l2 %.1e max_abs %.1e",
           TOL_REL_L2, t1.rel_l2, t1.max_abs);
     verify_result m = tf32_conv_model_error(pb, pb->host_dc);
-    check(within_2x(t1, m), "v7 TF32 conv within 2x a TF32 conv's error (x, w rounded to TF32, "
+    check(verify_within_2x(t1, m), "v7 TF32 conv within 2x a TF32 conv's error (x, w rounded to TF32, "
           "double sums): rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)", t1.rel_l2, m.rel_l2, t1.max_abs,
           m.max_abs);
-    check(t3.pass && within_2x(t3, vc),
+    check(t3.pass && verify_within_2x(t3, vc),
           "v8 3xTF32 conv within 2x cuDNN's error: rel_l2 %.1e (cuDNN %.1e) max_abs %.1e (%.1e)",
           t3.rel_l2, vc.rel_l2, t3.max_abs, vc.max_abs);
     v10_conv_checks(pb, m);
@@ -708,7 +699,7 @@ static void shape_checks(problem *pb, int t)
         skip("v11 wgmma 3xTF32 conv on %dx32x%dx%dx%d: %s", s->n, s->d, s->h, s->w, no);
     } else { /* v11's 3xTF32 on wgmma: as v8's */
         verify_result t11 = own_conv_error(pb, conv_wgmma_3xtf32, pb->host_dc);
-        check(t11.pass && within_2x(t11, vc),
+        check(t11.pass && verify_within_2x(t11, vc),
               "v11 wgmma 3xTF32 conv within 2x %s's error: rel_l2 %.1e (%.1e) max_abs %.1e (%.1e)",
               pb->lib.conv.backend, t11.rel_l2, vc.rel_l2, t11.max_abs, vc.max_abs);
     }
