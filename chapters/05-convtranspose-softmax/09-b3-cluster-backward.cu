@@ -54,10 +54,13 @@ __device__ static inline float gp4(float4 ps, float4 g)
 
 #endif
 
+/* DSUM (b4's): each block's sum of dc into dsum_part[row cl + rank] as well */
+template <bool DSUM>
 __global__ void __launch_bounds__(V6_THREADS)
 b3_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
                     const float *__restrict__ lse, const float *__restrict__ scale,
-                    float *__restrict__ dc, float *__restrict__ dot_out, int S, int keep4)
+                    float *__restrict__ dc, float *__restrict__ dot_out,
+                    float *__restrict__ dsum_part, int S, int keep4)
 {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ float4 held[]; /* keep4 float4 of signed p, then keep4 of g */
@@ -109,16 +112,27 @@ b3_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
     }
     total = block_bcast(total);
     auto token = cluster.barrier_arrive();
-    float sc = scale[row % C_OUT];
+    float sc = scale[row % C_OUT], dsum = 0.0f;
     for (int j = threadIdx.x; j < kept; j += V6_THREADS) {
         float4 ps = held[j], gv = held_g[j];
-        d4[j] = make_float4(dc_signed(ps.x, gv.x, total, sc), dc_signed(ps.y, gv.y, total, sc),
-                            dc_signed(ps.z, gv.z, total, sc), dc_signed(ps.w, gv.w, total, sc));
+        float4 d = make_float4(dc_signed(ps.x, gv.x, total, sc), dc_signed(ps.y, gv.y, total, sc),
+                               dc_signed(ps.z, gv.z, total, sc), dc_signed(ps.w, gv.w, total, sc));
+        d4[j] = d;
+        if (DSUM)
+            dsum += hsum4(d);
     }
     for (int j = kept + threadIdx.x; j < len; j += V6_THREADS) {
         float4 ps = p_signed4(c4[j], m), gv = g4[j];
-        d4[j] = make_float4(dc_signed(ps.x, gv.x, total, sc), dc_signed(ps.y, gv.y, total, sc),
-                            dc_signed(ps.z, gv.z, total, sc), dc_signed(ps.w, gv.w, total, sc));
+        float4 d = make_float4(dc_signed(ps.x, gv.x, total, sc), dc_signed(ps.y, gv.y, total, sc),
+                               dc_signed(ps.z, gv.z, total, sc), dc_signed(ps.w, gv.w, total, sc));
+        d4[j] = d;
+        if (DSUM)
+            dsum += hsum4(d);
+    }
+    if (DSUM) { /* b4: the block's sum of dc, for dbias (12-b4-wgmma-gradients.cu) */
+        dsum = block_sum(dsum);
+        if (threadIdx.x == 0)
+            dsum_part[(size_t)row * cl + rank] = dsum;
     }
     if (rank == 0 && threadIdx.x == 0)
         dot_out[row] = total;
@@ -126,13 +140,16 @@ b3_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
 #endif
 }
 
-static int opted;
+static int opted[2]; /* b3_backward_cluster<false>'s, <true>'s */
 
-/* the launch with clusters of cl blocks, each keeping keep4 float4 of c and of g */
-static void b3_config(cluster_launch *L, const run_ctx *r, int cl, int keep4)
+/* the launch of b3_backward_cluster<dsum> with clusters of cl blocks, each keeping keep4 float4
+ * of c and of g */
+static void b3_config(cluster_launch *L, const run_ctx *r, int cl, int keep4, bool dsum)
 {
-    cluster_launch_make(L, (const void *)b3_backward_cluster, &opted, r->smem_optin, cl,
-                        dim3(cl * rows(&r->sh)), V6_THREADS, 32 * (size_t)keep4);
+    const void *fn = dsum ? (const void *)b3_backward_cluster<true>
+                          : (const void *)b3_backward_cluster<false>;
+    cluster_launch_make(L, fn, &opted[dsum], r->smem_optin, cl, dim3(cl * rows(&r->sh)),
+                        V6_THREADS, 32 * (size_t)keep4);
 }
 
 /* float4 of each of c and g a block keeps: its whole slice if the opt-in allows */
@@ -151,28 +168,44 @@ int b3_cluster_size(const run_ctx *r)
         const char *env = getenv("CH05_B3_CL");
         chosen = B3_CL;
         if (env && atoi(env) == 16) {
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster,
+            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster<false>,
+                                            cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster<true>,
                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
             cluster_launch L;
-            b3_config(&L, r, 16, b3_keep4(r, 16));
-            chosen = resident_clusters(&L, (const void *)b3_backward_cluster) > 0 ? 16 : B3_CL;
+            b3_config(&L, r, 16, b3_keep4(r, 16), false);
+            chosen = resident_clusters(&L, (const void *)b3_backward_cluster<false>) > 0 ? 16
+                                                                                       : B3_CL;
         }
     }
     return chosen;
 }
 
-/* the backward keeping keep4 float4 of c and of g a block (at most b3_keep4's; fewer only in a
- * test: problem.cu) */
-void b3_backward_keep(const run_ctx *r, int keep4)
+/* the backward keeping keep4 float4 of c and of g a block; each block's sum of dc into
+ * dsum_part[row cl + rank] unless NULL */
+static void b3_run(const run_ctx *r, int keep4, float *dsum_part)
 {
     int cl = b3_cluster_size(r);
     cluster_launch L;
-    b3_config(&L, r, cl, keep4);
+    b3_config(&L, r, cl, keep4, dsum_part != NULL);
     L.cfg.stream = r->stream;
-    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster, (const float *)r->c, r->g,
-                                  (const float *)r->lse, r->scale, r->dc, r->dot, r->sh.s, keep4));
+    if (dsum_part)
+        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster<true>, (const float *)r->c, r->g,
+                                      (const float *)r->lse, r->scale, r->dc, r->dot, dsum_part,
+                                      r->sh.s, keep4));
+    else
+        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster<false>, (const float *)r->c,
+                                      r->g, (const float *)r->lse, r->scale, r->dc, r->dot,
+                                      dsum_part, r->sh.s, keep4));
     b2_dscale<<<1, C_OUT, 0, r->stream>>>(r->dot, r->dscale, r->sh.n);
 }
+
+/* the backward keeping keep4 float4 of c and of g a block (at most b3_keep4's; fewer only in a
+ * test: problem.cu) */
+void b3_backward_keep(const run_ctx *r, int keep4) { b3_run(r, keep4, NULL); }
+
+/* b4's: b3's backward, and each block's sum of dc into r->dbpart (rows x b3_cluster_size) */
+void b3_backward_dsum(const run_ctx *r) { b3_run(r, b3_keep4_max(r), r->dbpart); }
 
 int b3_keep4_max(const run_ctx *r) { return b3_keep4(r, b3_cluster_size(r)); }
 

@@ -172,14 +172,19 @@ __device__ static inline void v8_load(unsigned char *stage, const float *__restr
 }
 #endif
 
+/* what a pass of v8_convt writes: each tile's sums; y; and b4's (12-b4-wgmma-gradients.cu) c
+ * with the sums, for its backward to read */
+enum { V8_SUMS, V8_Y, V8_C_SUMS };
+
 /* Persistent: block b keeps channels 32 (b % 2) .. + 31 and takes tiles b / 2, b / 2 + grid / 2,
- * ... (tile id = n tiles + tt); step s in stage s % 2. SUMS: each tile's sum of exp(clamp(c)) a
- * channel into tpart[(n 64 + co) tiles + tt]; else y = exp(clamp(c)) rowk[n 64 + co]. */
-template <bool SUMS>
+ * ... (tile id = n tiles + tt); step s in stage s % 2. V8_SUMS: each tile's sum of exp(clamp(c))
+ * a channel into tpart[(n 64 + co) tiles + tt]; V8_Y: y = exp(clamp(c)) rowk[n 64 + co] into out;
+ * V8_C_SUMS: the sums, and c into out. */
+template <int MODE>
 __global__ void __launch_bounds__(V8_THREADS, 1)
     v8_convt(const float *__restrict__ xp, const float *__restrict__ w8,
              const float *__restrict__ bias, const float *__restrict__ rowk,
-             float *__restrict__ tpart, float *__restrict__ y, shape s, int tiles)
+             float *__restrict__ tpart, float *__restrict__ out, shape s, int tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
@@ -241,7 +246,7 @@ __global__ void __launch_bounds__(V8_THREADS, 1)
          * outputs (2 pd + a, 2 ph + b, 2 pw + e), e = 0, 1 side by side */
         float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         float k[8];
-        if (!SUMS)
+        if (MODE == V8_Y)
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 k[j] = __ldg(rowk + n * C_OUT + V8_CO * half + 8 * (j >> 1) + 2 * t + (j & 1));
@@ -257,17 +262,19 @@ __global__ void __launch_bounds__(V8_THREADS, 1)
                 int e0 = 4 * (j >> 1) + 2 * r + (j & 1); /* the accumulator of (row r, channel j) */
                 float z0 = __expf(clamp01(acc[0][e0] + bv[j]));
                 float z1 = __expf(clamp01(acc[1][e0] + bv[j]));
-                if (SUMS) {
+                int co = V8_CO * half + 8 * (j >> 1) + 2 * t + (j & 1);
+                float *dst = out + ((((size_t)n * C_OUT + co) * s.od + od) * s.oh + oh) * s.ow +
+                             2 * pw;
+                if (MODE != V8_Y)
                     part[j] += z0 + z1;
-                } else {
-                    int co = V8_CO * half + 8 * (j >> 1) + 2 * t + (j & 1);
-                    float *out = y + ((((size_t)n * C_OUT + co) * s.od + od) * s.oh + oh) * s.ow +
-                                 2 * pw;
-                    *reinterpret_cast<float2 *>(out) = make_float2(z0 * k[j], z1 * k[j]);
-                }
+                if (MODE == V8_Y)
+                    *reinterpret_cast<float2 *>(dst) = make_float2(z0 * k[j], z1 * k[j]);
+                if (MODE == V8_C_SUMS)
+                    *reinterpret_cast<float2 *>(dst) =
+                        make_float2(acc[0][e0] + bv[j], acc[1][e0] + bv[j]);
             }
         }
-        if (SUMS) { /* the tile's sums: over g by shuffles, then the 16 warps in order */
+        if (MODE != V8_Y) { /* the tile's sums: over g by shuffles, then the 16 warps in order */
 #pragma unroll
             for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -288,25 +295,18 @@ __global__ void __launch_bounds__(V8_THREADS, 1)
         __syncthreads(); /* the next step's stage is complete; this one and s_red may be reused */
     }
 #else
-    (void)xp, (void)w8, (void)bias, (void)rowk, (void)tpart, (void)y, (void)s, (void)tiles;
+    (void)xp, (void)w8, (void)bias, (void)rowk, (void)tpart, (void)out, (void)s, (void)tiles;
 #endif
 }
 
-template <bool SUMS> static void v8_pass(const run_ctx *r, int tiles)
+/* a pass of v8_convt writing into out (MODE's) */
+template <int MODE> static void v8_pass(const run_ctx *r, int tiles, float *out)
 {
-    static unsigned long long opted = 0; /* bit k: device k has the shared-memory opt-in */
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev > 63 || !(opted >> dev & 1)) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void *)v8_convt<SUMS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, V8_SMEM));
-        if (dev <= 63)
-            opted |= 1ull << dev;
-    }
+    SMEM_OPT_IN((const void *)v8_convt<MODE>, V8_SMEM);
     int work = r->sh.n * tiles, slots = r->sm_count / 2;
     slots = slots < 1 ? 1 : (work < slots ? work : slots);
-    v8_convt<SUMS><<<2 * slots, V8_THREADS, V8_SMEM, r->stream>>>(
-        r->xp, r->wt, r->bias, r->rowk, r->tpart, r->y, r->sh, tiles);
+    v8_convt<MODE><<<2 * slots, V8_THREADS, V8_SMEM, r->stream>>>(
+        r->xp, r->wt, r->bias, r->rowk, r->tpart, out, r->sh, tiles);
 }
 
 void v8_launch(const run_ctx *r, int scope)
@@ -315,8 +315,20 @@ void v8_launch(const run_ctx *r, int scope)
     int tiles = v8_tiles(&r->sh);
     pool_forward(r);
     v8_weights<<<ceil_div(N_WEIGHT, 256), 256, 0, r->stream>>>(r->weight, r->wt);
-    v8_pass<true>(r, tiles);
+    v8_pass<V8_SUMS>(r, tiles, NULL);
     v8_row_totals<<<ceil_div(rows(&r->sh), 8), 256, 0, r->stream>>>(r->tpart, r->scale, r->rowk,
                                                                     r->lse, rows(&r->sh), tiles);
-    v8_pass<false>(r, tiles);
+    v8_pass<V8_Y>(r, tiles, r->y);
+}
+
+/* b4's forward: the pool, the conv writing c and each tile's sums (one pass), then y and lse from
+ * c and the sums (v7's last kernel) */
+void v8_forward_c(const run_ctx *r)
+{
+    int tiles = v8_tiles(&r->sh);
+    pool_forward(r);
+    v8_weights<<<ceil_div(N_WEIGHT, 256), 256, 0, r->stream>>>(r->weight, r->wt);
+    v8_pass<V8_C_SUMS>(r, tiles, r->c);
+    v7_rows_from_partials<<<rows(&r->sh) * r->split, V5_BLOCK, 0, r->stream>>>(
+        r->c, r->tpart, r->scale, r->y, r->lse, r->sh.s, tiles, r->split);
 }

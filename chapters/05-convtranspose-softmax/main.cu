@@ -36,6 +36,8 @@
  *   11-v8-wgmma.cu             v8  whole model: the parity classes as implicit GEMMs on wgmma in
  *                                  TF32 (sm_90a: H100, H200), the conv computed twice (the row
  *                                  sums, then y) instead of storing c
+ *   12-b4-wgmma-gradients.cu   b4  the training step in TF32 on wgmma: v8's conv writing c, b3's
+ *                                  backward, the conv's dw and dxp as implicit GEMMs (sm_90a)
  * The exercise (the README's Exercises; the answer in LABBOOK.md):
  *   x1-online-softmax.cu       x1  the online softmax, written by the reader (v3 solves it)
  * Also:
@@ -45,7 +47,7 @@
  * and the library's transposed conv first (model_fwd); v7 and v8 compute the transposed conv
  * themselves and run only as the whole model. Each backward version runs as epilogue forward +
  * backward and as a training step (pool, transposed conv, the pair, then the conv's and the
- * pool's gradients).
+ * pool's gradients); b4, which computes the conv itself, only as the training step.
  *
  *   make chapter-5                 verify and time every version at the KernelBench shape
  *   build/ch05 --version v6        one version
@@ -75,6 +77,8 @@ static const hx_version versions[] = {
     {"b2", BWD, "fused: v4, then 2 kernels recomputing p", b2_launch, 0, HX_FP32, "07-b2-fused-backward.cu"},
     {"b3", BWD, "clusters: v6, then c and g held in smem, read once", b3_launch, NEEDS_SM90, HX_FP32,
      "09-b3-cluster-backward.cu"},
+    {"b4", SC(SCOPE_TRAIN), "TF32 step on wgmma: v8 writes c; dw, dxp (sm_90a)", b4_launch,
+     NEEDS_SM90 | NEEDS_SM90A, HX_TF32, "12-b4-wgmma-gradients.cu"},
     {"x1", FWD, "exercise: the online softmax (v3), by the reader", x1_launch, 0, HX_FP32,
      "x1-online-softmax.cu"},
 };

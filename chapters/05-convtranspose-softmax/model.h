@@ -184,6 +184,9 @@ struct run_ctx {
     float *dot;                     /* N x 64: sum over the row of g p (the backward's reduction) */
     const float *g;                 /* dL/dy */
     float *dc, *dscale, *dxp, *dx, *dw, *dbias; /* the gradients */
+    float *dbpart; /* b4: N x 64 x 16, the sums of dc of b3's blocks (clusters of up to 16) */
+    float *dwpart; /* b4: sm_count / 2 x N_WEIGHT, dw's blocks' partial sums */
+    float *wx;     /* b4: dxp's weights, in its own order (N_WEIGHT) */
     const lib_conv3d *lib;
     /* the stream the launchers of the pool, v4's, v6's and v7's forwards, b2's and b3's
      * backwards and the pool's gradient queue their kernels on: 0 (the default stream) in this
@@ -213,6 +216,11 @@ int v7_tiles(const shape *s); /* v7: tiles of pooled cells a sample */
 void v7_launch(const run_ctx *r, int scope);
 int v8_tiles(const shape *s); /* v8: tiles of 64 pooled cells a sample */
 void v8_launch(const run_ctx *r, int scope);
+void v8_forward_c(const run_ctx *r); /* b4's forward: v8's conv writing c, then y and lse */
+/* y and lse from c and each row's tiles' sums of exp(clamp(c)) (10-v7-own-convt.cu) */
+__global__ void v7_rows_from_partials(const float *__restrict__ c, const float *__restrict__ tpart,
+                                      const float *__restrict__ scale, float *__restrict__ y,
+                                      float *__restrict__ lse, int S, int tiles, int split);
 void b1_launch(const run_ctx *r, int scope);
 void b2_backward(const run_ctx *r);
 void b2_launch(const run_ctx *r, int scope);
@@ -222,7 +230,10 @@ int b3_cluster_size(const run_ctx *r); /* b3: B3_CL, or 16 if asked and possible
 int b3_keep4_max(const run_ctx *r);               /* b3: float4 of c (and of g) a block keeps */
 void b3_backward_keep(const run_ctx *r, int keep4); /* b3's backward keeping keep4 of them */
 void b3_backward(const run_ctx *r);
+void b3_backward_dsum(const run_ctx *r); /* b3's backward, and its blocks' sums of dc (b4) */
 void b3_launch(const run_ctx *r, int scope);
+void b4_grads(const run_ctx *r); /* b4: dw, dbias, dxp on wgmma from dc, then the pool's */
+void b4_launch(const run_ctx *r, int scope);
 void x1_launch(const run_ctx *r, int scope); /* the exercise (x1-online-softmax.cu) */
 /* the training step's gradients from dc: the transposed conv's (library: dxp, skipped where
  * dxp is NULL, dw, dbias), then the pool's (dx from dxp), the two halves apart for api.cu */

@@ -82,11 +82,11 @@ static const char *shape_problem(const int64_t *dims)
 /* ------------------------------------------------------------------ inputs and buffers */
 
 /* device bytes of a problem of this shape: the buffers below (x, dx, xp, dxp; c, y, g, dc and
- * t[0..3]; the small ones), not cuDNN's workspace */
+ * t[0..3]; the small ones, b4's dw partials for up to 128 block pairs), not cuDNN's workspace */
 static double device_bytes(const shape *s)
 {
     return 4.0 * (2.0 * x_elems(s) + 2.0 * pool_elems(s) + 8.0 * conv_elems(s)) +
-           4.0 * (double)rows(s) * (3.0 + v5_split(s, 1024));
+           4.0 * (double)rows(s) * (3.0 + 16.0 + v5_split(s, 1024)) + 4.0 * 130.0 * N_WEIGHT;
 }
 
 /* the epilogue's row statistics from host_c (the GPU's conv output, or a planted one); its
@@ -236,6 +236,10 @@ static problem *problem_create(const int64_t *dims, uint64_t seed, const device_
     r->dx = (float *)gpu_alloc(4 * nx, "dL/dx");
     r->dw = (float *)gpu_alloc(4 * N_WEIGHT, "dL/dw");
     r->dbias = (float *)gpu_alloc(4 * C_OUT, "dL/dbias");
+    r->dbpart = (float *)gpu_alloc(4 * nr * 16, "b4 sums of dc");
+    r->dwpart = (float *)gpu_alloc(4 * (size_t)(dev->sm_count / 2 > 1 ? dev->sm_count / 2 : 1) *
+                                       N_WEIGHT, "b4 dw partials");
+    r->wx = (float *)gpu_alloc(4 * N_WEIGHT, "b4 dxp weights");
     CUDA_CHECK(cudaMemcpy(w, pb->weight, 4 * N_WEIGHT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(b, pb->bias, 4 * C_OUT, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(sc, pb->scale, 4 * C_OUT, cudaMemcpyHostToDevice));
@@ -260,7 +264,7 @@ static void problem_destroy(problem *pb)
     lib_conv3d_destroy(&pb->lib);
     const void *dev[] = {r->x, r->weight, r->bias, r->g, r->scale, r->xp, r->c, r->y, r->t[0],
                          r->t[1], r->t[2], r->t[3], r->lse, r->rpart, r->tpart, r->wt, r->rowk, r->bpart, r->dot, r->dc,
-                         r->dscale, r->dxp, r->dx, r->dw, r->dbias};
+                         r->dscale, r->dxp, r->dx, r->dw, r->dbias, r->dbpart, r->dwpart, r->wx};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         CUDA_CHECK(cudaFree((void *)dev[i]));
     void *host[] = {pb->x, pb->weight, pb->wd, pb->bias, pb->bd, pb->g, pb->host_c, pb->c_run,
@@ -405,8 +409,9 @@ static hx_verdict problem_verify(problem *pb, int scope)
      * again for another run of a nondeterministic conv than the one c_err was measured on */
     fwd_tol tol = FP32_TOL;
     tol.y_row += whole ? 4.0 * pb->c_err : 0.0;
-    /* a TF32 version (v8): within twice a TF32 conv's error on these tensors, in each measure */
-    if (whole && hx_tol_factor() > 1.0) {
+    /* a TF32 version (v8, b4): within twice a TF32 conv's error on these tensors, in each measure */
+    int tf32 = whole && hx_tol_factor() > 1.0;
+    if (tf32) {
         tf32_conv_error(pb);
         hx_tf32_own_bounds();
         tol.y_rel = fmax(tol.y_rel, 2.0 * pb->tf32_y_rel);
@@ -429,9 +434,15 @@ static hx_verdict problem_verify(problem *pb, int scope)
      * cancel: against their magnitudes */
     convT3d_geom g = conv_geom(s);
     conv_transpose3d_grads_fetch(&g, pb->xpd, pb->wd, dc_fetch, pb, 1, &pb->cgr);
-    hx_check_pieces(&v, "dx", r->dx, x_elems(s), PIECE, 0, HX_SUM, 0, TOL_SUM, dx_piece, pb, NULL);
-    hx_check_output(&v, "dw", r->dw, pb->host_dw, N_WEIGHT, pb->cgr.dw, HX_SUM, pb->cgr.dw_abs, 0,
-                    TOL_SUM);
+    /* a TF32 step's (b4): products of operands each rounded to 2^-11 of itself, off by up to
+     * about 2^-10 of the terms' magnitudes: dx and dw within HX_TF32_TOL x TOL_SUM = 1e-3 of
+     * them (dbias, sums of dc in fp32, at fp32's); how they compare with a TF32 backward's error
+     * is b4_checks's */
+    double grad_tol = tf32 ? HX_TF32_TOL * TOL_SUM : TOL_SUM;
+    hx_check_pieces(&v, tf32 ? "dx (TF32's bound)" : "dx", r->dx, x_elems(s), PIECE, 0, HX_SUM, 0,
+                    grad_tol, dx_piece, pb, NULL);
+    hx_check_output(&v, tf32 ? "dw (TF32's bound)" : "dw", r->dw, pb->host_dw, N_WEIGHT,
+                    pb->cgr.dw, HX_SUM, pb->cgr.dw_abs, 0, grad_tol);
     hx_check_output(&v, "dbias", r->dbias, pb->host_dbias, C_OUT, pb->cgr.dbias, HX_SUM,
                     pb->cgr.dbias_abs, 0, TOL_SUM);
     return v;
@@ -560,6 +571,64 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {1, 32, 32, 64, 64}, /* S = 131072: the KernelBench row (v6: 64 KB a block) */
 };
 
+/* b4's TF32 dxp and dw (wgmma, where sm_90a code runs), from its own training step, beside a
+ * TF32 backward's error on the same tensors: xp, w and the step's dc rounded to TF32, dxp and dw
+ * in double, against the exact backward of that dc; within 2x in relative L2 and largest error
+ * (verify_within_2x). Its dx is dxp through the pool's backward, which only scales by 1/8. */
+static void b4_checks(problem *pb)
+{
+    const run_ctx *r = &pb->r;
+    const shape *s = &pb->sh;
+    const char *no = hx_needs_problem(NEEDS_SM90 | NEEDS_SM90A);
+    if (no) {
+        skip("b4 TF32 dxp and dw within 2x a TF32 backward's error on %dx32x%dx%dx%d: %s", s->n,
+             s->d, s->h, s->w, no);
+        return;
+    }
+    size_t np = pool_elems(s), nc = conv_elems(s);
+    gpu_poison(r->dxp, np);
+    gpu_poison(r->dw, N_WEIGHT);
+    b4_launch(r, SCOPE_TRAIN);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    float *dc = (float *)host_alloc(4 * nc), *dxp = (float *)host_alloc(4 * np);
+    float *dw = (float *)host_alloc(4 * N_WEIGHT);
+    float *f = (float *)host_alloc(4 * (np > N_WEIGHT ? np : N_WEIGHT));
+    CUDA_CHECK(cudaMemcpy(dc, r->dc, 4 * nc, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(dxp, r->dxp, 4 * np, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(dw, r->dw, 4 * N_WEIGHT, cudaMemcpyDeviceToHost));
+    double *dcd = (double *)host_alloc(8 * nc), *xt = (double *)host_alloc(8 * np);
+    double *wt = (double *)host_alloc(8 * N_WEIGHT), *dx_e = (double *)host_alloc(8 * np);
+    double *dx_m = (double *)host_alloc(8 * np), *dw_e = (double *)host_alloc(8 * N_WEIGHT);
+    double *dw_m = (double *)host_alloc(8 * N_WEIGHT), db[C_OUT];
+    convT3d_geom g = conv_geom(s);
+    for (size_t i = 0; i < nc; i++)
+        dcd[i] = dc[i];
+    conv_transpose3d_backward_ref(&g, pb->xpd, pb->wd, dcd, dx_e, dw_e, db, NULL, NULL, NULL);
+    for (size_t i = 0; i < nc; i++)
+        dcd[i] = tf32_round(dc[i]);
+    for (size_t i = 0; i < np; i++)
+        xt[i] = tf32_round((float)pb->xpd[i]);
+    for (int i = 0; i < N_WEIGHT; i++)
+        wt[i] = tf32_round(pb->weight[i]);
+    conv_transpose3d_backward_ref(&g, xt, wt, dcd, dx_m, dw_m, db, NULL, NULL, NULL);
+    verify_result tx = verify_f32(dxp, dx_e, np, INFINITY, INFINITY);
+    verify_result tw = verify_f32(dw, dw_e, N_WEIGHT, INFINITY, INFINITY);
+    for (size_t i = 0; i < np; i++)
+        f[i] = (float)dx_m[i];
+    verify_result mx = verify_f32(f, dx_e, np, INFINITY, INFINITY);
+    for (int i = 0; i < N_WEIGHT; i++)
+        f[i] = (float)dw_m[i];
+    verify_result mw = verify_f32(f, dw_e, N_WEIGHT, INFINITY, INFINITY);
+    check(tx.nonfinite == 0 && tw.nonfinite == 0 && verify_within_2x(tx, mx) &&
+              verify_within_2x(tw, mw),
+          "b4 TF32 dxp and dw within 2x a TF32 backward's error (xp, w, dc rounded to TF32, double "
+          "sums) on %dx32x%dx%dx%d: dxp rel_l2 %.1e (%.1e) max_abs %.1e (%.1e), dw rel_l2 %.1e "
+          "(%.1e) max_abs %.1e (%.1e)", s->n, s->d, s->h, s->w, tx.rel_l2, mx.rel_l2, tx.max_abs,
+          mx.max_abs, tw.rel_l2, mw.rel_l2, tw.max_abs, mw.max_abs);
+    free(dc), free(dxp), free(dw), free(f), free(dcd), free(xt), free(wt), free(dx_e), free(dx_m);
+    free(dw_e), free(dw_m);
+}
+
 /* the library conv the epilogues read, against the reference; then v6 and b3 forced to keep
  * only a third of each block's slice in shared memory, so that their path for rows longer than
  * a cluster holds (the rest read twice) runs on every test shape */
@@ -594,6 +663,7 @@ static void shape_checks(problem *pb, int t)
     check_backward(pb, &vb, 0);
     check(vb.pass, "b3 keeping %d of %d float4 of c and of g a block, the rest read twice, on "
           "%dx32x%dx%dx%d: %s", keep_b, b3_keep4_max(&pb->r), s->n, s->d, s->h, s->w, vb.detail);
+    b4_checks(pb);
 }
 
 /* extremes: the input x 1000 (c in the hundreds: nearly every value clamps to 0 or 1), a
