@@ -128,8 +128,9 @@ __device__ static inline void wgmma_m64n48k8_tf32_ss(float d[24], uint64_t da, u
 }
 
 /* d (64 x 96) += A (64 x 8) B (8 x 96), both in shared memory, in TF32: the SS form at N = 96
- * (chapter 2's b4, dw: 32 input channels at 3 taps). d's 48 values a thread: groups j = 0 .. 11
- * of 8 columns, as in the layout above. */
+ * (chapter 2's b4, dw: 32 input channels at 3 taps; chapter 5's b4, dw: 16 input channels at 2
+ * row offsets x 3 taps). d's 48 values a thread: groups j = 0 .. 11 of 8 columns, as in the
+ * layout above. */
 __device__ static inline void wgmma_m64n96k8_tf32_ss(float d[48], uint64_t da, uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"

@@ -39,20 +39,23 @@ __host__ __device__ constexpr int b4_off(int k) { return k == 0; }
 /*
  * dw[ci][co][tap] = sum over n and output positions o of dc[co][o] xp[ci][m], m the input cell
  * the tap takes o from. An item is a chunk of 32 cells along a pooled row (n, pd, ph): the 4
- * output rows (a, b) = (2 pd + a, 2 ph + b) of dc, 64 outputs ow a channel, copied as they lie
- * (cp.async, 16 bytes). Each row is the A (M = 64 co, K = 64 ow) of the taps with
- * b4_par(kd) = a, b4_par(kh) = b. K runs over both width parities: a tap's B holds xp at the
- * outputs of its parity and zeros at the others (half the products are 0, the price of copying
- * dc as it lies). B: xp at the 4 row offsets r = (offd, offh), each at kw = 0, 1, 2, the block's
- * 16 input channels: [slot][kw][ci], the row offsets in slots 1, 0, 2, 3, so that the taps of
- * one A are consecutive rows of N (48 a slot):
+ * output rows (2 pd + a, 2 ph + b), a, b in {0, 1}, of dc (A (a, b), ab = 2 a + b), 64 outputs
+ * ow a channel, copied as they lie (cp.async, 16 bytes). Each row is the A (M = 64 co, K = 64
+ * ow) of the taps with b4_par(kd) = a, b4_par(kh) = b. K runs over both width parities: a tap's
+ * B holds xp at the outputs of its parity and zeros at the others (half the products are 0, the
+ * price of copying dc as it lies). B: xp at the 4 input rows (pd + offd, ph + offh), offd =
+ * b4_off(kd) and offh = b4_off(kh) (row offset r = 2 offd + offh), each at kw = 0, 1, 2, the
+ * block's 16 input channels: N = [slot][kw][ci], r = 0, 1, 2, 3 in slots 1, 0, 2, 3 (b4w_slot),
+ * so that the taps of one A are consecutive rows of N (48 a slot):
  *   warpgroup 0: A (1, 1), 12 taps, slots 0 .. 3 (two N = 96); A (0, 0), 3 taps, slot 1 (N = 48)
  *   warpgroup 1: A (0, 1), 6 taps, slots 0, 1 (N = 96); A (1, 0), 6 taps, slots 1, 2 (N = 96)
- * 120 accumulators a thread, two warpgroups (with three, a thread may hold at most 168 registers).
- * A block takes half the input channels; the two blocks of a pair copy the same dc.
+ * A warpgroup's D is 64 co x 240 columns: 120 accumulators a thread, so two warpgroups (with
+ * three, a thread may hold at most 168 registers). A block takes half the input channels; blocks
+ * 2 p and 2 p + 1 (a pair) copy the same dc.
  *   A, a row: [co / 8][ow / 4][co % 8][ow % 4]: core matrices 128 bytes apart along K (LBO), 2048
  *   along co (SBO); a k-step of 8 outputs starts 256 bytes further.
- *   B: [slot][kw][ci / 8][ow / 4][ci % 8][ow % 4], the same strides.
+ *   B: [slot][kw][ci / 8][ow / 4][ci % 8][ow % 4], the same strides along K (LBO 128) and N
+ *   (SBO 2048: 8 ci); a kw 4096 bytes, a slot 12288.
  */
 #define B4W_CELLS 32 /* cells an item */
 #define B4W_OW (2 * B4W_CELLS)
@@ -73,15 +76,17 @@ static int b4w_items(const shape *s) { return s->n * s->pd * s->ph * ceil_div(s-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ static inline void b4_pin(float &v) { asm volatile("" : "+f"(v)); }
 
-/* B's row offsets r = 2 offd + offh in the order 1, 0, 2, 3 (slots), so that every A's rows are
- * consecutive slots: A (0, 1) rows 0, 1; A (1, 0) rows 0, 2; A (1, 1) all; A (0, 0) row 0 */
+/* B's slot of row offset r = 2 offd + offh, and back (slots 0 .. 3 hold r = 1, 0, 2, 3), so that
+ * the row offsets each A needs are consecutive slots: A (0, 1) r = 0, 1; A (1, 0) r = 0, 2;
+ * A (1, 1) all; A (0, 0) r = 0 */
 __device__ static inline int b4w_slot(int r) { return r < 2 ? 1 - r : r; }
 __device__ static inline int b4w_row(int slot) { return slot < 2 ? 1 - slot : slot; }
 
 /* Item id's dc into stage by cp.async (zeros past the row's end; two 8-byte copies a chunk where
  * OW is not a multiple of 4, so 16 bytes are not aligned), rounded to TF32 by b4w_round once
- * landed, and its xp (input channels 16 half ..) through registers, rounded. A warp's copies:
- * the 8 channels of a core matrix at 4 consecutive ow / 4. */
+ * landed, and its xp (input channels 16 half ..) through registers, rounded. Copy u (16 bytes,
+ * 4 outputs) has, from its lowest bit: co % 8 (3 bits), ow / 4 (4), co / 8 (3), ab (2); so a
+ * warp copies the 8 channels of a core matrix at 4 consecutive ow / 4. */
 __device__ static inline void b4w_load(unsigned char *stage, const float *__restrict__ dc,
                                        const float *__restrict__ xp, int id, int half,
                                        const shape &s)
@@ -116,10 +121,11 @@ __device__ static inline void b4w_load(unsigned char *stage, const float *__rest
     }
     __pipeline_commit();
     /* B: item (r, ci, c) reads xp at cells c and c + 1 of row r: kw = 1 at ow 2 c, kw = 2 at
-     * 2 c + 1 (cell c), kw = 0 at 2 c + 1 (cell c + 1) */
+     * 2 c + 1 (cell c), kw = 0 at 2 c + 1 (cell c + 1). Item u has, from its lowest bit: c % 2,
+     * ci % 8 (3 bits), c / 2 (4), ci / 8 (1, of the block's 16), r (2) */
     float *b = reinterpret_cast<float *>(stage + 4 * B4W_A_BYTES);
 #pragma unroll 1
-    for (int i0 = 0; i0 < B4W_B_LOADS; i0 += 4) { /* 4 cells' loads in flight at a time */
+    for (int i0 = 0; i0 < B4W_B_LOADS; i0 += 4) { /* 4 items' loads in flight at a time */
         float x[4][2];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -142,7 +148,7 @@ __device__ static inline void b4w_load(unsigned char *stage, const float *__rest
             int u = threadIdx.x + (i0 + i) * B4W_THREADS;
             if (u < B4W_B_ITEMS) {
                 int c = (u >> 4 & 15) * 2 + (u & 1), r = u >> 9;
-                /* [r][kw][ci / 8][ow / 4][ci % 8][ow % 4], ow = 2 c (+ 1) */
+                /* [slot][kw][ci / 8][ow / 4][ci % 8][ow % 4], ow = 2 c (+ 1) */
                 int at = (u >> 8 & 1) * 512 + (c >> 1) * 32 + (u >> 1 & 7) * 4 + (c & 1) * 2;
                 int sl = b4w_slot(r);
                 b[(sl * 3 + 1) * 1024 + at] = __uint_as_float(to_tf32(x[i][0]));
@@ -170,8 +176,9 @@ __device__ static inline void b4w_round(unsigned char *stage)
     }
 }
 
-/* Warpgroup q's segment k of accumulators (acc[48 k ..]): its A row ab = 2 a + b and its first
- * B slot s0 (the table above; segment 2 is warpgroup 0's alone) */
+/* Segment k of warpgroup q's accumulators (one wgmma's D: acc[48 k ..], D's columns 96 k ..):
+ * its A row ab = 2 a + b and its first B slot s0 (the table above; segment 2 is warpgroup 0's
+ * alone) */
 __device__ static inline void b4w_seg(int q, int k, int &ab, int &s0)
 {
     if (k == 0)
@@ -182,13 +189,12 @@ __device__ static inline void b4w_seg(int q, int k, int &ab, int &s0)
         ab = 0, s0 = 1;
 }
 
-/* warpgroup q's wgmmas over a stage's 8 k-steps. Both warpgroups issue the same shapes into the
- * same accumulators, their operands chosen at run time: with an array indexed by different
- * shapes in each warpgroup's branch, ptxas serialized the wgmmas for want of registers; a
- * branch each with its own loop put the block's barriers at two places, which
- * compute-sanitizer's synccheck rejects; a wgmma under a branch made ptxas add fences. So
- * warpgroup 1 computes segment 2 as well (warpgroup 0's operands), and drops it: 1/9 of its
- * tensor work. */
+/* warpgroup q's wgmmas over a stage's 8 k-steps. Both warpgroups run this one loop, issuing the
+ * same shapes (N = 96, 96, 48) into the same accumulators, their operands chosen at run time
+ * (b4w_seg): ptxas then keeps the accumulators in registers without serializing the wgmmas or
+ * adding fences, and the block's barriers stay at one place (LABBOOK.md has the forms that did
+ * not). Warpgroup 1 computes segment 2 as well (warpgroup 0's operands) and drops it: 48 columns
+ * a k-step beside the block's 432 that count, 1/9 more tensor work. */
 __device__ static inline void b4w_mma(float acc[120], uint64_t da, uint64_t db, int q)
 {
     uint64_t a[3], b[3];
@@ -208,8 +214,9 @@ __device__ static inline void b4w_mma(float acc[120], uint64_t da, uint64_t db, 
     wgmma_commit();
 }
 
-/* the tap of warpgroup q's accumulator column n (acc[n / 2] holds columns n, n + 1): in segment
- * k = n / 96, column m = n - 96 k is B slot s0 + m / 48, kw = m / 16 % 3, ci m % 16 */
+/* the tap of warpgroup q's accumulator column n (lane t's acc[4 j + 2 r], acc[4 j + 2 r + 1]
+ * hold columns n = 8 j + 2 t and n + 1: common/wgmma.cuh): in segment k = n / 96, column
+ * m = n - 96 k is B slot s0 + m / 48, kw = m / 16 % 3, ci m % 16 */
 __device__ static inline int b4w_tap(int q, int n)
 {
     int k = n / 96, m = n - 96 * k, ab, s0;
@@ -312,13 +319,15 @@ __global__ void b4_dbias(const float *__restrict__ dbpart, float *__restrict__ d
  * dxp[ci][m] = sum over taps and co of w[ci][co][tap] dc[co][2 m + k - 1] (per axis): an implicit
  * GEMM per tap, M = 64 pooled cells (v8's tile: 8 segments of 8 cells along width), N = 32 ci,
  * K = co in chunks of 8 (one k-step). The patch of a chunk holds, for each (kd, kh) (a plane:
- * the output rows 2 pd + kd - 1, 2 ph + kh - 1 of each segment's cells), a segment's outputs
- * along width split by parity: the 9 odd ones 16 sw - 1, 16 sw + 1, .. (slots 0 .. 8), then the
- * 8 even ones 16 sw, .. (slots 9 .. 16). Tap kw = 0 reads odd slots 0 .. 7, kw = 2 odd slots 1 ..
- * 8, kw = 1 even slots: a start address each.
- *     patch[group of 4 co][plane][segment][slot][co % 4]: SBO 272 (a segment), LBO 19584
+ * the output rows 2 pd + kd - 1, 2 ph + kh - 1 of each segment's cells), the outputs along width
+ * of a segment (cells 8 sw .. 8 sw + 7 of its row) split by parity: the 9 odd ones 16 sw - 1,
+ * 16 sw + 1, .. (slots 0 .. 8), then the 8 even ones 16 sw, .. (slots 9 .. 16). Tap kw = 0 reads
+ * odd slots 0 .. 7, kw = 2 odd slots 1 .. 8, kw = 1 even slots: a start address each.
+ *     patch[group of 4 co][plane = 3 kd + kh][segment][slot][co % 4]: SBO 272 (a segment),
+ *     LBO 19584 (a group)
  * The chunk's weights [tap][group][ci][co % 4] (b4_weights_dxp): B of tap t at 1024 t bytes, SBO
- * 128 (8 ci), LBO 512. Three warpgroups take kd = 0, 1, 2; their sums meet in shared memory.
+ * 128 (8 ci), LBO 512 (a group). Three warpgroups take kd = 0, 1, 2; their sums meet in shared
+ * memory.
  */
 #define B4X_SEG 8                              /* cells a segment (v8's tile, v8_tiles) */
 #define B4X_SEGS 8                             /* segments a tile */
@@ -350,7 +359,8 @@ __global__ void b4_weights_dxp(const float *__restrict__ w, float *__restrict__ 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* chunk k of tile tt of sample n: the patch (4 loads of dc a position, stride S) and the chunk's
- * weights (cp.async) into stage */
+ * weights (cp.async) into stage. Item it is the patch's 16-byte position
+ * ((group 9 + plane) 8 + segment) 17 + slot (the layout above); zeros outside dc */
 __device__ static inline void b4x_load(unsigned char *stage, const float *__restrict__ dc,
                                        const float *__restrict__ wx, int n, int tt, int k,
                                        const shape &s)

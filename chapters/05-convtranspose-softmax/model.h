@@ -184,9 +184,11 @@ struct run_ctx {
     float *dot;                     /* N x 64: sum over the row of g p (the backward's reduction) */
     const float *g;                 /* dL/dy */
     float *dc, *dscale, *dxp, *dx, *dw, *dbias; /* the gradients */
-    float *dbpart; /* b4: N x 64 x 16, the sums of dc of b3's blocks (clusters of up to 16) */
-    float *dwpart; /* b4: sm_count / 2 x N_WEIGHT, dw's blocks' partial sums */
-    float *wx;     /* b4: dxp's weights, in its own order (N_WEIGHT) */
+    float *dbpart; /* b4: [n][co][k], the sum of dc of block k of b3's cluster on row (n, co);
+                    * k < b3_cluster_size (8 or 16): room for N x 64 x 16 */
+    float *dwpart; /* b4: [block][tap][co][ci % 16], dw's blocks' partial sums; blocks 2 p and
+                    * 2 p + 1 take ci 0 .. 15 and 16 .. 31: room for sm_count / 2 x N_WEIGHT */
+    float *wx;     /* b4: dxp's weights, [chunk of 8 co][tap][group of 4 co][ci][co % 4] */
     const lib_conv3d *lib;
     /* the stream the launchers of the pool, v4's, v6's and v7's forwards, b2's and b3's
      * backwards and the pool's gradient queue their kernels on: 0 (the default stream) in this

@@ -571,10 +571,11 @@ static const int64_t test_shapes[][CLI_MAX_DIMS] = {
     {1, 32, 32, 64, 64}, /* S = 131072: the KernelBench row (v6: 64 KB a block) */
 };
 
-/* b4's TF32 dxp and dw (wgmma, where sm_90a code runs), from its own training step, beside a
- * TF32 backward's error on the same tensors: xp, w and the step's dc rounded to TF32, dxp and dw
- * in double, against the exact backward of that dc; within 2x in relative L2 and largest error
- * (verify_within_2x). Its dx is dxp through the pool's backward, which only scales by 1/8. */
+/* b4's TF32 dxp and dw (wgmma, where sm_90a code runs), from its own training step, against the
+ * exact backward (double) of the step's dc, beside the error a TF32 backward makes on the same
+ * tensors (xp, w and dc rounded to TF32, sums in double): b4's within 2x of it in relative L2 and
+ * in largest error (verify_within_2x). Its dx is dxp through the pool's backward, which only
+ * scales by 1/8 (problem_verify checks dx itself). */
 static void b4_checks(problem *pb)
 {
     const run_ctx *r = &pb->r;
