@@ -56,6 +56,7 @@ __host__ __device__ constexpr int b4_off(int k) { return k == 0; }
  *   along co (SBO); a k-step of 8 outputs starts 256 bytes further.
  *   B: [slot][kw][ci / 8][ow / 4][ci % 8][ow % 4], the same strides along K (LBO 128) and N
  *   (SBO 2048: 8 ci); a kw 4096 bytes, a slot 12288.
+ * dw-parity.svg draws the rows, the parity in B and the slots.
  */
 #define B4W_CELLS 32 /* cells an item */
 #define B4W_OW (2 * B4W_CELLS)
