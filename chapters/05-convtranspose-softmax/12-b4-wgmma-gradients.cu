@@ -13,10 +13,11 @@
  * Prediction: at the 2991 GB/s copy ceiling the pool takes 0.20 ms, c written 0.36, y from c
  * 0.72, b3's backward (c and g read, dc written) 1.08, dw and dxp a read of dc each (0.36 + 0.36,
  * their 58 GFLOP each at 300 TFLOP/s under it), dx written 0.18: 3.3 ms. Guess: 4.5 ms.
- * Measured (H100): 7.779 ms [b4 train_step], 2.71x b3 [b3/b4 train_step], 1.35x torch.compile
- * in TF32 [compile train_step default / b4 train_step]: the 6 ms target is missed by 30%. Nsight
- * Compute (at its locked clocks): the conv writing c 0.91 ms, y and lse 0.75, b3's backward 1.56,
- * dw 2.50 (tensor pipe 13% busy), dxp 2.64 (6%), the pool's backward 0.23. dw and dxp wait on
+ * Measured (H100): 7.779 ms [b4 train_step], 33.4% of the fp32 floor [b4 train_step pct_floor],
+ * 2.71x b3 [b3/b4 train_step], 1.35x torch.compile in TF32
+ * [compile train_step default / b4 train_step]: the 6 ms target is missed by 30%. Nsight Compute
+ * (at its locked clocks): the conv writing c 0.91 ms, y and lse 0.75, b3's backward 1.56, dw
+ * 2.50 (tensor pipe 13% busy), dxp 2.64 (6%), the pool's backward 0.23. dw and dxp wait on
  * their loads, one stage ahead: without dw's dc copies its time fell to 0.54x (LABBOOK.md), and
  * dxp gathers 4 channels a 16-byte position by 4 loads through registers.
  * Errors: dxp and dw within 2x a TF32 backward's on every test shape (problem.cu's b4_checks).
