@@ -66,6 +66,13 @@ __device__ static inline uint64_t wgmma_desc(const void *p, unsigned lbo, unsign
  * of its own that lists A's registers as operands, so that the compiler computes A first. */
 __device__ static inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 
+/* keeps the compiler from moving a definition or use of v across this point: it does not know
+ * that a wgmma reads and writes its accumulator registers after the instruction issues, until
+ * wgmma_wait, so without a pin on each accumulator it could move an epilogue's reads above the
+ * wait, or a tile's zeroing below the wgmmas that add to it (asm volatile statements keep their
+ * order) */
+__device__ static inline void wgmma_pin(float &v) { asm volatile("" : "+f"(v)); }
+
 /* the wgmmas issued since the last commit form a group; wait until at most N groups are pending */
 __device__ static inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;"); }
 template <int N> __device__ static inline void wgmma_wait()

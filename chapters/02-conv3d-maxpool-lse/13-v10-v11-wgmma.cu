@@ -95,11 +95,6 @@ __global__ static void v11_weights(const float *__restrict__ w, float *__restric
 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* keeps the compiler from moving a definition or use of v across this point. The compiler
- * does not know that a wgmma reads and writes its accumulator registers after the instruction
- * issues, until a wgmma_wait: without the pins it could move the epilogue's reads of acc above
- * the wait, or a tile's zeroing of acc below the wgmmas that add to it. */
-__device__ static inline void v10_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 
 /* v9's epilogue for the tile's 64 windows (1 x 2 x 32; v11's 32, 1 x 1 x 32): warpgroup q holds
@@ -213,9 +208,9 @@ __global__ void __launch_bounds__(v10_geom<SPLIT ? V11_TH : V10_TH>::THREADS, 1)
         unsigned stage = (s & 1) * (STAGE / 16); /* in the descriptors' 16-byte units */
 #pragma unroll
         for (int i = 0; i < 64; i++) {
-            v10_pin(acc[i >> 5][i & 31]);
+            wgmma_pin(acc[i >> 5][i & 31]);
             if (SPLIT)
-                v10_pin(acc2[i >> 5][i & 31]);
+                wgmma_pin(acc2[i >> 5][i & 31]);
         }
         wgmma_fence();
 #pragma unroll
@@ -243,9 +238,9 @@ __global__ void __launch_bounds__(v10_geom<SPLIT ? V11_TH : V10_TH>::THREADS, 1)
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 64; i++) {
-            v10_pin(acc[i >> 5][i & 31]);
+            wgmma_pin(acc[i >> 5][i & 31]);
             if (SPLIT)
-                v10_pin(acc2[i >> 5][i & 31]);
+                wgmma_pin(acc2[i >> 5][i & 31]);
         }
         if (SPLIT) { /* v11: the chunk's sums into tot, rounded to nearest */
 #pragma unroll

@@ -52,12 +52,6 @@ __global__ void b4_weights_dx(const float *__restrict__ w, float *__restrict__ w
     }
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* keeps the compiler from moving a use or definition of v across the asynchronous wgmmas (v10) */
-__device__ static inline void b4_pin(float &v) { asm volatile("" : "+f"(v)); }
-
-#endif
-
 /* Persistent, as v10: block b takes tiles b, b + grid, ...; its steps are (tile, chunk) pairs,
  * step s in stage s % 2. Warpgroup q computes rows (plane q % 2, rows 2 (q / 2) + r) of the
  * tile, 64 positions x 32 channels each; the tile's last chunk stores them into dx. */
@@ -90,7 +84,7 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
         unsigned stage = (s & 1) * (B4X_STAGE / 16); /* in the descriptors' 16-byte units */
 #pragma unroll
         for (int i = 0; i < 32; i++)
-            b4_pin(acc[i >> 4][i & 15]);
+            wgmma_pin(acc[i >> 4][i & 15]);
         wgmma_fence();
 #pragma unroll
         for (int tap = 0; tap < KVOL; tap++)
@@ -111,7 +105,7 @@ __global__ void __launch_bounds__(V10_THREADS, 1)
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 32; i++)
-            b4_pin(acc[i >> 4][i & 15]);
+            wgmma_pin(acc[i >> 4][i & 15]);
         if (s % B4X_CHUNKS == B4X_CHUNKS - 1) { /* the tile's dx, rows inside the volume */
             v10_tile t = v10_tile_of(blockIdx.x + (s / B4X_CHUNKS) * gridDim.x, d, h, w);
             int g = lane >> 2, tt = lane & 3;
@@ -295,7 +289,7 @@ __global__ void __launch_bounds__(B4W_THREADS, 1)
         unsigned stage = (s & 1) * (B4W_STAGE / 16);
 #pragma unroll
         for (int i = 0; i < 48; i++)
-            b4_pin(acc[i]);
+            wgmma_pin(acc[i]);
         wgmma_fence();
         /* k-step j: positions 2j, 2j + 1 of the four tiles, + 128 j and + 64 j in the
          * descriptors' 16-byte units: 2 KB a step through dc's tile, 1 KB through x's patch */
@@ -306,7 +300,7 @@ __global__ void __launch_bounds__(B4W_THREADS, 1)
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 48; i++)
-            b4_pin(acc[i]);
+            wgmma_pin(acc[i]);
     }
     /* d[4 j + e]: co 16 wq + g + 8 (e / 2), n = 8 j + 2 t + e % 2 = 32 kw + ci */
     int g = lane >> 2, t = lane & 3;

@@ -360,9 +360,6 @@ __device__ static inline void wgmma_fence(uint32_t hi[4], uint32_t lo[4])
                    "+r"(lo[2]), "+r"(lo[3]));
 }
 
-/* keeps the compiler from moving a definition or use of v across this point (asm volatile
- * statements keep their order) */
-__device__ static inline void pin(float &v) { asm volatile("" : "+f"(v)); }
 
 /* v16's step st over the warp's 7 tiles: each tile's A gathered as in v15 and split by
  * truncation (step 3), then its three products on the warpgroup's tensor cores, one group a
@@ -408,7 +405,7 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
     for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            pin((&acc[r][0][0])[e]);
+            wgmma_pin((&acc[r][0][0])[e]);
 #pragma unroll 1
     for (int st = 0; st < NST; st += 2) {
         wgmma_step<0, TS>(acc, a_hi, a_lo, sw, xb, st, t, dhi, dlo);
@@ -420,7 +417,7 @@ __device__ static inline void conv_wgmma(float acc[V15_TILES][2][4], const v15_s
     for (int r = 0; r < V15_TILES; r++)
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            pin((&acc[r][0][0])[e]);
+            wgmma_pin((&acc[r][0][0])[e]);
 }
 #endif
 

@@ -94,10 +94,6 @@ __global__ static void v8_row_totals(const float *__restrict__ tpart,
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* chapter 2's v10_pin: keeps the compiler from moving a definition or use of v across this
- * point, since it does not know that a wgmma reads and writes its accumulators after it issues,
- * until wgmma_wait */
-__device__ static inline void v8_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 /* per axis, output parity p (0: output 2m, 1: 2m + 1) and its tap j (v7's): the input offset
  * (m or m + 1) and the kernel index */
@@ -223,7 +219,7 @@ __global__ void __launch_bounds__(V8_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             acc[i >> 4][i & 15] = 0.0f;
-            v8_pin(acc[i >> 4][i & 15]);
+            wgmma_pin(acc[i >> 4][i & 15]);
         }
         if (q == 0)
             v8_mma<0, 0>(acc, da + stage, db);
@@ -241,7 +237,7 @@ __global__ void __launch_bounds__(V8_THREADS, 1)
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 32; i++)
-            v8_pin(acc[i >> 4][i & 15]);
+            wgmma_pin(acc[i >> 4][i & 15]);
         /* this thread's rows: cell g of segments 2 wq and 2 wq + 1 (r = 0, 1) of the tile;
          * outputs (2 pd + a, 2 ph + b, 2 pw + e), e = 0, 1 side by side */
         float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -76,7 +76,6 @@ __host__ __device__ constexpr int b4_off(int k) { return k == 0; }
 static int b4w_items(const shape *s) { return s->n * s->pd * s->ph * ceil_div(s->pw, B4W_CELLS); }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ static inline void b4_pin(float &v) { asm volatile("" : "+f"(v)); }
 
 /* B's slot of row offset r = 2 offd + offh, and back (slots 0 .. 3 hold r = 1, 0, 2, 3), so that
  * the row offsets each A needs are consecutive slots: A (0, 1) r = 0, 1; A (1, 0) r = 0, 2;
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(B4W_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 120; i++) {
         acc[i] = 0.0f;
-        b4_pin(acc[i]);
+        wgmma_pin(acc[i]);
     }
     /* B's zeros (the other parity's outputs) once: the loads write only the others */
     for (int st = 0; st < 2; st++)
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(B4W_THREADS, 1)
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 120; i++)
-            b4_pin(acc[i]);
+            wgmma_pin(acc[i]);
     }
     /* D[co][n]: warp w's rows 16 w + g (+ 8), lane (g, t)'s columns 8 j + 2 t (+ 1), acc[4 j ..] */
     int w = (threadIdx.x >> 5) & 3, g = (threadIdx.x >> 2) & 7, t = threadIdx.x & 3;
@@ -451,7 +450,7 @@ __global__ void __launch_bounds__(B4X_THREADS, 1)
 #pragma unroll
             for (int i = 0; i < 16; i++) {
                 acc[i] = 0.0f;
-                b4_pin(acc[i]);
+                wgmma_pin(acc[i]);
             }
         if (q == 0)
             b4x_mma<0>(acc, da + stage, db + stage);
@@ -469,7 +468,7 @@ __global__ void __launch_bounds__(B4X_THREADS, 1)
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 16; i++)
-            b4_pin(acc[i]);
+            wgmma_pin(acc[i]);
         if (k == B4X_CHUNKS - 1) { /* the tile's sums: each warpgroup's, then added in order */
             float *mine_red = red + q * C_IN * B4X_RED_PITCH;
 #pragma unroll
