@@ -142,14 +142,21 @@ b3_backward_cluster(const float *__restrict__ c, const float *__restrict__ g,
 
 static int opted[2]; /* b3_backward_cluster<false>'s, <true>'s */
 
+typedef void (*b3_kernel)(const float *, const float *, const float *, const float *, float *,
+                          float *, float *, int, int);
+
+/* b3_backward_cluster<dsum> */
+static b3_kernel b3_kernel_of(bool dsum)
+{
+    return dsum ? b3_backward_cluster<true> : b3_backward_cluster<false>;
+}
+
 /* the launch of b3_backward_cluster<dsum> with clusters of cl blocks, each keeping keep4 float4
  * of c and of g */
 static void b3_config(cluster_launch *L, const run_ctx *r, int cl, int keep4, bool dsum)
 {
-    const void *fn = dsum ? (const void *)b3_backward_cluster<true>
-                          : (const void *)b3_backward_cluster<false>;
-    cluster_launch_make(L, fn, &opted[dsum], r->smem_optin, cl, dim3(cl * rows(&r->sh)),
-                        V6_THREADS, 32 * (size_t)keep4);
+    cluster_launch_make(L, (const void *)b3_kernel_of(dsum), &opted[dsum], r->smem_optin, cl,
+                        dim3(cl * rows(&r->sh)), V6_THREADS, 32 * (size_t)keep4);
 }
 
 /* float4 of each of c and g a block keeps: its whole slice if the opt-in allows */
@@ -168,14 +175,12 @@ int b3_cluster_size(const run_ctx *r)
         const char *env = getenv("CH05_B3_CL");
         chosen = B3_CL;
         if (env && atoi(env) == 16) {
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster<false>,
-                                            cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_backward_cluster<true>,
-                                            cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+            for (int dsum = 0; dsum < 2; dsum++)
+                CUDA_CHECK(cudaFuncSetAttribute((const void *)b3_kernel_of(dsum),
+                                                cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
             cluster_launch L;
             b3_config(&L, r, 16, b3_keep4(r, 16), false);
-            chosen = resident_clusters(&L, (const void *)b3_backward_cluster<false>) > 0 ? 16
-                                                                                       : B3_CL;
+            chosen = resident_clusters(&L, (const void *)b3_kernel_of(false)) > 0 ? 16 : B3_CL;
         }
     }
     return chosen;
@@ -189,14 +194,9 @@ static void b3_run(const run_ctx *r, int keep4, float *dsum_part)
     cluster_launch L;
     b3_config(&L, r, cl, keep4, dsum_part != NULL);
     L.cfg.stream = r->stream;
-    if (dsum_part)
-        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster<true>, (const float *)r->c, r->g,
-                                      (const float *)r->lse, r->scale, r->dc, r->dot, dsum_part,
-                                      r->sh.s, keep4));
-    else
-        CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_backward_cluster<false>, (const float *)r->c,
-                                      r->g, (const float *)r->lse, r->scale, r->dc, r->dot,
-                                      dsum_part, r->sh.s, keep4));
+    CUDA_CHECK(cudaLaunchKernelEx(&L.cfg, b3_kernel_of(dsum_part != NULL), (const float *)r->c,
+                                  r->g, (const float *)r->lse, r->scale, r->dc, r->dot, dsum_part,
+                                  r->sh.s, keep4));
     b2_dscale<<<1, C_OUT, 0, r->stream>>>(r->dot, r->dscale, r->sh.n);
 }
 
